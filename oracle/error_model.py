@@ -1,0 +1,505 @@
+r"""The one error model: how far a *correct* kernel may be from the exact value.
+
+A correct kernel (the reference design every bound is derived for)
+
+* reads its inputs exactly (they are the rounded tensors it was given);
+* computes in the *compute format* c: float64 for float64 inputs, else float32;
+* reduces in any order (sequential, pairwise, tree, Welford, atomics);
+* may use approximate elementary functions (rsqrt, exp, division) good to
+  ``FN_ULPS`` ulps of c, and ``exp(t) = exp2(t * log2 e)``, whose argument
+  rounding costs a further |t| u_c relative;
+* rounds to the output dtype o at up to ``ROUNDINGS`` = 2 points (e.g. round
+  x*rho to x.dtype, multiply by the weight, round again: the llama order);
+* may flush subnormal intermediates (in c) and outputs (in o) to zero.
+
+Notation: u_o, u_c unit roundoffs; lam_o, lam_c smallest normals; n the
+reduced length; gam(k) = k u_c / (1 - k u_c) (Higham's gamma, the worst-case
+relative error of a k-term sum in any order).  ORACLE = 8 * 2**-53 covers the
+float64 oracle's own error.
+
+Forward bounds, per output element i (derivations in the docstring of each
+function below):
+
+    rms_norm      |y_i| (2 u_o + gam(n+1)/2 + (FN_ULPS + 2) u_c + ORACLE) + lam_o (1 + |w_i|) + lam_c |w_i|
+    add_rms_norm  as rms_norm at s = x + r, plus 2 u_o |y_i| (the sum may be
+                  rounded to x.dtype before normalising); residual_out: 0 (bit-exact)
+    layer_norm    |w_i| dxhat_i + (2 u_o + u_c + ORACLE)(|w_i xhat_i| + |b_i|) + floors,
+                  dxhat from ``_normalize_error`` (two-pass *and* Welford
+                  bounds; the mean's error is amplified by rho, so rows with
+                  |mean| >> std, or constant rows with tiny eps, get the
+                  large bound their conditioning demands, and a one-pass
+                  variance, whose error grows with mean^2 / var, does not fit)
+    batch_norm    layer_norm per channel over the valid positions; padded
+                  positions carry no claim
+    deep_norm     layer_norm at z = alpha x + A x + c, with the perturbation of
+                  z (a matmul in c, three roundings to o) pushed through
+                  the normalisation's Jacobian
+    swiglu        |y_i| (2 u_o + (2 FN_ULPS + 3 + |g_i|) u_c + ORACLE) + lam_o (1 + |up_i|) + lam_c |g_i up_i|
+
+Gradients get the same treatment from their formulas in ``oracle/*``; each is
+``(error of the terms, taken in absolute value) + 2 u_o |result| + floors``.
+
+Domain: a row whose mean square is not representable in the compute format
+(e.g. |x| ~ 1e30 in bfloat16, where x**2 overflows float32) is outside the
+contract of a float32-computing kernel.  Its bound is +inf (no claim), and the
+suite counts such elements as ``unclaimed`` rather than pass them silently.
+
+``assess`` compares a kernel's output with the exact value under the bound
+and reports the worst error both in ulps of the output dtype and in model
+units (error / bound; <= 1 passes).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .formats import compute_format, fmt, to_float64
+
+ROUNDINGS = 2
+FN_ULPS = 2
+ORACLE = 8 * 2.0 ** -53
+
+
+class _Ctx:
+    """Unit roundoffs and helpers for one (x dtype, output dtype) pair."""
+
+    def __init__(self, dtype, out_dtype=None):
+        o, c = fmt(out_dtype or dtype), compute_format(dtype)
+        self.uo, self.uc, self.lam_o, self.lam_c, self.cmax = o.u, c.u, o.lam, c.lam, c.max
+
+    def gam(self, k):
+        k = np.asarray(k, dtype=np.float64)
+        ku = k * self.uc
+        return np.where(ku < 0.5, ku / (1 - np.minimum(ku, 0.5)), np.inf)
+
+    def round_out(self, mag):
+        """Rounding to the output dtype at up to ROUNDINGS points, plus oracle error."""
+        return (ROUNDINGS * self.uo + ORACLE) * mag + ROUNDINGS * self.lam_o
+
+
+def _rows(a):
+    return a.reshape(-1, a.shape[-1])
+
+
+def _mean(a):
+    return np.mean(a, axis=-1, keepdims=True) if a.shape[-1] else np.zeros(a.shape[:-1] + (1,))
+
+
+def _claimable(ctx, z):
+    """Rows whose sum of squares stays finite in the compute format."""
+    with np.errstate(all="ignore"):
+        m = np.max(np.abs(np.where(np.isfinite(z), z, 0.0)), axis=-1, keepdims=True, initial=0.0)
+        return 4.0 * z.shape[-1] * m * m < ctx.cmax
+
+
+# ---------------------------------------------------------------- normalisation
+@dataclass
+class _Norm:
+    xhat: np.ndarray
+    rho: np.ndarray  # 1/sqrt(var + eps), per row
+    rho_rel: np.ndarray  # bound on the relative error of the kernel's rho
+    dxhat: np.ndarray  # bound on |xhat_kernel - xhat| before any output rounding
+    claim: np.ndarray  # rows where the model makes a claim
+
+
+def _normalize_error(ctx, z, eps, dz=None):
+    r"""Error of xhat = (z - mean z) * rho computed in c, for rows of z.
+
+    dz_i bounds a perturbation of the input z itself (0 for layer_norm).
+
+        S1    = mean|z|, R = sqrt(mean z^2), sigma = std(z)
+        dmu   = gam(n+1) S1 + mean(dz)                        mean in any order
+        dd_i  = dmu + u_c |d_i| + dz_i                         d = z - mu
+        dv    = gam(2n+4)(sigma^2 + 2 R sigma)                 two-pass, and Welford (~n u kappa var)
+              + 2 sigma rms(dz) + 2 (rms(dz) + dmu)^2          second-order: constant rows
+        rho_rel = max(sqrt((v+eps)/(max(v-dv,0)+eps)) - 1, 1 - sqrt((v+eps)/(v+dv+eps))) + FN_ULPS u_c
+        dxhat_i = rho (1 + rho_rel) dd_i + |xhat_i| (rho_rel + u_c)
+    """
+    n = z.shape[-1]
+    dz = np.zeros_like(z) if dz is None else dz
+    with np.errstate(all="ignore"):
+        mu = _mean(z)
+        d = z - mu
+        var = _mean(d * d)
+        sigma = np.sqrt(var)
+        rho = 1.0 / np.sqrt(var + eps)
+        s1 = _mean(np.abs(z))
+        big_r = np.sqrt(_mean(z * z))
+        rms_dz = np.sqrt(_mean(dz * dz))
+        dmu = ctx.gam(n + 1) * s1 + _mean(dz)
+        dd = dmu + ctx.uc * np.abs(d) + dz
+        dv = ctx.gam(2 * n + 4) * (var + 2 * big_r * sigma) + 2 * sigma * rms_dz + 2 * (rms_dz + dmu) ** 2
+        hi = np.sqrt((var + eps) / (np.maximum(var - dv, 0) + eps)) - 1
+        lo = 1 - np.sqrt((var + eps) / (var + dv + eps))
+        rho_rel = np.maximum(hi, lo) + FN_ULPS * ctx.uc
+        xhat = d * rho
+        dxhat = rho * (1 + rho_rel) * dd + np.abs(xhat) * (rho_rel + ctx.uc)
+    return _Norm(xhat, rho, rho_rel, dxhat, _claimable(ctx, z) & np.isfinite(dxhat).all(-1, keepdims=True))
+
+
+def _affine_out(ctx, norm, w, b):
+    """Bound for y = xhat * w + b given the normalisation's error."""
+    mag = np.abs(norm.xhat * w) + np.abs(b)
+    bound = np.abs(w) * norm.dxhat + ctx.uc * mag + ctx.round_out(mag) + ctx.lam_c * np.abs(w)
+    return np.where(norm.claim, bound, np.inf)
+
+
+def _norm_vjp_error(ctx, norm, g):
+    """Bound for dz = rho (g - mean g - xhat mean(g xhat)), g = dy * w.
+
+    shadow = rho (|g| + mean|g| + |xhat| mean|g xhat|); the kernel's error is
+    gam(2n+6) shadow (the two reductions and the products) + rho_rel shadow
+    (its rho) + rho (1+rho_rel)(dxhat |mean(g xhat)| + |xhat| mean(|g| dxhat))
+    (its xhat).
+    """
+    n = g.shape[-1]
+    with np.errstate(all="ignore"):
+        xh, rho = norm.xhat, norm.rho
+        m_gx = _mean(g * xh)
+        shadow = rho * (np.abs(g) + _mean(np.abs(g)) + np.abs(xh) * _mean(np.abs(g * xh)))
+        via_xhat = rho * (1 + norm.rho_rel) * (norm.dxhat * np.abs(m_gx) + np.abs(xh) * _mean(np.abs(g) * norm.dxhat))
+        return (ctx.gam(2 * n + 6) + norm.rho_rel + ORACLE) * shadow + via_xhat
+
+
+def _sum_rows_error(ctx_w, terms_abs, extra=0.0):
+    """Bound for sum over rows of terms (dw, db), rounded to the weight's dtype."""
+    rows = terms_abs.reshape(-1, terms_abs.shape[-1])
+    total = rows.sum(axis=0)
+    return (ctx_w.gam(rows.shape[0] + 2) + ORACLE) * total + extra, total
+
+
+def _reduce_rows(a):
+    return a.reshape(-1, a.shape[-1]).sum(axis=0)
+
+
+# ---------------------------------------------------------------- per-op bounds
+def _f(t):
+    return None if t is None else to_float64(t)
+
+
+def _wctx(args, name):
+    return _Ctx(args["x"].dtype, args[name].dtype)
+
+
+def _rms(ctx, x, w, eps):
+    n = x.shape[-1]
+    with np.errstate(all="ignore"):
+        ms = _mean(x * x)
+        rho = 1.0 / np.sqrt(ms + eps)
+        rel = ctx.gam(n + 1) / 2 + (FN_ULPS + 2) * ctx.uc + n * ctx.lam_c / (ms + eps)
+    return rho, rel
+
+
+def rms_norm_fwd(args, exact, extra_rel=0.0):
+    ctx = _Ctx(args["x"].dtype)
+    x, w = _f(args["x"]), _f(args["weight"])
+    if "residual" in args:
+        x = x + _f(args["residual"])
+    _, rel = _rms(ctx, x, w, args["eps"])
+    y = np.abs(exact[0])
+    bound = (rel + extra_rel) * y + ctx.round_out(y) + ctx.lam_c * np.abs(w) + ctx.lam_o * np.abs(w)
+    return (np.where(_claimable(ctx, x), bound, np.inf),)
+
+
+def add_rms_norm_fwd(args, exact):
+    ctx = _Ctx(args["x"].dtype)
+    (yb,) = rms_norm_fwd(args, exact, extra_rel=2 * ctx.uo)
+    return yb, np.zeros_like(exact[1])
+
+
+def layer_norm_fwd(args, exact):
+    ctx = _Ctx(args["x"].dtype)
+    norm = _normalize_error(ctx, _f(args["x"]), args["eps"])
+    return (_affine_out(ctx, norm, _f(args["weight"]), _f(args["bias"])),)
+
+
+def _bn_channels(args):
+    x = _f(args["x"])
+    c = x.shape[-1]
+    flat = x.reshape(-1, c)
+    keep = np.ones(flat.shape[0], bool) if args.get("mask") is None else args["mask"].cpu().numpy().reshape(-1)
+    return flat, keep
+
+
+def batch_norm_fwd(args, exact):
+    ctx = _Ctx(args["x"].dtype)
+    flat, keep = _bn_channels(args)
+    bound = np.full(flat.shape, np.inf)
+    if keep.any():
+        norm = _normalize_error(ctx, flat[keep].T, args["eps"])
+        norm = _Norm(norm.xhat.T, norm.rho.T, norm.rho_rel.T, norm.dxhat.T, norm.claim.T)
+        bound[keep] = _affine_out(ctx, norm, _f(args["weight"]), _f(args["bias"]))
+    return (bound.reshape(exact[0].shape),)
+
+
+def _deep_z(ctx, args):
+    """z and the bound on the kernel's z: a matmul in c and <= 3 roundings to o."""
+    x, a, c = _f(args["x"]), _f(args["sub_weight"]), _f(args["sub_bias"])
+    alpha = float(args["alpha"])
+    n = x.shape[-1]
+    f = x @ a.T + c
+    z = alpha * x + f
+    mat = np.abs(x) @ np.abs(a).T + np.abs(c)
+    dz = ctx.gam(n + 2) * (mat + np.abs(alpha * x)) + ctx.uo * (np.abs(alpha * x) + np.abs(f) + np.abs(z))
+    return z, dz, a, alpha
+
+
+def deep_norm_fwd(args, exact):
+    ctx = _Ctx(args["x"].dtype)
+    z, dz, _, _ = _deep_z(ctx, args)
+    norm = _normalize_error(ctx, z, args["eps"], dz)
+    return (_affine_out(ctx, norm, _f(args["weight"]), _f(args["bias"])),)
+
+
+def _silu_rel(ctx, g):
+    return (2 * FN_ULPS + 3) * ctx.uc + np.abs(g) * ctx.uc
+
+
+def swiglu_fwd(args, exact, gate=None, up=None):
+    ctx = _Ctx(args[next(iter(args))].dtype)
+    g = _f(args["gate"]) if gate is None else gate
+    u = _f(args["up"]) if up is None else up
+    y = np.abs(exact[0])
+    with np.errstate(all="ignore"):
+        bound = _silu_rel(ctx, g) * y + ctx.round_out(y) + ctx.lam_o * np.abs(u) + ctx.lam_c * np.abs(g * u)
+    return (bound,)
+
+
+def silu_and_mul_fwd(args, exact):
+    x = _f(args["x"])
+    h = x.shape[-1] // 2
+    return swiglu_fwd(args, exact, gate=x[..., :h], up=x[..., h:])
+
+
+# ---------------------------------------------------------------- gradient bounds
+def rms_norm_bwd(args, cot, exact):
+    """dx_i = rho g_i - rho^3 x_i M, M = mean(g x), g = dy w; dw = sum_rows dy x rho.
+
+    |d dx_i| <= rho|g_i| (rho_rel + 2u_c) + rho^3 |x_i| (|M| (3 rho_rel + 4 u_c) + gam(n+2) mean|g x|)
+                + 2 u_o |dx_i| + floors, rho_rel = gam(n+1)/2 + (FN_ULPS+2) u_c.
+    """
+    ctx = _Ctx(args["x"].dtype)
+    x, w = _f(args["x"]), _f(args["weight"])
+    dy = to_float64(cot[0])
+    dres = to_float64(cot[1]) if len(cot) > 1 else 0.0
+    # add_rms_norm: the kernel may normalise s rounded to x.dtype (u_o |s_i| each)
+    us = ctx.uo if "residual" in args else 0.0
+    if "residual" in args:
+        x = x + _f(args["residual"])
+    n = x.shape[-1]
+    rho, rho_rel = _rms(ctx, x, w, args["eps"])
+    rho_rel = rho_rel + us
+    with np.errstate(all="ignore"):
+        g = dy * w
+        a_t = rho * np.abs(g)
+        b_t = rho ** 3 * np.abs(x)
+        m = _mean(g * x)
+        m_abs = _mean(np.abs(g * x))
+        dx_err = (a_t * (rho_rel + 2 * ctx.uc)
+                  + b_t * (np.abs(m) * (3 * rho_rel + us + 4 * ctx.uc) + (ctx.gam(n + 2) + us + ORACLE) * m_abs))
+        # dx = dx_rms + dres is rounded after the add: its magnitude, not |dx|, sets the rounding
+        dx_err = dx_err + ctx.round_out(a_t + b_t * np.abs(m) + np.abs(dres)) + ctx.lam_c * (1 + a_t + b_t)
+        claim = _claimable(ctx, x)
+        out = {"x": np.where(claim, dx_err, np.inf)}
+        if "residual" in exact:
+            out["residual"] = out["x"]
+        cw = _wctx(args, "weight")
+        terms = np.abs(dy * x * rho)
+        err, total = _sum_rows_error(cw, terms)
+        dw_err = err + (rho_rel.max(initial=0) + us) * total + cw.round_out(np.abs(exact["weight"])) + cw.lam_c * x.shape[0]
+        out["weight"] = np.where(claim.all(), dw_err, np.inf)
+    return out
+
+
+def _ln_grads(ctx, args, norm, dy, w):
+    """dx (before any downstream map), dw, db bounds for the normalisation + affine."""
+    with np.errstate(all="ignore"):
+        g = dy * w
+        dxn = _norm_vjp_error(ctx, norm, g)
+        cw, cb = _wctx(args, "weight"), _wctx(args, "bias")
+        ew, tw = _sum_rows_error(cw, np.abs(dy * norm.xhat))
+        ew = ew + _reduce_rows(np.abs(dy) * norm.dxhat)
+        eb, tb = _sum_rows_error(cb, np.abs(dy))
+    return dxn, (ew, tw), (eb, tb)
+
+
+def layer_norm_bwd(args, cot, exact):
+    ctx = _Ctx(args["x"].dtype)
+    x, w = _f(args["x"]), _f(args["weight"])
+    dy = to_float64(cot[0])
+    norm = _normalize_error(ctx, x, args["eps"])
+    dxn, (ew, _), (eb, _) = _ln_grads(ctx, args, norm, dy, w)
+    claim = norm.claim
+    cw, cb = _wctx(args, "weight"), _wctx(args, "bias")
+    return {
+        "x": np.where(claim, dxn + ctx.round_out(np.abs(exact["x"])), np.inf),
+        "weight": np.where(claim.all(), ew + cw.round_out(np.abs(exact["weight"])), np.inf),
+        "bias": eb + cb.round_out(np.abs(exact["bias"])),
+    }
+
+
+def batch_norm_bwd(args, cot, exact):
+    ctx = _Ctx(args["x"].dtype)
+    flat, keep = _bn_channels(args)
+    c = flat.shape[-1]
+    dy = to_float64(cot[0]).reshape(-1, c)
+    w = _f(args["weight"])
+    cw, cb = _wctx(args, "weight"), _wctx(args, "bias")
+    dx = np.full(flat.shape, 2 * ctx.lam_o)  # padded positions: exactly 0 for a correct kernel
+    ew = eb = np.zeros(c)
+    claim = True
+    if keep.any():
+        norm = _normalize_error(ctx, flat[keep].T, args["eps"])
+        dxn = _norm_vjp_error(ctx, norm, (dy[keep] * w).T)
+        dx[keep] = np.where(norm.claim, dxn, np.inf).T + ctx.round_out(np.abs(exact["x"].reshape(-1, c)[keep]))
+        tn = _Norm(norm.xhat.T, norm.rho.T, norm.rho_rel.T, norm.dxhat.T, norm.claim.T)
+        ew, _ = _sum_rows_error(cw, np.abs(dy[keep] * tn.xhat))
+        ew = ew + _reduce_rows(np.abs(dy[keep]) * tn.dxhat)
+        eb, _ = _sum_rows_error(cb, np.abs(dy[keep]))
+        claim = norm.claim.all()
+    return {
+        "x": dx.reshape(exact["x"].shape),
+        "weight": np.where(claim, ew + cw.round_out(np.abs(exact["weight"])), np.inf),
+        "bias": eb + cb.round_out(np.abs(exact["bias"])),
+    }
+
+
+def deep_norm_bwd(args, cot, exact):
+    """dz as layer_norm at z (with z's own perturbation), then dx = alpha dz + dz A.
+
+    |d dx_j| <= |alpha| e_j + sum_i |A_ij| e_i + gam(n+2)(|alpha dz_j| + (|dz| |A|)_j)
+                + u_o (2|alpha dz_j| + (|dz| |A|)_j + |(dz A)_j|) + 2 u_o |dx_j|,   e = bound on dz.
+    """
+    ctx = _Ctx(args["x"].dtype)
+    z, dzin, a, alpha = _deep_z(ctx, args)
+    w = _f(args["weight"])
+    dy = to_float64(cot[0])
+    norm = _normalize_error(ctx, z, args["eps"], dzin)
+    e, (ew, _), (eb, _) = _ln_grads(ctx, args, norm, dy, w)
+    with np.errstate(all="ignore"):
+        g = dy * w
+        m_gx = _mean(g * norm.xhat)
+        dzv = norm.rho * (g - _mean(g) - norm.xhat * m_gx)
+        n = z.shape[-1]
+        absmat = np.abs(dzv) @ np.abs(a)
+        dx = (np.abs(alpha) * e + e @ np.abs(a) + ctx.gam(n + 2) * (np.abs(alpha * dzv) + absmat)
+              + ctx.uo * (2 * np.abs(alpha * dzv) + absmat + np.abs(dzv @ a)) + ctx.round_out(np.abs(exact["x"])))
+    cw, cb = _wctx(args, "weight"), _wctx(args, "bias")
+    return {
+        "x": np.where(norm.claim, dx, np.inf),
+        "weight": np.where(norm.claim.all(), ew + cw.round_out(np.abs(exact["weight"])), np.inf),
+        "bias": eb + cb.round_out(np.abs(exact["bias"])),
+    }
+
+
+def swiglu_bwd(args, cot, exact, gate=None, up=None):
+    """dgate = dy up s (1 + g (1-s)), dup = dy g s; each |error| <= (rel) * shadow + 2 u_o |result|."""
+    key = "gate" if gate is None else "x"
+    ctx = _Ctx(args[key].dtype)
+    g = _f(args["gate"]) if gate is None else gate
+    u = _f(args["up"]) if up is None else up
+    dy = to_float64(cot[0])
+    with np.errstate(all="ignore"):
+        s = 1 / (1 + np.exp(-g))
+        sm = 1 / (1 + np.exp(g))
+        rel = _silu_rel(ctx, g) + 3 * ctx.uc + ORACLE
+        shadow_g = np.abs(dy * u) * s * (1 + np.abs(g) * sm)
+        floor = ctx.lam_c * (1 + np.abs(dy * u) + np.abs(dy * g))
+        dg = rel * shadow_g + ctx.round_out(np.abs(exact_part(exact, "gate", gate, g))) + floor
+        du = rel * np.abs(dy * g * s) + ctx.round_out(np.abs(exact_part(exact, "up", gate, g))) + floor
+    if gate is None:
+        return {"gate": dg, "up": du}
+    return {"x": np.concatenate([dg, du], axis=-1)}
+
+
+def exact_part(exact, name, gate, g):
+    """The exact gradient of gate or up, also when they are halves of silu_and_mul's x."""
+    if gate is None:
+        return exact[name]
+    h = g.shape[-1]
+    return exact["x"][..., :h] if name == "gate" else exact["x"][..., h:]
+
+
+def silu_and_mul_bwd(args, cot, exact):
+    x = _f(args["x"])
+    h = x.shape[-1] // 2
+    return swiglu_bwd(args, cot, exact, gate=x[..., :h], up=x[..., h:])
+
+
+FORWARD = {
+    "rms_norm": rms_norm_fwd, "add_rms_norm": add_rms_norm_fwd, "layer_norm": layer_norm_fwd,
+    "batch_norm": batch_norm_fwd, "deep_norm": deep_norm_fwd, "swiglu": swiglu_fwd,
+    "silu_and_mul": silu_and_mul_fwd,
+}
+BACKWARD = {
+    "rms_norm": rms_norm_bwd, "add_rms_norm": rms_norm_bwd, "layer_norm": layer_norm_bwd,
+    "batch_norm": batch_norm_bwd, "deep_norm": deep_norm_bwd, "swiglu": swiglu_bwd,
+    "silu_and_mul": silu_and_mul_bwd,
+}
+
+
+def forward_bounds(op: str, args: dict, exact: tuple) -> tuple:
+    """Allowed |kernel - exact| for each forward output (inf: no claim)."""
+    return FORWARD[op](args, exact)
+
+
+def grad_bounds(op: str, args: dict, cotangents: tuple, exact: dict) -> dict:
+    """Allowed |kernel grad - exact grad| for each input that gets a gradient."""
+    return BACKWARD[op](args, cotangents, exact)
+
+
+# ---------------------------------------------------------------- assessment
+@dataclass
+class Assessment:
+    name: str
+    ok: bool
+    checked: int
+    unclaimed: int
+    max_ulps: float
+    max_units: float
+    detail: str  # the worst element, or the first class mismatch
+
+
+def assess(name: str, actual: torch.Tensor, exact: np.ndarray, bound: np.ndarray, dtype: torch.dtype,
+           where: np.ndarray | None = None) -> Assessment:
+    """Check one output: NaN must be NaN, ±inf the same inf, finite within bound.
+
+    An exact value whose magnitude reaches the largest finite number of the
+    output dtype (within its bound) may also come back as the same-signed inf
+    (that is what rounding it does).  ``where`` limits the check to a mask.
+    """
+    f = fmt(dtype)
+    a = to_float64(actual).reshape(exact.shape)
+    e = exact
+    sel = np.ones(e.shape, bool) if where is None else np.broadcast_to(where, e.shape)
+    claimed = sel & np.isfinite(bound) | sel & ~np.isfinite(e)
+    unclaimed = int((sel & ~claimed).sum())
+    with np.errstate(all="ignore"):
+        nan_e, nan_a = np.isnan(e), np.isnan(a)
+        bad_nan = claimed & (nan_e != nan_a)
+        inf_e = np.isinf(e)
+        bad_inf = claimed & inf_e & ~(a == e)
+        fin = claimed & np.isfinite(e)
+        err = np.abs(a - e)
+        overflow_ok = fin & np.isinf(a) & (np.sign(a) == np.sign(e)) & (np.abs(e) + bound >= f.max)
+        bad_fin = fin & ~overflow_ok & ~(err <= bound)
+        ulps = np.where(fin & ~overflow_ok & np.isfinite(err), err / f.ulp(e), 0.0)
+        units = np.where(fin & ~overflow_ok & np.isfinite(err), err / np.where(bound > 0, bound, np.inf), 0.0)
+        units = np.where(fin & ~overflow_ok & (err > 0) & (bound == 0), np.inf, units)
+        units = np.where(fin & ~overflow_ok & ~np.isfinite(err), np.inf, units)
+    bad = bad_nan | bad_inf | bad_fin
+    max_ulps = float(ulps.max(initial=0.0)) if not np.isinf(units).any() else float(np.where(np.isfinite(ulps), ulps, 0).max(initial=0))
+    detail = ""
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        if bad_fin.any():
+            idx = tuple(int(i) for i in np.unravel_index(np.argmax(np.where(bad_fin, units, -1)), e.shape))
+        detail = (f"{name}{list(idx)}: got {a[idx]!r}, exact {e[idx]!r}, |error| {abs(a[idx] - e[idx]):.3g} "
+                  f"> bound {bound[idx]:.3g} ({ulps[idx]:.3g} ulp of {f.name})")
+    elif fin.any():
+        idx = tuple(int(i) for i in np.unravel_index(np.argmax(units), e.shape))
+        detail = f"{name}{list(idx)}: worst |error| {err[idx]:.3g} = {units[idx]:.3g} of bound, {ulps[idx]:.3g} ulp"
+    return Assessment(name, not bad.any(), int(claimed.sum()), unclaimed, max_ulps,
+                      float(units.max(initial=0.0)), detail)

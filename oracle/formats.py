@@ -1,0 +1,90 @@
+"""Floating-point formats of the four dtypes normcert certifies.
+
+A format with ``p`` significand bits (hidden bit included) and minimum normal
+exponent ``emin`` has
+
+* unit roundoff        u      = 2**-p           (round-to-nearest relative error bound)
+* smallest normal      lam    = 2**emin
+* subnormal spacing    tiny   = 2**(emin - p + 1)
+* ulp(v)                      = 2**(max(floor(log2|v|), emin) - p + 1)
+
+``round_to`` rounds float64 values to a format with round-to-nearest-even,
+directly from float64.  torch's own float64 -> bfloat16 cast goes through
+float32 and so rounds twice (1 + 2**-8 + 2**-40 becomes 1.0 instead of
+1 + 2**-7); the oracle never uses it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    p: int  # significand bits, hidden bit included
+    emin: int
+    emax: int
+
+    @property
+    def u(self) -> float:
+        return 2.0 ** -self.p
+
+    @property
+    def lam(self) -> float:
+        return 2.0 ** self.emin
+
+    @property
+    def tiny(self) -> float:
+        return 2.0 ** (self.emin - self.p + 1)
+
+    @property
+    def max(self) -> float:
+        return (2.0 - 2.0 ** (1 - self.p)) * 2.0 ** self.emax
+
+    def ulp(self, v: np.ndarray) -> np.ndarray:
+        """ulp of each |v| in this format (``tiny`` for zero and subnormals)."""
+        v = np.abs(np.asarray(v, dtype=np.float64))
+        _, e = np.frexp(np.where(np.isfinite(v), v, 1.0))  # frexp(0) gives e = 0
+        e = np.where(v > 0, e - 1, self.emin)
+        return np.ldexp(1.0, np.maximum(e, self.emin) - self.p + 1)
+
+    def round(self, v: np.ndarray) -> np.ndarray:
+        """Round float64 values to this format, nearest-even, overflow to ±inf."""
+        v = np.asarray(v, dtype=np.float64)
+        if self.p == 53:
+            return v.copy()
+        finite = np.isfinite(v) & (v != 0)
+        safe = np.where(finite, v, 1.0)
+        _, e = np.frexp(safe)
+        q = np.maximum(e - 1, self.emin) - self.p + 1  # exponent of the target ulp
+        r = np.ldexp(np.rint(np.ldexp(safe, -q)), q)  # rint is nearest-even; scaling is exact
+        r = np.where(np.abs(r) > self.max, np.copysign(np.inf, safe), r)
+        return np.where(finite, r, v)
+
+
+FORMATS: dict[torch.dtype, Format] = {
+    torch.float64: Format("float64", 53, -1022, 1023),
+    torch.float32: Format("float32", 24, -126, 127),
+    torch.float16: Format("float16", 11, -14, 15),
+    torch.bfloat16: Format("bfloat16", 8, -126, 127),
+}
+DTYPES = tuple(FORMATS)
+DTYPE_NAMES = {d: f.name for d, f in FORMATS.items()}
+BY_NAME = {f.name: d for d, f in FORMATS.items()}
+
+
+def fmt(dtype: torch.dtype) -> Format:
+    return FORMATS[dtype]
+
+
+def compute_format(dtype: torch.dtype) -> Format:
+    """The precision a correct kernel computes in: float64 for float64, else float32."""
+    return FORMATS[torch.float64 if dtype == torch.float64 else torch.float32]
+
+
+def to_float64(t: torch.Tensor) -> np.ndarray:
+    """Exact float64 copy of a tensor of any certified dtype (every value is representable)."""
+    return t.detach().to("cpu", torch.float64).numpy().copy()

@@ -1,0 +1,54 @@
+"""LayerNorm, and the normalisation step it shares with BatchNorm and DeepNorm.
+
+Per row (last dim, length n), weight w, bias b:
+
+    mu    = (1/n) sum_j x_j
+    var   = (1/n) sum_j (x_j - mu)**2          (biased variance)
+    rho   = 1 / sqrt(var + eps)                (eps inside the square root)
+    xhat  = (x - mu) * rho
+    y     = xhat * w + b
+
+Vector-Jacobian product for cotangent dy (g = dy * w):
+
+    dx = rho * (g - mean(g) - xhat * mean(g * xhat))
+    dw = sum_over_rows dy * xhat
+    db = sum_over_rows dy
+
+Non-finite inputs: IEEE evaluation of the formula.  ±inf or NaN anywhere in a
+row makes mu or var non-finite, so every y of that row is NaN; no other row is
+touched.
+"""
+from __future__ import annotations
+
+
+def normalize(B, z, eps):
+    """(xhat, rho) for rows of z: xhat = (z - mean z) / sqrt(var z + eps)."""
+    d, _ = B.center(z)
+    rho = B.inv_rms(d, eps)
+    return d * rho, rho
+
+
+def normalize_vjp(B, xhat, rho, g):
+    """Cotangent of z given g = cotangent of xhat, through xhat = normalize(z)."""
+    n = xhat.shape[-1]
+    return rho * (g - B.row_sum(g) / n - xhat * (B.row_dot(g, xhat) / n))
+
+
+def affine_grads(B, xhat, dy):
+    """(dw, db): sum over rows of dy * xhat and of dy."""
+    n = xhat.shape[-1]
+    dw = B.row_sum((dy * xhat).reshape(-1, n).T).reshape(n)
+    db = B.row_sum(dy.reshape(-1, n).T).reshape(n)
+    return dw, db
+
+
+def forward(B, x, weight, bias, eps):
+    xhat, _ = normalize(B, x, eps)
+    return (xhat * weight + bias,)
+
+
+def vjp(B, cot, x, weight, bias, eps):
+    (dy,) = cot
+    xhat, rho = normalize(B, x, eps)
+    dw, db = affine_grads(B, xhat, dy)
+    return {"x": normalize_vjp(B, xhat, rho, dy * weight), "weight": dw, "bias": db}

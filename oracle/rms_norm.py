@@ -1,0 +1,59 @@
+"""RMSNorm and RMSNorm fused with the residual add.
+
+Per row (last dim, length n), with weight w:
+
+    ms   = (1/n) sum_j x_j**2
+    rho  = 1 / sqrt(ms + eps)
+    y_i  = x_i * rho * w_i                                   rms_norm(x, w, eps)
+
+    s    = x + r                    (exact sum)
+    y    = rms_norm(s, w, eps)
+    res  = RNE_{dtype}(s)           (s rounded once to x.dtype)  add_rms_norm(x, r, w, eps)
+
+Vector-Jacobian product for cotangent dy (g_i = dy_i w_i):
+
+    dx_i = rho g_i - rho**3 x_i * (1/n) sum_j g_j x_j
+    dw_i = sum_over_rows dy_i x_i rho
+    add_rms_norm, cotangents (dy, dres):  dx = dr = dx_rms(s; dy) + dres,  dw as above at s.
+
+Non-finite inputs: the formula evaluated in IEEE arithmetic.  A NaN anywhere in
+a row makes every y of that row NaN and touches no other row.  A row holding
+±inf (and no NaN) has ms = inf and rho = 0: finite x_i give ±0, infinite x_i
+give NaN (inf * 0).
+"""
+from __future__ import annotations
+
+
+def forward(B, x, weight, eps):
+    return (x * B.inv_rms(x, eps) * weight,)
+
+
+def vjp(B, cot, x, weight, eps):
+    (dy,) = cot
+    rho = B.inv_rms(x, eps)
+    return {"x": _dx(B, x, weight, rho, dy), "weight": _dweight(B, x, rho, dy)}
+
+
+def _dx(B, x, weight, rho, dy):
+    g = dy * weight
+    n = x.shape[-1]
+    return rho * g - rho * rho * rho * x * (B.row_dot(g, x) / n)
+
+
+def _dweight(B, x, rho, dy):
+    n = x.shape[-1]
+    terms = (dy * x * rho).reshape(-1, n).T  # one row per channel
+    return B.row_sum(terms).reshape(n)
+
+
+def add_forward(B, x, residual, weight, eps):
+    s = x + residual
+    return forward(B, s, weight, eps)[0], s
+
+
+def add_vjp(B, cot, x, residual, weight, eps):
+    dy, dres = cot
+    s = x + residual
+    rho = B.inv_rms(s, eps)
+    dx = _dx(B, s, weight, rho, dy) + dres
+    return {"x": dx, "residual": dx, "weight": _dweight(B, s, rho, dy)}

@@ -1,0 +1,69 @@
+"""Argument checks shared by the oracle and the suite.
+
+Every check raises ``ValueError`` whose message names the op, the argument and
+what was expected, e.g.
+``rms_norm: weight must have shape (4096,) (the last dim of x), got (4095,)``.
+"""
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+import torch
+
+from .formats import DTYPES
+
+
+def _fail(op, name, expected, got):
+    raise ValueError(f"{op}: {name} must be {expected}, got {got}")
+
+
+def tensor(op, name, t, dtypes=DTYPES, min_dim=1):
+    if not isinstance(t, torch.Tensor):
+        _fail(op, name, "a torch.Tensor", type(t).__name__)
+    if t.dtype not in dtypes:
+        _fail(op, name, "of dtype " + " or ".join(str(d).replace("torch.", "") for d in dtypes), t.dtype)
+    if t.dim() < min_dim:
+        _fail(op, name, f"a tensor of rank >= {min_dim}", f"rank {t.dim()}")
+
+
+def vector(op, name, t, n, x_dtype):
+    tensor(op, name, t, dtypes=tuple({x_dtype, torch.float32}))
+    if tuple(t.shape) != (n,):
+        _fail(op, name, f"of shape ({n},) (the last dim of x)", tuple(t.shape))
+
+
+def same_as(op, name, t, x):
+    tensor(op, name, t, dtypes=(x.dtype,))
+    if t.shape != x.shape:
+        _fail(op, name, f"of shape {tuple(x.shape)} (the shape of x)", tuple(t.shape))
+
+
+def positive(op, name, v):
+    if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(v) or v <= 0:
+        _fail(op, name, "a positive finite float", repr(v))
+
+
+def finite(op, name, v):
+    if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(v):
+        _fail(op, name, "a finite float", repr(v))
+
+
+def mask(op, m, x):
+    if m is None:
+        return
+    if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
+        _fail(op, "mask", "a bool tensor or None", getattr(m, "dtype", type(m).__name__))
+    if tuple(m.shape) != tuple(x.shape[:-1]):
+        _fail(op, "mask", f"of shape {tuple(x.shape[:-1])} (x.shape[:-1])", tuple(m.shape))
+
+
+def even_last_dim(op, x):
+    if x.shape[-1] % 2:
+        _fail(op, "x", "a tensor whose last dim is even (gate | up)", f"last dim {x.shape[-1]}")
+
+
+def square(op, name, t, n, x_dtype):
+    tensor(op, name, t, dtypes=(x_dtype,))
+    if tuple(t.shape) != (n, n):
+        _fail(op, name, f"of shape ({n}, {n})", tuple(t.shape))
