@@ -12,7 +12,7 @@ Per row (last dim, length n), with weight w:
 
 Vector-Jacobian product for cotangent dy (g_i = dy_i w_i):
 
-    dx_i = rho g_i - rho**3 x_i * (1/n) sum_j g_j x_j
+    dx_i = rho g_i - rho**3 x_i * (1/n) sum_j g_j x_j  =  rho (g_i - xhat_i mean(g xhat)),  xhat = x rho
     dw_i = sum_over_rows dy_i x_i rho
     add_rms_norm, cotangents (dy, dres):  dx = dr = dx_rms(s; dy) + dres,  dw as above at s.
 
@@ -37,23 +37,26 @@ def vjp(B, cot, x, weight, eps):
 def _dx(B, x, weight, rho, dy):
     g = dy * weight
     n = x.shape[-1]
-    return rho * g - rho * rho * rho * x * (B.row_dot(g, x) / n)
+    xhat = x * rho  # O(1) even where rho**3 or sum(g x) would under/overflow
+    return rho * (g - xhat * (B.row_dot(g, xhat) / n))
 
 
 def _dweight(B, x, rho, dy):
     n = x.shape[-1]
-    terms = (dy * x * rho).reshape(-1, n).T  # one row per channel
+    terms = (dy * (x * rho)).reshape(-1, n).T  # one row per channel; x * rho first: no overflow
     return B.row_sum(terms).reshape(n)
 
 
 def add_forward(B, x, residual, weight, eps):
-    s = x + residual
-    return forward(B, s, weight, eps)[0], s
+    # s = c (x + r) with c = 1/2 only where x + r overflows float64; y is invariant
+    # under (s, eps) -> (c s, c**2 eps), and s / c is the exact (rounded) sum
+    s, c = B.scaled_sum(x, residual)
+    return forward(B, s, weight, eps * c * c)[0], s / c
 
 
 def add_vjp(B, cot, x, residual, weight, eps):
     dy, dres = cot
-    s = x + residual
-    rho = B.inv_rms(s, eps)
-    dx = _dx(B, s, weight, rho, dy) + dres
+    s, c = B.scaled_sum(x, residual)
+    rho = B.inv_rms(s, eps * c * c)
+    dx = c * _dx(B, s, weight, rho, dy) + dres
     return {"x": dx, "residual": dx, "weight": _dweight(B, s, rho, dy)}

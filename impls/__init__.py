@@ -1,0 +1,116 @@
+"""The registry of implementations under test: one record per implementation.
+
+Sources, in order:
+  * this package's modules (``MODULES``), each exposing ``IMPLS``;
+  * installed packages, through the ``normcert.impls`` entry-point group: each
+    entry point names a callable returning an iterable of ``Impl``;
+  * ``--impl OP=MODULE:ATTR`` on the pytest command line (``plugin``).
+
+The kernel contract (signatures, dtypes, what "not supported" means) is in the
+README; the meaning of each op is ``oracle``'s.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Callable
+
+import torch
+
+from oracle import OPS
+from oracle.formats import DTYPES
+
+BACKENDS = ("eager", "compiled", "triton", "case-study", "plugin")
+MODULES = ("impls.eager", "impls.compiled")
+
+
+@dataclass(frozen=True)
+class Impl:
+    op: str
+    name: str
+    backend: str
+    fn: Callable = field(compare=False)
+    target: str  # "module:attr", importable: how a replay file finds it again
+    dtypes: tuple[torch.dtype, ...] = DTYPES
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    backward: bool = True
+    expected_failure: str = ""  # case studies: why the suite must reject it
+
+    @property
+    def id(self) -> str:
+        return f"{self.op}:{self.name}"
+
+
+class UsageError(ValueError):
+    """A bad --impl or registry entry; the message is one line for the user."""
+
+
+def make(op, name, backend, fn, **kw) -> Impl:
+    """An Impl whose target is the function's own module and name."""
+    if op not in OPS:
+        raise UsageError(f"unknown op {op!r} for {name!r}: expected one of {', '.join(OPS)}")
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown backend {backend!r} for {name!r}: expected one of {', '.join(BACKENDS)}")
+    target = kw.pop("target", None) or f"{fn.__module__}:{fn.__name__}"
+    return Impl(op, name, backend, fn, target, **kw)
+
+
+def resolve(target: str) -> Callable:
+    """Import MODULE:ATTR (ATTR may be dotted); a UsageError says what is wrong."""
+    module, sep, attr = target.partition(":")
+    if not sep or not module or not attr:
+        raise UsageError(f"--impl target {target!r} must be MODULE:ATTR")
+    try:
+        obj = importlib.import_module(module)
+    except ImportError as e:
+        raise UsageError(f"--impl: cannot import module {module!r}: {e}") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UsageError(f"--impl: module {module!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UsageError(f"--impl: {target} is a {type(obj).__name__}, not a callable")
+    return obj
+
+
+def plugin(spec: str) -> Impl:
+    """An Impl from ``OP=MODULE:ATTR``."""
+    op, sep, target = spec.partition("=")
+    if not sep:
+        raise UsageError(f"--impl {spec!r} must look like OP=MODULE:ATTR")
+    if op not in OPS:
+        raise UsageError(f"--impl {spec!r}: unknown op {op!r}, expected one of {', '.join(OPS)}")
+    return make(op, target, "plugin", resolve(target), target=target)
+
+
+def _from_entry_points() -> list[Impl]:
+    found = []
+    for ep in entry_points(group="normcert.impls"):
+        items = ep.load()()
+        for item in items:
+            if not isinstance(item, Impl):
+                raise UsageError(f"entry point {ep.name!r} yielded {type(item).__name__}, expected impls.Impl")
+            found.append(item)
+    return found
+
+
+def registry() -> list[Impl]:
+    """Every registered implementation (imports Triton: set TRITON_INTERPRET first)."""
+    impls: list[Impl] = []
+    for name in MODULES:
+        impls.extend(importlib.import_module(name).IMPLS)
+    impls.extend(_from_entry_points())
+    seen = set()
+    for i in impls:
+        if i.id in seen:
+            raise UsageError(f"two implementations are registered as {i.id}")
+        seen.add(i.id)
+    return impls
+
+
+def ensure_triton_mode(device: str) -> None:
+    """Run Triton under its interpreter when there is no GPU (before importing triton)."""
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"

@@ -1,0 +1,72 @@
+"""Eager torch implementations: torch.nn.functional where torch has the op.
+
+Inputs of reduced precision are computed in float32 and rounded once at the
+end; float64 stays float64.  (Calling F.layer_norm directly on bfloat16/float16
+CPU tensors is *not* done here: its backward accumulates dweight/dbias in the
+low precision, which the suite rejects -- see the case-study table.)
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import make
+
+
+def up(t: torch.Tensor, like: torch.Tensor | None = None) -> torch.Tensor:
+    """t in the compute precision of ``like`` (default t): float64 stays float64, the rest float32."""
+    ref = t if like is None else like
+    return t.to(torch.float64 if ref.dtype == torch.float64 else torch.float32)
+
+
+def rms_norm(x, weight, eps):
+    return F.rms_norm(up(x), (x.shape[-1],), up(weight, x), eps).to(x.dtype)
+
+
+def add_rms_norm(x, residual, weight, eps):
+    s = up(x) + up(residual)
+    return F.rms_norm(s, (x.shape[-1],), up(weight, x), eps).to(x.dtype), s.to(x.dtype)
+
+
+def layer_norm(x, weight, bias, eps):
+    return F.layer_norm(up(x), (x.shape[-1],), up(weight, x), up(bias, x), eps).to(x.dtype)
+
+
+def batch_norm(x, weight, bias, eps, mask=None):
+    """Two-pass masked statistics; padded values are replaced before any arithmetic."""
+    xf = up(x)
+    lead = tuple(range(x.dim() - 1))
+    if mask is None:
+        mask = torch.ones(x.shape[:-1], dtype=torch.bool, device=x.device)
+    m = mask.unsqueeze(-1)
+    xc = torch.where(m, xf, torch.zeros((), dtype=xf.dtype, device=x.device))
+    count = m.sum(dim=lead).to(xf.dtype)
+    mu = xc.sum(dim=lead) / count
+    d = torch.where(m, xc - mu, torch.zeros((), dtype=xf.dtype, device=x.device))
+    var = (d * d).sum(dim=lead) / count
+    return (d * torch.rsqrt(var + eps) * up(weight, x) + up(bias, x)).to(x.dtype)
+
+
+def deep_norm(x, sublayer, alpha, weight, bias, eps):
+    z = alpha * x + sublayer(x)
+    return layer_norm(z, weight, bias, eps)
+
+
+def swiglu(gate, up_):
+    return (F.silu(up(gate)) * up(up_)).to(gate.dtype)
+
+
+def silu_and_mul(x):
+    gate, value = x.chunk(2, dim=-1)
+    return swiglu(gate, value)
+
+
+IMPLS = [
+    make("rms_norm", "eager", "eager", rms_norm),
+    make("add_rms_norm", "eager", "eager", add_rms_norm),
+    make("layer_norm", "eager", "eager", layer_norm),
+    make("batch_norm", "eager", "eager", batch_norm),
+    make("deep_norm", "eager", "eager", deep_norm),
+    make("swiglu", "eager", "eager", swiglu),
+    make("silu_and_mul", "eager", "eager", silu_and_mul),
+]

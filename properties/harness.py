@@ -1,0 +1,269 @@
+"""Calling a kernel under test, and running one property over it with Hypothesis.
+
+A kernel is untrusted.  ``invoke`` turns everything it can do wrong -- raise,
+return None or a tuple where a tensor is due, the wrong shape, dtype or
+device, mutate an input -- into a ``ContractViolation`` that names the kernel
+and what it did.  ``NotImplementedError`` means "dtype not supported".
+
+``run`` drives one property for one (implementation, dtype): it draws cases,
+calls the property's check, keeps the worst error seen (and steers Hypothesis
+towards it with ``target``), and on failure re-raises with the shrunk case,
+the property, the dtype and the replay command.  Every run leaves a
+``Result`` in ``RESULTS`` for the certificate.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from hypothesis import HealthCheck, given, seed, settings, target
+
+import oracle
+from oracle import error_model
+from oracle.formats import DTYPE_NAMES
+
+from .opinfo import INFO, Case
+
+
+class ContractViolation(AssertionError):
+    """The kernel broke the calling contract (not a numerical failure)."""
+
+
+class PropertyFailure(AssertionError):
+    """A property does not hold for the kernel on some case."""
+
+
+class NotSupported(Exception):
+    """The kernel raised NotImplementedError for this input."""
+
+
+# ------------------------------------------------------------------ invoking
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    ints = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
+    return t.detach().view(ints[t.element_size()]).clone() if t.dtype != torch.bool else t.detach().clone()
+
+
+def snapshot(case: Case) -> dict:
+    return {k: _bits(t) for k, t in case.tensors.items() if t is not None}
+
+
+def check_unmutated(impl, case: Case, before: dict) -> None:
+    for k, bits in before.items():
+        if not torch.equal(_bits(case.tensors[k]), bits):
+            raise ContractViolation(f"{impl.id} mutated its input {k!r} (its bits changed)")
+
+
+def expected_shapes(case: Case):
+    info = INFO[case.op]
+    return [info.out_shape(case)] * len(info.outputs)
+
+
+def invoke(impl, case: Case) -> tuple[torch.Tensor, ...]:
+    """Call the kernel on ``case`` and enforce the output contract; returns its outputs."""
+    info = INFO[case.op]
+    before = snapshot(case)
+    try:
+        out = info.call(impl.fn, case)
+    except NotImplementedError as e:
+        raise NotSupported(f"{impl.id} does not support {case.dtype}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - any other exception is the kernel's failure
+        raise ContractViolation(f"{impl.id} raised {type(e).__name__}: {e}") from None
+    outs = _normalise_outputs(impl, info, out)
+    device = case.main.device
+    for name, o, shape in zip(info.outputs, outs, expected_shapes(case)):
+        if tuple(o.shape) != shape:
+            raise ContractViolation(f"{impl.id} returned {name} of shape {tuple(o.shape)}, expected {shape}")
+        if o.dtype != case.dtype:
+            raise ContractViolation(f"{impl.id} returned {name} of dtype {o.dtype}, expected {case.dtype}")
+        if o.device != device:
+            raise ContractViolation(f"{impl.id} returned {name} on {o.device}, expected {device}")
+    check_unmutated(impl, case, before)
+    return outs
+
+
+def _normalise_outputs(impl, info, out):
+    n = len(info.outputs)
+    if n == 1:
+        if not isinstance(out, torch.Tensor):
+            raise ContractViolation(f"{impl.id} returned {_kind(out)}, expected a tensor")
+        return (out,)
+    if not isinstance(out, (tuple, list)) or len(out) != n or not all(isinstance(o, torch.Tensor) for o in out):
+        raise ContractViolation(f"{impl.id} returned {_kind(out)}, expected a tuple of {n} tensors")
+    return tuple(out)
+
+
+def _kind(out):
+    if isinstance(out, (tuple, list)):
+        return f"a {type(out).__name__} of {len(out)}"
+    return "None" if out is None else f"a {type(out).__name__}"
+
+
+# ------------------------------------------------------------------ measuring
+@dataclass
+class Worst:
+    """The worst error a run has seen, in model units and in ulps, and where."""
+
+    units: float = 0.0
+    ulps: float = 0.0
+    where: str = ""
+    unclaimed: int = 0
+    example_units: float = 0.0  # worst of the current example: what Hypothesis climbs
+
+    def add(self, a: error_model.Assessment, case: Case) -> None:
+        self.unclaimed += a.unclaimed
+        if np.isfinite(a.max_units):
+            self.example_units = max(self.example_units, a.max_units)
+        self.ulps = max(self.ulps, a.max_ulps)
+        if a.max_units >= self.units:
+            self.units = a.max_units
+            self.where = f"{a.detail} on {case.describe()}"
+
+
+def check_against_oracle(outs, case: Case, worst: Worst, where=None, label="") -> None:
+    """Every output within the error model's bound of the exact value."""
+    args = case.oracle_args()
+    exact = oracle.forward(case.op, **args)
+    bounds = error_model.forward_bounds(case.op, args, exact)
+    for name, o, e, b in zip(INFO[case.op].outputs, outs, exact, bounds):
+        a = error_model.assess(label + name, o, e, b, case.dtype, where=where)
+        record_assessment(a, case, worst)
+
+
+def record_assessment(a: error_model.Assessment, case: Case, worst: Worst) -> None:
+    worst.add(a, case)
+    if not a.ok:
+        raise PropertyFailure(a.detail)
+
+
+# ------------------------------------------------------------------ running
+@dataclass
+class Result:
+    impl: str
+    op: str
+    backend: str
+    prop: str
+    dtype: str
+    outcome: str  # pass | fail | not-supported | expected-fail | unexpected-pass | warn | skip
+    examples: int = 0
+    seconds: float = 0.0
+    worst_units: float = 0.0
+    worst_ulps: float = 0.0
+    worst_where: str = ""
+    unclaimed: int = 0
+    message: str = ""
+    replay: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+RESULTS: list[Result] = []
+CONFIG = {"seed": 0, "device": "cpu", "failures_dir": "failures", "bitwise": False}
+
+
+def derive_seed(*parts) -> int:
+    """A per-test seed from the global seed: the same whatever the worker split."""
+    h = hashlib.sha256(":".join(str(p) for p in (CONFIG["seed"],) + parts).encode()).digest()
+    return int.from_bytes(h[:8], "little")
+
+
+def probe(impl, dtype, device) -> bool:
+    """Does the kernel accept this dtype at all? (tiny ordinary case)"""
+    from .strategies import layout_tensor  # noqa: PLC0415 - avoid a cycle at import
+
+    rng = np.random.default_rng(0)
+    shape = (2, 4)
+    v = lambda: layout_tensor(rng.standard_normal(shape), dtype, "contiguous", device)  # noqa: E731
+    w = torch.ones(4, dtype=dtype, device=device)
+    b = torch.zeros(4, dtype=dtype, device=device)
+    t = {"rms_norm": {"x": v(), "weight": w}, "add_rms_norm": {"x": v(), "residual": v(), "weight": w},
+         "layer_norm": {"x": v(), "weight": w, "bias": b}, "batch_norm": {"x": v(), "weight": w, "bias": b, "mask": None},
+         "deep_norm": {"x": v(), "sub_weight": torch.eye(4, dtype=dtype, device=device), "sub_bias": b, "weight": w,
+                       "bias": b},
+         "swiglu": {"gate": v(), "up": v()}, "silu_and_mul": {"x": v()}}[impl.op]
+    scalars = {"eps": 1e-5, "alpha": 1.0} if impl.op == "deep_norm" else ({"eps": 1e-5} if "weight" in t else {})
+    try:
+        INFO[impl.op].call(impl.fn, Case(impl.op, t, scalars))
+    except NotImplementedError:
+        return False
+    except Exception:  # noqa: BLE001 - other errors are reported by the properties themselves
+        return True
+    return True
+
+
+def run(prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=True) -> Result:
+    """Run ``check(impl, case, worst)`` over ``strategy``; record and raise on failure."""
+    device = CONFIG["device"]
+    res = Result(impl.id, impl.op, impl.backend, prop, DTYPE_NAMES[dtype], "pass")
+    RESULTS.append(res)
+    if not probe(impl, dtype, device):
+        res.outcome = "not-supported"
+        return res
+    worst = Worst()
+    state = {"n": 0, "case": None}
+
+    overrides = {"suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+                 # too_slow: an 8192-wide row through the Triton interpreter is slow by design;
+                 # data_too_large: the case strategy draws many structural choices on purpose.
+                 "deadline": None, "report_multiple_bugs": False}
+    if max_examples is not None:
+        overrides["max_examples"] = max_examples
+
+    @seed(derive_seed(impl.id, prop, DTYPE_NAMES[dtype]))
+    @settings(**overrides)
+    @given(case=strategy)
+    def body(case):
+        state["n"] += 1
+        state["case"] = case
+        worst.example_units = 0.0
+        try:
+            check(impl, case, worst)
+        finally:
+            target(min(worst.example_units, 1e6), label="error / bound")
+
+    t0 = time.perf_counter()
+    try:
+        body()
+    except NotSupported as e:
+        res.outcome, res.message = "not-supported", str(e)
+    except AssertionError as e:
+        res.outcome = "fail" if gating else "warn"
+        res.message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        from .replay import save_failure  # noqa: PLC0415 - replay needs the harness
+
+        if state["case"] is not None:
+            res.worst_where = state["case"].describe()
+            res.replay = save_failure(impl, prop, state["case"])
+        if gating:
+            raise PropertyFailure(
+                f"{prop} fails for {impl.id} ({impl.backend}) in {DTYPE_NAMES[dtype]}: {res.message}\n"
+                f"  shrunk case: {res.worst_where}\n  replay: {res.replay}"
+            ) from None
+    finally:
+        res.seconds = time.perf_counter() - t0
+        res.examples = state["n"]
+        res.worst_units, res.worst_ulps, res.unclaimed = worst.units, worst.ulps, worst.unclaimed
+        if res.outcome == "pass":
+            res.worst_where = worst.where
+    return res
+
+
+def certify(prop: str, impl, dtype, strategy, check, *, gating=True) -> Result:
+    """``run`` as a pytest test: not-supported skips, a case study's failure is expected."""
+    import warnings  # noqa: PLC0415
+
+    import pytest  # noqa: PLC0415
+
+    try:
+        res = run(prop, impl, dtype, strategy, check, gating=gating)
+    except PropertyFailure as e:
+        if impl.expected_failure:
+            RESULTS[-1].outcome = "expected-fail"
+            pytest.xfail(f"{impl.expected_failure} | {e}")
+        raise
+    if res.outcome == "not-supported":
+        pytest.skip(f"not-supported: {impl.id} raises NotImplementedError for {res.dtype}")
+    if res.outcome == "warn":
+        warnings.warn(f"{prop} (not gating without --bitwise): {impl.id} in {res.dtype}: {res.message}", stacklevel=2)
+    return res

@@ -1,0 +1,365 @@
+"""Kernels with planted bugs the suite must reject, and correct variants it must certify.
+
+Each bug is a small, plausible mistake (the kind seen in real kernels), written
+next to the property family that should catch it.  ``BUGS`` and ``CORRECT``
+are read by ``test_meta.py``.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from impls.eager import up
+
+# ------------------------------------------------------------------ helpers
+
+
+def _rms(x, eps):
+    return torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def _ln(x, eps, var_fn):
+    mu = x.mean(-1, keepdim=True)
+    return (x - mu) * torch.rsqrt(var_fn(x, mu) + eps)
+
+
+def _two_pass_var(x, mu):
+    return (x - mu).pow(2).mean(-1, keepdim=True)
+
+
+# ------------------------------------------------------------------ rms_norm bugs
+def rms_eps_outside_sqrt(x, weight, eps):
+    xf = up(x)
+    return (xf / (xf.pow(2).mean(-1, keepdim=True).sqrt() + eps) * up(weight)).to(x.dtype)
+
+
+def rms_no_upcast(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.to(x.dtype)
+
+
+def rms_pow2_divisor(x, weight, eps):
+    xf = up(x)
+    n = x.shape[-1]
+    denom = 1 << max(0, (n - 1).bit_length())  # "round the block up": divides by the padded length
+    return (xf * torch.rsqrt(xf.pow(2).sum(-1, keepdim=True) / denom + eps) * up(weight)).to(x.dtype)
+
+
+def rms_mutates_input(x, weight, eps):
+    xf = up(x)
+    x.mul_(1)  # touches the caller's tensor in place (harmless-looking)
+    x.copy_((xf * _rms(xf, eps)).to(x.dtype))
+    return (up(x) * up(weight)).to(x.dtype)
+
+
+def rms_global_scale(x, weight, eps):
+    """Pre-scales by the *tensor's* max to avoid overflow: couples the rows."""
+    xf = up(x)
+    s = xf.abs().amax().clamp_min(1e-30)
+    xs = xf / s
+    return (xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + eps / (s * s)) * up(weight)).to(x.dtype)
+
+
+class _RmsNoSecondTerm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        xf = up(x)
+        r = _rms(xf, eps)
+        ctx.save_for_backward(xf, weight, r)
+        return (xf * r * up(weight)).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        xf, weight, r = ctx.saved_tensors
+        g = up(dy) * up(weight)
+        dx = (g * r).to(dy.dtype)  # forgets -r^3 x mean(g x)
+        dw = (up(dy) * xf * r).reshape(-1, xf.shape[-1]).sum(0).to(weight.dtype)
+        return dx, dw, None
+
+
+def rms_wrong_backward(x, weight, eps):
+    return _RmsNoSecondTerm.apply(x, weight, eps)
+
+
+def rms_clamped_mean_square(x, weight, eps):
+    """Clamps the mean square at 1e-6 "for stability": breaks scale invariance for small rows."""
+    xf = up(x)
+    ms = xf.pow(2).mean(-1, keepdim=True).clamp_min(1e-6)
+    return (xf * torch.rsqrt(ms + eps) * up(weight)).to(x.dtype)
+
+
+def rms_returns_float32(x, weight, eps):
+    xf = up(x)
+    return xf * _rms(xf, eps) * up(weight)  # forgets to cast back
+
+
+def rms_returns_none(x, weight, eps):
+    return None
+
+
+def rms_returns_tuple(x, weight, eps):
+    return (F.rms_norm(up(x), (x.shape[-1],), up(weight), eps).to(x.dtype),)
+
+
+def rms_ignores_strides(x, weight, eps):
+    """Reads the storage as if x were contiguous."""
+    flat = torch.as_strided(x, x.shape, _contiguous_strides(x.shape), x.storage_offset())
+    xf = up(flat)
+    return (xf * _rms(xf, eps) * up(weight)).to(x.dtype)
+
+
+def _contiguous_strides(shape):
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def rms_nondeterministic(x, weight, eps):
+    """Sums the squares in a random order each call (like racing atomics)."""
+    xf = up(x)
+    perm = torch.randperm(x.shape[-1], device=x.device)
+    ms = xf[..., perm].pow(2).cumsum(-1)[..., -1:] / x.shape[-1]
+    return (xf * torch.rsqrt(ms + eps) * up(weight)).to(x.dtype)
+
+
+def rms_batch_dependent(x, weight, eps):
+    """Different reduction order when there is more than one row."""
+    xf = up(x)
+    rows = xf.reshape(-1, x.shape[-1])
+    sq = rows.pow(2)
+    ms = (sq.cumsum(-1)[..., -1:] if rows.shape[0] > 1 else sq.flip(-1).cumsum(-1)[..., -1:]) / x.shape[-1]
+    return (rows * torch.rsqrt(ms + eps)).reshape(x.shape).mul(up(weight)).to(x.dtype)
+
+
+# ------------------------------------------------------------------ add_rms_norm bugs
+def add_rms_stale_residual(x, residual, weight, eps):
+    s = up(x) + up(residual)
+    return F.rms_norm(s, (x.shape[-1],), up(weight), eps).to(x.dtype), residual.clone()
+
+
+def add_rms_truncated_residual(x, residual, weight, eps):
+    """Rounds the new residual toward zero instead of to nearest."""
+    s = up(x) + up(residual)
+    y = F.rms_norm(s, (x.shape[-1],), up(weight), eps).to(x.dtype)
+    r = s.to(x.dtype)
+    return y, torch.where(up(r).abs() > s.abs(), torch.nextafter(r, torch.zeros_like(r)), r)
+
+
+def add_rms_forgets_add(x, residual, weight, eps):
+    s = up(x) + up(residual)
+    return F.rms_norm(up(x), (x.shape[-1],), up(weight), eps).to(x.dtype), s.to(x.dtype)
+
+
+# ------------------------------------------------------------------ layer_norm bugs
+def ln_one_pass(x, weight, bias, eps):
+    xf = up(x)
+    return (_ln(xf, eps, lambda v, mu: v.pow(2).mean(-1, keepdim=True) - mu * mu) * up(weight) + up(bias)).to(x.dtype)
+
+
+def ln_std_plus_eps(x, weight, bias, eps):
+    xf = up(x)
+    d = xf - xf.mean(-1, keepdim=True)
+    return (d / (d.pow(2).mean(-1, keepdim=True).sqrt() + eps) * up(weight) + up(bias)).to(x.dtype)
+
+
+def ln_unbiased(x, weight, bias, eps):
+    xf = up(x)
+    return (_ln(xf, eps, lambda v, mu: v.var(-1, keepdim=True, unbiased=True)) * up(weight) + up(bias)).to(x.dtype)
+
+
+def ln_no_bias(x, weight, bias, eps):
+    return (_ln(up(x), eps, _two_pass_var) * up(weight)).to(x.dtype)
+
+
+def ln_low_precision_mean(x, weight, bias, eps):
+    """Statistics in the input dtype (bf16 sums lose the mean)."""
+    mu = x.cumsum(-1)[..., -1:] / x.shape[-1]
+    xf = up(x)
+    d = xf - up(mu)
+    return (d * torch.rsqrt(d.pow(2).mean(-1, keepdim=True) + eps) * up(weight) + up(bias)).to(x.dtype)
+
+
+# ------------------------------------------------------------------ batch_norm bugs
+def _bn(x, weight, bias, eps, keep, count):
+    xf = up(x)
+    lead = tuple(range(x.dim() - 1))
+    mu = (xf * keep).sum(lead) / count
+    var = ((xf - mu).pow(2) * keep).sum(lead) / count
+    return ((xf - mu) * torch.rsqrt(var + eps) * up(weight) + up(bias)).to(x.dtype)
+
+
+def bn_ignores_mask(x, weight, bias, eps, mask=None):
+    return _bn(x, weight, bias, eps, 1.0, max(1, x.numel() // max(1, x.shape[-1])))
+
+
+def bn_multiplies_by_mask(x, weight, bias, eps, mask=None):
+    """Zeroes padding by multiplying by the mask: 0 * NaN is NaN."""
+    m = torch.ones(x.shape[:-1], dtype=torch.bool, device=x.device) if mask is None else mask
+    keep = m.unsqueeze(-1).to(up(x).dtype)
+    return _bn(x, weight, bias, eps, keep, keep.sum(tuple(range(x.dim() - 1))))
+
+
+def bn_counts_padding(x, weight, bias, eps, mask=None):
+    """Masks the sums but divides by all positions."""
+    m = torch.ones(x.shape[:-1], dtype=torch.bool, device=x.device) if mask is None else mask
+    keep = m.unsqueeze(-1)
+    xf = torch.where(keep, up(x), 0.0)
+    return _bn(xf.to(x.dtype), weight, bias, eps, keep.to(xf.dtype), max(1, m.numel()))
+
+
+# ------------------------------------------------------------------ deep_norm bugs
+def deep_beta_input(x, sublayer, alpha, weight, bias, eps):
+    beta = (4 * alpha ** 4) ** -0.25  # DeepNet's beta, wrongly applied to the sublayer's input
+    z = alpha * x + sublayer(x * beta)
+    return F.layer_norm(up(z), (x.shape[-1],), up(weight), up(bias), eps).to(x.dtype)
+
+
+def deep_alpha_on_branch(x, sublayer, alpha, weight, bias, eps):
+    z = x + alpha * sublayer(x)
+    return F.layer_norm(up(z), (x.shape[-1],), up(weight), up(bias), eps).to(x.dtype)
+
+
+# ------------------------------------------------------------------ swiglu bugs
+class _SwiGLUWrongGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate, up_):
+        ctx.save_for_backward(gate, up_)
+        return (F.silu(up(gate)) * up(up_)).to(gate.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        gate, up_ = ctx.saved_tensors
+        g, u, d = up(gate), up(up_), up(dy)
+        s = torch.sigmoid(g)
+        return (d * u * s).to(gate.dtype), (d * g * s).to(up_.dtype)  # d silu = s (1 + g (1 - s)), not s
+
+
+def swiglu_wrong_derivative(gate, up_):
+    return _SwiGLUWrongGrad.apply(gate, up_)
+
+
+def swiglu_no_upcast(gate, up_):
+    return gate / (1 + torch.exp(-gate)) * up_
+
+
+def silu_and_mul_swapped(x):
+    value, gate = x.chunk(2, dim=-1)
+    return (F.silu(up(gate)) * up(value)).to(x.dtype)
+
+
+def swiglu_empty_crash(gate, up_):
+    if gate.numel() == 0:
+        raise RuntimeError("grid must be non-empty")
+    return (F.silu(up(gate)) * up(up_)).to(gate.dtype)
+
+
+# ------------------------------------------------------------------ correct variants
+def rms_llama_order(x, weight, eps):
+    """Compute in fp32, round x*rho to x.dtype, multiply by the weight, round again."""
+    xf = up(x)
+    return ((xf * _rms(xf, eps)).to(x.dtype) * weight.to(x.dtype)).to(x.dtype)
+
+
+def rms_reversed_sum(x, weight, eps):
+    xf = up(x)
+    ms = xf.flip(-1).pow(2).cumsum(-1)[..., -1:] / x.shape[-1]  # sequential, right to left
+    return (xf * torch.rsqrt(ms + eps) * up(weight)).to(x.dtype)
+
+
+def rms_float64_inside(x, weight, eps):
+    xd = x.double()
+    return (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * weight.double()).to(x.dtype)
+
+
+rms_compiled_llama = torch.compile(rms_llama_order, dynamic=True)
+
+
+def add_rms_unfused(x, residual, weight, eps):
+    s = (up(x) + up(residual)).to(x.dtype)  # round the sum first, then normalise it
+    return F.rms_norm(up(s), (x.shape[-1],), up(weight), eps).to(x.dtype), s
+
+
+def ln_welford(x, weight, bias, eps):
+    """Welford's update, vectorised across rows, in 64-column chunks."""
+    xf = up(x)
+    n = x.shape[-1]
+    mean = torch.zeros(xf.shape[:-1] + (1,), dtype=xf.dtype, device=x.device)
+    m2 = torch.zeros_like(mean)
+    count = 0
+    for start in range(0, n, 64):
+        chunk = xf[..., start:start + 64]
+        k = chunk.shape[-1]
+        c_mean = chunk.mean(-1, keepdim=True)
+        c_m2 = (chunk - c_mean).pow(2).sum(-1, keepdim=True)
+        delta = c_mean - mean
+        total = count + k
+        mean = mean + delta * (k / total)
+        m2 = m2 + c_m2 + delta * delta * (count * k / total)
+        count = total
+    var = m2 / max(n, 1)
+    return ((xf - mean) * torch.rsqrt(var + eps) * up(weight) + up(bias)).to(x.dtype)
+
+
+def swiglu_sigmoid_form(gate, up_):
+    g = up(gate)
+    return (g * torch.sigmoid(g) * up(up_)).to(gate.dtype)
+
+
+def bn_float64_stats(x, weight, bias, eps, mask=None):
+    m = torch.ones(x.shape[:-1], dtype=torch.bool, device=x.device) if mask is None else mask
+    keep = m.unsqueeze(-1)
+    xd = torch.where(keep, x.double(), 0.0)
+    lead = tuple(range(x.dim() - 1))
+    count = keep.sum(lead).double()
+    mu = xd.sum(lead) / count
+    d = torch.where(keep, xd - mu, 0.0)
+    var = d.pow(2).sum(lead) / count
+    return (d * torch.rsqrt(var + eps) * weight.double() + bias.double()).to(x.dtype)
+
+
+# ------------------------------------------------------------------ the catalogue
+# (op, function, property families that may reject it)
+BUGS = [
+    ("rms_norm", rms_eps_outside_sqrt, {"accuracy", "extremes", "invariance"}),
+    ("rms_norm", rms_no_upcast, {"accuracy", "extremes", "gradients"}),
+    ("rms_norm", rms_pow2_divisor, {"accuracy", "extremes"}),
+    ("rms_norm", rms_mutates_input, {"accuracy", "extremes", "contract", "invariance", "gradients"}),
+    ("rms_norm", rms_global_scale, {"row-independence", "extremes"}),
+    ("rms_norm", rms_wrong_backward, {"gradients"}),
+    ("rms_norm", rms_clamped_mean_square, {"accuracy", "extremes", "invariance"}),
+    ("rms_norm", rms_returns_float32, {"accuracy", "contract", "extremes", "invariance", "gradients"}),
+    ("rms_norm", rms_returns_none, {"accuracy", "contract", "extremes", "invariance", "gradients"}),
+    ("rms_norm", rms_returns_tuple, {"accuracy", "contract", "extremes", "invariance", "gradients"}),
+    ("rms_norm", rms_ignores_strides, {"accuracy", "contract", "extremes", "invariance"}),
+    ("rms_norm", rms_nondeterministic, {"determinism"}),
+    ("rms_norm", rms_batch_dependent, {"batch-invariance"}),
+    ("add_rms_norm", add_rms_stale_residual, {"accuracy", "fusion", "extremes"}),
+    ("add_rms_norm", add_rms_truncated_residual, {"accuracy", "fusion", "extremes"}),
+    ("add_rms_norm", add_rms_forgets_add, {"accuracy", "fusion", "extremes"}),
+    ("layer_norm", ln_one_pass, {"accuracy", "extremes", "invariance"}),
+    ("layer_norm", ln_std_plus_eps, {"accuracy", "extremes", "invariance"}),
+    ("layer_norm", ln_unbiased, {"accuracy", "extremes"}),
+    ("layer_norm", ln_no_bias, {"accuracy", "extremes"}),
+    ("layer_norm", ln_low_precision_mean, {"accuracy", "extremes", "invariance"}),
+    ("batch_norm", bn_ignores_mask, {"accuracy", "padding", "extremes"}),
+    ("batch_norm", bn_multiplies_by_mask, {"accuracy", "padding", "extremes"}),
+    ("batch_norm", bn_counts_padding, {"accuracy", "padding", "extremes"}),
+    ("deep_norm", deep_beta_input, {"accuracy", "extremes"}),
+    ("deep_norm", deep_alpha_on_branch, {"accuracy", "extremes"}),
+    ("swiglu", swiglu_wrong_derivative, {"gradients"}),
+    ("swiglu", swiglu_no_upcast, {"accuracy", "extremes"}),
+    ("silu_and_mul", silu_and_mul_swapped, {"accuracy", "extremes"}),
+    ("swiglu", swiglu_empty_crash, {"accuracy", "contract", "extremes", "gradients"}),
+]
+
+CORRECT = [
+    ("rms_norm", rms_llama_order),
+    ("rms_norm", rms_reversed_sum),
+    ("rms_norm", rms_float64_inside),
+    ("rms_norm", rms_compiled_llama),
+    ("add_rms_norm", add_rms_unfused),
+    ("layer_norm", ln_welford),
+    ("swiglu", swiglu_sigmoid_form),
+    ("batch_norm", bn_float64_stats),
+]

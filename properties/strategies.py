@@ -1,0 +1,282 @@
+"""Every Hypothesis strategy of the suite, in one module.
+
+A case is drawn as a handful of *structural* choices -- shape, layout, value
+profile per tensor, eps, mask kind, which rows are hostile -- plus one integer
+seed from which a numpy generator fills the values.  Hypothesis shrinks the
+structure (smaller shapes, plainer profiles, seed 0), generation stays fast
+for 8192-wide rows, and a shrunk example is reproducible from its choices.
+
+Values are drawn on the dtype's own bit lattice: sign, exponent and significand
+bits are chosen directly (subnormals included), then assembled exactly in
+float64, so every value is representable and nothing is "cast from fp32".
+
+Profiles (``x`` and friends):
+    normal     Gaussian * 10**U(-4, 4), rounded to the dtype (nearest-even)
+    lattice    random bit patterns, exponents in an 8-binade window
+    offset     |mean| = std * 10**U(3, 6): the rows one-pass variance breaks on
+    constant   every row constant (its own value)
+    zeros      all zero
+    near_max   top 3 binades of the dtype (x**2 overflows unless widened)
+    subnormal  the dtype's subnormals and smallest normals
+    wide       exponents over the dtype's whole range
+Hostile rows (optional): a few rows replaced by zeros, a constant, near-max
+values, or rows holding NaN / +inf / -inf.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+
+from oracle.formats import DTYPES, fmt
+
+from .opinfo import Case
+
+PROFILES = ("normal", "lattice", "offset", "constant", "zeros", "near_max", "subnormal", "wide")
+ORDINARY = ("normal", "lattice")
+EXTREME = ("offset", "constant", "zeros", "near_max", "subnormal", "wide")
+ROW_KINDS = ("zeros", "constant", "near_max", "nan", "posinf", "neginf")
+LAYOUTS = ("contiguous", "transposed", "sliced", "offset")
+MASK_KINDS = ("none", "all", "random", "single", "prefix")
+PAD_FILLS = ("keep", "nan", "huge", "zeros")
+
+PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191)
+POWERS = tuple(2 ** k for k in range(0, 14))
+ODD = (96, 100, 768, 1000, 3000, 5000, 6144, 12288)
+MAX_ELEMS = 1 << 15
+
+
+def dtypes():
+    return st.sampled_from(DTYPES)
+
+
+def row_lengths(max_n=16384):
+    special = st.sampled_from([n for n in PRIMES + POWERS + ODD if n <= max_n])
+    return st.one_of(special, st.integers(1, min(max_n, 300)))
+
+
+@st.composite
+def shapes(draw, n=None, max_rank=4, max_elems=MAX_ELEMS, max_n=16384, even=False):
+    """Rank 1..4; last dim n; leading dims may be empty; total <= max_elems."""
+    n = draw(row_lengths(max_n)) if n is None else n
+    if even:
+        n = 2 * max(1, n // 2)
+    rank = draw(st.integers(1, max_rank))
+    lead = []
+    budget = max(1, max_elems // n)
+    for _ in range(rank - 1):
+        d = draw(st.integers(0, max(0, min(8, budget))))
+        lead.append(d)
+        budget = max(1, budget // max(d, 1))
+    return tuple(lead) + (n,)
+
+
+def eps():
+    common = st.sampled_from([1e-12, 1e-6, 1e-5, 1e-3, 0.5])
+    return st.one_of(common, st.floats(-12, math.log10(0.5)).map(lambda e: float(10.0 ** e)))
+
+
+# ---------------------------------------------------------------- values
+def lattice(rng, f, shape, e_lo, e_hi):
+    """Random values of format f with unbiased exponents in [e_lo, e_hi] (e < emin: subnormal)."""
+    e = rng.integers(e_lo, e_hi + 1, size=shape)
+    m = rng.integers(0, 2 ** (f.p - 1), size=shape, dtype=np.int64).astype(np.float64)
+    sign = np.where(rng.random(shape) < 0.5, -1.0, 1.0)
+    normal = np.ldexp(2.0 ** (f.p - 1) + m, e - f.p + 1)
+    sub = np.ldexp(m, f.emin - f.p + 1)
+    return sign * np.where(e >= f.emin, normal, sub)
+
+
+def fill(rng, dtype, shape, profile, scale_exp):
+    """float64 array of dtype-representable values drawn from one profile."""
+    f = fmt(dtype)
+    s = 10.0 ** scale_exp
+    e_s = int(math.floor(math.log2(s)))
+    if profile == "normal":
+        return f.round(rng.standard_normal(shape) * s)
+    if profile == "lattice":
+        return lattice(rng, f, shape, e_s - 7, e_s)
+    if profile == "offset":
+        mean = s * 10.0 ** rng.uniform(3, 6) * (1 if rng.random() < 0.5 else -1)
+        return f.round(np.clip(mean + s * rng.standard_normal(shape), -f.max, f.max))
+    if profile == "constant":
+        rows = lattice(rng, f, shape[:-1] + (1,), e_s - 7, e_s)
+        return np.broadcast_to(rows, shape).copy()
+    if profile == "zeros":
+        return np.zeros(shape)
+    if profile == "near_max":
+        return lattice(rng, f, shape, f.emax - 2, f.emax)
+    if profile == "subnormal":
+        return lattice(rng, f, shape, f.emin - f.p + 1, f.emin + 1)
+    if profile == "wide":
+        return lattice(rng, f, shape, f.emin - f.p + 1, f.emax)
+    raise ValueError(f"unknown profile {profile!r}")
+
+
+def hostile_rows(rng, dtype, values, kinds):
+    """Overwrite one random row per kind (rows = all but the last dim)."""
+    if values.ndim < 2 or values.shape[-1] == 0 or not kinds:
+        return values
+    f = fmt(dtype)
+    flat = values.reshape(-1, values.shape[-1])
+    if flat.shape[0] == 0:
+        return values
+    for kind in kinds:
+        r = int(rng.integers(0, flat.shape[0]))
+        n = flat.shape[1]
+        if kind == "zeros":
+            flat[r] = 0.0
+        elif kind == "constant":
+            flat[r] = lattice(rng, f, (1,), -2, 2)[0]
+        elif kind == "near_max":
+            flat[r] = lattice(rng, f, (n,), f.emax - 2, f.emax)
+        else:
+            flat[r, int(rng.integers(0, n))] = {"nan": np.nan, "posinf": np.inf, "neginf": -np.inf}[kind]
+    return flat.reshape(values.shape)
+
+
+def layout_tensor(values, dtype, layout, device):
+    """A tensor holding exactly ``values`` in the given memory layout."""
+    shape = values.shape
+    if layout == "transposed" and len(shape) >= 2:
+        base = torch.from_numpy(np.ascontiguousarray(np.swapaxes(values, -1, -2))).to(dtype)
+        return base.to(device).transpose(-1, -2)
+    if layout == "sliced":
+        buf = torch.zeros(shape[:-1] + (shape[-1] + 3,), dtype=dtype, device=device)
+        buf[..., : shape[-1]] = torch.from_numpy(values).to(dtype)
+        return buf[..., : shape[-1]]
+    if layout == "offset":
+        buf = torch.zeros(values.size + 5, dtype=dtype, device=device)
+        buf[5:] = torch.from_numpy(values.reshape(-1)).to(dtype)
+        return buf[5:].view(shape)
+    return torch.from_numpy(np.ascontiguousarray(values)).to(dtype).to(device)
+
+
+@st.composite
+def tensors(draw, rng, dtype, shape, device, profiles=PROFILES, hostile=True, layouts=LAYOUTS, notes=None, name="x"):
+    profile = draw(st.sampled_from(profiles))
+    scale = draw(st.integers(-4, 4))
+    values = fill(rng, dtype, shape, profile, scale)
+    kinds = draw(st.lists(st.sampled_from(ROW_KINDS), max_size=2, unique=True)) if hostile else []
+    values = hostile_rows(rng, dtype, values, kinds)
+    layout = draw(st.sampled_from(layouts))
+    if notes is not None:
+        notes[name] = f"{profile}@1e{scale}" + (f"+{'/'.join(kinds)}" if kinds else "") + \
+            ("" if layout == "contiguous" else f"/{layout}")
+    return layout_tensor(values, dtype, layout, device)
+
+
+@st.composite
+def vectors(draw, rng, n, x_dtype, device, kind="weight"):
+    """weight (around 1) or bias (around 0), in x.dtype or float32."""
+    dtype = draw(st.sampled_from([x_dtype, torch.float32]))
+    f = fmt(dtype)
+    profile = draw(st.sampled_from(["ones", "normal", "lattice"] if kind == "weight" else ["zeros", "normal"]))
+    if profile == "ones":
+        v = np.ones(n)
+    elif profile == "zeros":
+        v = np.zeros(n)
+    elif profile == "normal":
+        v = f.round((1.0 if kind == "weight" else 0.0) + rng.standard_normal(n))
+    else:
+        v = lattice(rng, f, (n,), -3, 1)
+    strided = draw(st.booleans())
+    if strided:
+        buf = torch.zeros(2 * n, dtype=dtype, device=device)
+        buf[::2] = torch.from_numpy(v).to(dtype)
+        return buf[::2]
+    return torch.from_numpy(v).to(dtype).to(device)
+
+
+@st.composite
+def masks(draw, rng, lead, device):
+    kind = draw(st.sampled_from(MASK_KINDS))
+    size = int(np.prod(lead)) if lead else 1
+    if kind == "none":
+        return None, kind
+    if kind == "all" or size == 0:
+        m = np.ones(lead, bool)
+    elif kind == "single":
+        m = np.zeros(size, bool)
+        m[int(rng.integers(0, size))] = True
+        m = m.reshape(lead)
+    elif kind == "prefix" and len(lead) >= 2:
+        lengths = rng.integers(1, lead[-1] + 1, size=lead[:-1])
+        m = np.arange(lead[-1]) < lengths[..., None]
+    else:
+        m = rng.random(size) < 0.6
+        m[int(rng.integers(0, size))] = True
+        m = m.reshape(lead)
+    return torch.from_numpy(np.array(m, dtype=bool)).to(device), kind  # keeps 0-d masks 0-d
+
+
+def pad_values(x, mask, fill_kind, rng):
+    """x with its padded positions overwritten (NaN, huge, zeros), to prove they are never read."""
+    if mask is None or fill_kind == "keep":
+        return x
+    f = fmt(x.dtype)
+    value = {"nan": float("nan"), "huge": f.max, "zeros": 0.0}[fill_kind]
+    out = x.clone()
+    out[~mask] = value
+    return out
+
+
+@st.composite
+def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MAX_ELEMS, max_n=16384):
+    """A Case for ``op`` with the given dtype on the given device."""
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    rng = np.random.default_rng(seed)
+    notes = {"seed": str(seed)}
+
+    def x_like(shape, name):
+        return draw(tensors(rng, dtype, shape, device, profiles=profiles, hostile=hostile, notes=notes, name=name))
+
+    if op in ("swiglu", "silu_and_mul"):
+        shape = draw(shapes(max_elems=max_elems, max_n=max_n, even=op == "silu_and_mul"))
+        if op == "swiglu":
+            return Case(op, {"gate": x_like(shape, "gate"), "up": x_like(shape, "up")}, {}, notes)
+        return Case(op, {"x": x_like(shape, "x")}, {}, notes)
+
+    if op == "deep_norm":
+        shape = draw(shapes(max_elems=max_elems, max_n=min(max_n, 128), max_rank=3))
+    else:
+        shape = draw(shapes(max_elems=max_elems, max_n=max_n))
+    n = shape[-1]
+    t = {"x": x_like(shape, "x")}
+    if op == "add_rms_norm":
+        t["residual"] = x_like(shape, "residual")
+    t["weight"] = draw(vectors(rng, n, dtype, device, "weight"))
+    if op in ("layer_norm", "batch_norm", "deep_norm"):
+        t["bias"] = draw(vectors(rng, n, dtype, device, "bias"))
+    scalars = {"eps": draw(eps())}
+    if op == "batch_norm":
+        t["mask"], notes["mask"] = draw(masks(rng, shape[:-1], device))
+        fill_kind = draw(st.sampled_from(PAD_FILLS))
+        if t["mask"] is not None and fill_kind != "keep":
+            notes["padding"] = fill_kind
+            t["x"] = pad_values(t["x"], t["mask"], fill_kind, rng)
+    if op == "deep_norm":
+        f = fmt(dtype)
+        t["sub_weight"] = torch.from_numpy(f.round(rng.standard_normal((n, n)) / math.sqrt(n))).to(dtype).to(device)
+        t["sub_bias"] = torch.from_numpy(f.round(0.1 * rng.standard_normal(n))).to(dtype).to(device)
+        n_layers = draw(st.sampled_from([1, 6, 12, 24, 100]))
+        scalars["alpha"] = float((2 * n_layers) ** 0.25)
+        notes["alpha"] = f"(2N)^1/4, N={n_layers}"
+    # Keep the tensor order of the oracle record (x first), then the scalars.
+    return Case(op, t, scalars, notes)
+
+
+def cotangents(rng, shapes_dtypes, device):
+    """Random upstream gradients, one per output, in the output dtype."""
+    out = []
+    for shape, dtype in shapes_dtypes:
+        f = fmt(dtype)
+        out.append(torch.from_numpy(f.round(rng.standard_normal(shape))).to(dtype).to(device))
+    return tuple(out)
+
+
+def scales():
+    """Powers of two c = 2**k: c x and c**2 eps are exact, so y(c x, c**2 eps) = y(x, eps) exactly."""
+    return st.integers(-6, 6).map(lambda k: 2.0 ** k)

@@ -1,0 +1,66 @@
+"""Bitwise reproducibility (gating only with --bitwise; otherwise reported as warnings).
+
+* determinism        the same input twice gives the same bits
+* batch invariance   a row computed alone gives the same bits as inside its batch
+                     (row-wise ops)
+
+Neither is numerical correctness -- a kernel with atomics or batch-size-
+dependent tiling can be accurate and still fail them -- but both matter for
+reproducible inference, so they are checked and reported every run.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from .harness import CONFIG, PropertyFailure, certify, invoke
+from .opinfo import INFO
+from .strategies import cases
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    ints = {8: torch.int64, 4: torch.int32, 2: torch.int16}
+    return torch.equal(a.contiguous().view(ints[a.element_size()]), b.contiguous().view(ints[b.element_size()]))
+
+
+def check_determinism(impl, case, worst):
+    first, second = invoke(impl, case), invoke(impl, case)
+    for name, a, b in zip(INFO[case.op].outputs, first, second):
+        if not _same_bits(a, b):
+            raise PropertyFailure(f"{name}: two calls on the same input differ in their bits")
+
+
+@st.composite
+def batch_cases(draw, op, dtype, device):
+    case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset"), hostile=False))
+    rows = int(np.prod(case.main.shape[:-1]))
+    assume(rows >= 2)
+    case.params["row"] = draw(st.integers(0, rows - 1))
+    return case
+
+
+def check_batch_invariance(impl, case, worst):
+    info = INFO[case.op]
+    r = int(case.params["row"])
+    batch = invoke(impl, case)
+    alone = case.replace(**{k: case.tensors[k].reshape(-1, case.tensors[k].shape[-1])[r : r + 1]
+                            for k in info.row_inputs})
+    single = invoke(impl, alone)
+    for name, a, b in zip(info.outputs, batch, single):
+        if not _same_bits(a.reshape(-1, a.shape[-1])[r : r + 1], b):
+            raise PropertyFailure(f"{name}: row {r} computed alone differs in its bits from the same row in the batch")
+
+
+APPLIES = {"test_batch_invariance": lambda impl: INFO[impl.op].rowwise}
+
+
+def test_determinism(impl, dtype):
+    strategy = cases(impl.op, dtype, CONFIG["device"], profiles=("normal", "lattice"), hostile=False)
+    certify("determinism", impl, dtype, strategy, check_determinism, gating=CONFIG["bitwise"])
+
+
+def test_batch_invariance(impl, dtype):
+    certify("batch-invariance", impl, dtype, batch_cases(impl.op, dtype, CONFIG["device"]),
+                   check_batch_invariance, gating=CONFIG["bitwise"])

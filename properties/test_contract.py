@@ -1,0 +1,50 @@
+"""The calling contract.
+
+* every call (here and in every other property): outputs of the promised
+  count, shape, dtype and device; inputs unchanged afterwards, bit for bit;
+  NotImplementedError is "not supported", any other exception a failure;
+* layouts: a transposed, sliced or offset input gives the same answer (within
+  2 x bound) as its contiguous copy; empty inputs give empty outputs;
+* a kernel must support at least one dtype.
+"""
+from __future__ import annotations
+
+
+
+import oracle
+from oracle import error_model
+from oracle.formats import DTYPES, to_float64
+
+from .harness import CONFIG, certify, invoke, probe, record_assessment
+from .opinfo import INFO
+from .strategies import cases
+from .test_accuracy import valid_positions
+
+
+def check_contract(impl, case, worst):
+    outs = invoke(impl, case)
+    strided = {k: t for k, t in case.tensors.items() if t is not None and not t.is_contiguous()}
+    if not strided or case.main.numel() == 0:
+        return
+    plain = case.replace(**{k: t.contiguous() for k, t in strided.items()})
+    ref = invoke(impl, plain)
+    args = case.oracle_args()
+    exact = oracle.forward(case.op, **args)
+    bounds = error_model.forward_bounds(case.op, args, exact)
+    for name, o, r, b in zip(INFO[case.op].outputs, outs, ref, bounds):
+        a = error_model.assess(f"{name} (strided vs contiguous)", o, to_float64(r), 2 * b, case.dtype,
+                               where=valid_positions(case))
+        record_assessment(a, case, worst)
+
+
+def test_contract(impl, dtype):
+    strategy = cases(impl.op, dtype, CONFIG["device"], profiles=("normal", "lattice"), hostile=False)
+    certify("contract", impl, dtype, strategy, check_contract)
+
+
+def test_supports_some_dtype(impl):
+    supported = [d for d in DTYPES if probe(impl, d, CONFIG["device"])]
+    assert supported, f"{impl.id} raises NotImplementedError for every dtype ({', '.join(map(str, DTYPES))})"
+
+
+

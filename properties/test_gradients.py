@@ -1,0 +1,116 @@
+"""Gradients: every input's gradient against the oracle's vector-Jacobian product.
+
+For random upstream gradients dy (drawn in the output dtype; zero at padded
+batch_norm positions, whose outputs are not part of the op), each gradient a
+kernel's autograd returns for x, residual, weight, bias, gate, up must be
+within the error model's backward bound of the exact VJP, and have its
+input's shape and dtype.  Checked whenever an output carries a grad_fn; a
+kernel registered with backward=True whose outputs carry none fails.
+
+``gradcheck``: torch.autograd.gradcheck in float64 on small inputs, with
+torch's own finite-difference criterion -- a different question (is the
+backward the derivative of the forward?) than accuracy, so it keeps its own
+tolerance.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import strategies as st
+
+import oracle
+from oracle import error_model
+
+from .harness import CONFIG, RESULTS, ContractViolation, Result, certify, invoke, record_assessment
+from .opinfo import INFO, Case
+from .strategies import cases, cotangents
+
+
+@st.composite
+def gradient_cases(draw, op, dtype, device):
+    case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset", "constant"), hostile=False,
+                      max_elems=1 << 13, max_n=4096))
+    case.params["cot_seed"] = draw(st.integers(0, 2 ** 32 - 1))
+    return case
+
+
+def _leaves(case):
+    """The case with fresh leaf tensors (same values and dtype) for the inputs that get gradients."""
+    leaves = {k: case.tensors[k].detach().clone().requires_grad_(True) for k in INFO[case.op].grads}
+    return case.replace(**leaves), leaves
+
+
+def check_gradients(impl, case, worst):
+    info = INFO[case.op]
+    live, leaves = _leaves(case)
+    with torch.enable_grad():
+        outs = invoke(impl, live)
+    carrying = [o.grad_fn is not None for o in outs]
+    if not any(carrying):
+        if impl.backward:
+            raise ContractViolation(f"{impl.id} is registered with backward but its outputs carry no grad_fn")
+        return
+    if not all(carrying):
+        raise ContractViolation(f"{impl.id}: only some outputs carry a grad_fn ({dict(zip(info.outputs, carrying))})")
+    rng = np.random.default_rng(int(case.params["cot_seed"]))
+    cot = cotangents(rng, [(o.shape, o.dtype) for o in outs], case.main.device)
+    mask = case.tensors.get("mask")
+    if mask is not None:
+        cot = tuple(c * mask.unsqueeze(-1).to(c.dtype) for c in cot)
+    names = list(leaves)
+    grads = torch.autograd.grad(outs, [leaves[k] for k in names], cot, allow_unused=True)
+    args = case.oracle_args()
+    exact = oracle.vjp(case.op, cot, **args)
+    bounds = error_model.grad_bounds(case.op, args, cot, exact)
+    for k, g in zip(names, grads):
+        if g is None:
+            raise ContractViolation(f"{impl.id} returned no gradient for {k!r}")
+        if g.shape != leaves[k].shape or g.dtype != leaves[k].dtype:
+            raise ContractViolation(f"{impl.id}: d{k} has shape {tuple(g.shape)} and dtype {g.dtype}, "
+                                    f"expected {tuple(leaves[k].shape)} and {leaves[k].dtype}")
+        a = error_model.assess(f"d{k}", g, exact[k], bounds[k], g.dtype)
+        record_assessment(a, case, worst)
+
+
+def test_gradients(impl, dtype):
+    if not impl.backward:
+        pytest.skip(f"{impl.id} is registered without backward")
+    certify("gradients", impl, dtype, gradient_cases(impl.op, dtype, CONFIG["device"]), check_gradients)
+
+
+def _gradcheck_case(op, device):
+    gen = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64).to(device)  # noqa: E731
+    t = {"rms_norm": {"x": r(3, 5), "weight": r(5)}, "add_rms_norm": {"x": r(3, 5), "residual": r(3, 5), "weight": r(5)},
+         "layer_norm": {"x": r(3, 5), "weight": r(5), "bias": r(5)},
+         "batch_norm": {"x": r(4, 5), "weight": r(5), "bias": r(5), "mask": None},
+         "deep_norm": {"x": r(3, 5), "sub_weight": r(5, 5) / 3, "sub_bias": r(5), "weight": r(5), "bias": r(5)},
+         "swiglu": {"gate": r(3, 5), "up": r(3, 5)}, "silu_and_mul": {"x": r(3, 6)}}[op]
+    scalars = {"eps": 1e-5, "alpha": 2.0} if op == "deep_norm" else ({"eps": 1e-5} if "weight" in t else {})
+    return Case(op, t, scalars)
+
+
+def test_gradcheck(impl):
+    """torch.autograd.gradcheck in float64 (skipped where float64 is not supported)."""
+    if not impl.backward:
+        pytest.skip(f"{impl.id} is registered without backward")
+    case = _gradcheck_case(impl.op, CONFIG["device"])
+    live, leaves = _leaves(case)
+    names = list(leaves)
+
+    def fn(*tensors):
+        c = case.replace(**dict(zip(names, tensors)))
+        return INFO[case.op].call(impl.fn, c)
+
+    try:
+        ok = torch.autograd.gradcheck(fn, [leaves[k] for k in names], raise_exception=False)
+    except NotImplementedError:
+        pytest.skip(f"{impl.id} does not support float64")
+    message = "" if ok else f"gradcheck fails for {impl.id} in float64 on {case.describe()}"
+    outcome = "pass" if ok else ("expected-fail" if impl.expected_failure else "fail")
+    RESULTS.append(Result(impl.id, impl.op, impl.backend, "gradcheck", "float64", outcome, examples=1,
+                          message=message))
+    if outcome == "expected-fail":
+        pytest.xfail(f"{impl.expected_failure} | {message}")
+    assert ok, message

@@ -1,0 +1,78 @@
+"""Invariance: the kernel agrees with itself under the op's symmetries.
+
+    scale   y(c x, c^2 eps) = y(x, eps)   c = 2^k   (RMSNorm, add+RMSNorm, LayerNorm, BatchNorm)
+    shift   y(x + d) = y(x)                         (LayerNorm, BatchNorm)
+
+Both sides are kernel outputs.  The tolerance is the triangle inequality over
+the error model: bound(x) + bound(T x) + |exact(T x) - exact(x)| (the last
+term is 0 unless T x had to be rounded to the dtype).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+
+import oracle
+from oracle import error_model
+from oracle.formats import fmt, to_float64
+
+from .harness import CONFIG, certify, invoke, record_assessment
+from .opinfo import INFO
+from .strategies import cases, scales
+from .test_accuracy import valid_positions
+
+
+APPLIES = {"test_invariance": lambda impl: INFO[impl.op].scale_invariant or INFO[impl.op].shift_invariant}
+
+
+@st.composite
+def invariance_cases(draw, op, dtype, device):
+    case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset"), hostile=False))
+    info = INFO[op]
+    kinds = [k for k, ok in (("scale", info.scale_invariant), ("shift", info.shift_invariant)) if ok]
+    case.params["transform"] = draw(st.sampled_from(kinds))
+    case.params["c"] = draw(scales())
+    case.params["d"] = draw(st.sampled_from([-3.0, -1.0, -0.5, 0.25, 1.0, 2.0]))
+    return case
+
+
+def transformed(case):
+    """The case after its transform; inputs are rounded to the dtype if they must be."""
+    info = INFO[case.op]
+    f = fmt(case.dtype)
+    out = case.replace()
+    if case.params["transform"] == "scale":
+        c = case.params["c"]
+        for k in info.row_inputs:
+            out.tensors[k] = torch.from_numpy(f.round(to_float64(case.tensors[k]) * c)).to(case.dtype).to(
+                case.main.device)
+        out.scalars["eps"] = case.scalars["eps"] * c * c
+    else:
+        x = to_float64(case.main)
+        finite = np.abs(x[np.isfinite(x)])
+        d = case.params["d"] * (finite.max() if finite.size else 1.0)
+        out.tensors[info.main] = torch.from_numpy(f.round(x + d)).to(case.dtype).to(case.main.device)
+    return out
+
+
+def check_invariance(impl, case, worst):
+    other = transformed(case)
+    y0, y1 = invoke(impl, case), invoke(impl, other)
+    where = valid_positions(case)
+    args0, args1 = case.oracle_args(), other.oracle_args()
+    ex0, ex1 = oracle.forward(case.op, **args0), oracle.forward(case.op, **args1)
+    bd0, bd1 = error_model.forward_bounds(case.op, args0, ex0), error_model.forward_bounds(case.op, args1, ex1)
+    for i, name in enumerate(INFO[case.op].outputs):
+        if name == "residual_out":
+            continue  # scaled residuals are a different value; accuracy checks them bit for bit
+        e0, e1 = ex0[i], ex1[i]
+        with np.errstate(all="ignore"):
+            tol = bd0[i] + bd1[i] + np.where(np.isfinite(e0) & np.isfinite(e1), np.abs(e1 - e0), np.inf)
+        a = error_model.assess(f"{name} under {case.params['transform']}", y1[i], to_float64(y0[i]), tol,
+                               case.dtype, where=where)
+        record_assessment(a, case, worst)
+
+
+def test_invariance(impl, dtype):
+    certify("invariance", impl, dtype, invariance_cases(impl.op, dtype, CONFIG["device"]), check_invariance)

@@ -1,0 +1,112 @@
+"""Padding masks and row independence.
+
+* padding (batch_norm)   outputs at valid positions do not move when the padded
+  positions change value -- to NaN, to the dtype's max, to other numbers.
+* row independence (row-wise ops)   a row's output does not move when every
+  *other* row is replaced -- by NaN, ±inf, near-max values or fresh numbers.
+
+Both compare the kernel with itself at the model's tolerance, 2 x bound
+(the exact value is the same on both sides).  That the statistics come from
+the valid positions only, and that one valid position gives no NaN, is the
+accuracy property's job (its cases include such masks).
+"""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import assume
+from hypothesis import strategies as st
+
+import oracle
+from oracle import error_model
+from oracle.formats import fmt, to_float64
+
+from .harness import CONFIG, certify, invoke, record_assessment
+from .opinfo import INFO
+from .strategies import cases, layout_tensor
+from .test_accuracy import valid_positions
+
+FILLS = ("nan", "posinf", "neginf", "huge", "fresh")
+
+
+def _fill(values, rows, kind, rng, f):
+    if kind == "fresh":
+        values[rows] = f.round(rng.standard_normal(values[rows].shape))
+    else:
+        values[rows] = {"nan": np.nan, "posinf": np.inf, "neginf": -np.inf, "huge": f.max}[kind]
+    return values
+
+
+def _self_check(impl, case, other, where, worst, label):
+    y0, y1 = invoke(impl, case), invoke(impl, other)
+    args = case.oracle_args()
+    exact = oracle.forward(case.op, **args)
+    bounds = error_model.forward_bounds(case.op, args, exact)
+    for name, a0, a1, b in zip(INFO[case.op].outputs, y0, y1, bounds):
+        a = error_model.assess(f"{name} ({label})", a1, to_float64(a0), 2 * b, case.dtype, where=where)
+        record_assessment(a, case, worst)
+
+
+@st.composite
+def padded_cases(draw, dtype, device):
+    case = draw(cases("batch_norm", dtype, device, profiles=("normal", "lattice", "offset"), hostile=False))
+    m = case.tensors["mask"]
+    assume(m is not None and bool((~m).any()))
+    case.params["fill"] = draw(st.sampled_from(FILLS))
+    case.params["fill_seed"] = draw(st.integers(0, 2 ** 16))
+    return case
+
+
+def check_padding(impl, case, worst):
+    m = case.tensors["mask"]
+    x = to_float64(case.tensors["x"])
+    rng = np.random.default_rng(int(case.params["fill_seed"]))
+    x = _fill(x, ~m.cpu().numpy(), case.params["fill"], rng, fmt(case.dtype))
+    other = case.replace(x=layout_tensor(x, case.dtype, "contiguous", case.main.device))
+    _self_check(impl, case, other, valid_positions(case), worst, f"padding -> {case.params['fill']}")
+
+
+@st.composite
+def row_cases(draw, op, dtype, device):
+    case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset", "constant"), hostile=False))
+    rows = int(np.prod(case.main.shape[:-1]))
+    assume(rows >= 2)
+    case.params["row"] = draw(st.integers(0, rows - 1))
+    case.params["fill"] = draw(st.sampled_from(FILLS))
+    case.params["fill_seed"] = draw(st.integers(0, 2 ** 16))
+    return case
+
+
+def check_row_independence(impl, case, worst):
+    info = INFO[case.op]
+    keep = int(case.params["row"])
+    rng = np.random.default_rng(int(case.params["fill_seed"]))
+    f = fmt(case.dtype)
+    replaced = {}
+    for k in info.row_inputs:
+        v = to_float64(case.tensors[k])
+        flat = v.reshape(-1, v.shape[-1])
+        others = np.ones(flat.shape[0], bool)
+        others[keep] = False
+        flat = _fill(flat, others, case.params["fill"], rng, f)
+        replaced[k] = layout_tensor(flat.reshape(v.shape), case.dtype, "contiguous", case.main.device)
+    other = case.replace(**replaced)
+    where = np.zeros(info.out_shape(case)[:-1], bool).reshape(-1)
+    where[keep] = True
+    where = where.reshape(info.out_shape(case)[:-1])[..., None]
+    _self_check(impl, case, other, where, worst, f"row {keep} after the other rows -> {case.params['fill']}")
+
+
+APPLIES = {
+    "test_padding": lambda impl: impl.op == "batch_norm",
+    "test_row_independence": lambda impl: INFO[impl.op].rowwise,
+}
+
+
+def test_padding(impl, dtype):
+    certify("padding", impl, dtype, padded_cases(dtype, CONFIG["device"]), check_padding)
+
+
+def test_row_independence(impl, dtype):
+    certify("row-independence", impl, dtype, row_cases(impl.op, dtype, CONFIG["device"]),
+                   check_row_independence)
+

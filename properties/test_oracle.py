@@ -1,0 +1,124 @@
+"""The oracle itself: its two paths agree, and bad input is refused clearly.
+
+Cross-check: on generated inputs -- huge dynamic range, |mean| >> std,
+near-constant and zero rows, subnormals, NaN / inf -- the float64-exact path
+and the mpmath path agree, with NaN exactly where mp has NaN and the same
+infinities, and
+
+    forward    |f64 - mp| <= 16 u_64 * scale, ``scale`` the largest |mp| in the
+               element's row for the norms (normwise: a reduction's error is
+               relative to its row), the element's own |mp| for SwiGLU;
+    backward   |f64 - mp| <= the error model's bound for a float64 kernel on
+               the same (exactly widened) inputs.  The VJP formulas subtract
+               terms that can cancel completely (e.g. rms_norm's dx when dy is
+               parallel to y), and the float64 path rounds those terms, so its
+               promise is "as good as a correct float64 kernel", not 16 u_64
+               of a result that may itself be ~0.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import oracle
+from oracle import error_model
+
+from .strategies import PROFILES, cases, cotangents
+from .test_accuracy import valid_positions
+
+U64 = 2.0 ** -53
+ELEMENTWISE = ("swiglu", "silu_and_mul")
+
+
+def agree(op, name, f64, mp, bound=None, where=None):
+    if where is not None:  # batch_norm: padded positions are not part of the op
+        where = np.broadcast_to(where, mp.shape)
+        f64, mp = f64[where], mp[where]
+        bound = None if bound is None else np.broadcast_to(bound, where.shape)[where]
+    assert np.array_equal(np.isnan(f64), np.isnan(mp)), f"{op} {name}: NaN pattern differs"
+    inf = np.isinf(mp)
+    assert np.array_equal(f64[inf], mp[inf]), f"{op} {name}: infinities differ"
+    fin = np.isfinite(mp)
+    with np.errstate(all="ignore"):
+        mag = np.where(fin, np.abs(mp), 0.0)
+        if op not in ELEMENTWISE and mp.ndim >= 1 and mp.shape[-1]:
+            mag = np.broadcast_to(mag.max(axis=-1, keepdims=True), mag.shape)
+        err = np.where(fin, np.abs(f64 - mp), 0.0)
+    tiny = 16 * 2.0 ** -1074  # 16 units of float64's subnormal spacing
+    tol = 16 * U64 * mag + tiny
+    bad = err > (tol if bound is None else np.where(np.isfinite(bound), bound, tol))
+    assert not bad.any(), (f"{op} {name}: float64 path off by {err[bad].max():.3g} "
+                           f"({(err[bad] / (U64 * mag[bad] + tiny)).max():.3g} u64 of the scale)")
+
+
+@pytest.mark.parametrize("op", list(oracle.OPS))
+@settings(max_examples=8)
+@given(data=st.data())
+def test_paths_agree(op, dtype, data):
+    case = data.draw(cases(op, dtype, "cpu", profiles=PROFILES, hostile=True, max_elems=96, max_n=24))
+    args = case.oracle_args()
+    f64 = oracle.forward(op, path="float64", **args)
+    mp = oracle.forward(op, path="mpmath", **args)
+    where = valid_positions(case)
+    for name, a, b in zip(oracle.OPS[op].outputs, f64, mp):
+        agree(op, name, a, b, where=where)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
+    cot = cotangents(rng, [(o.shape, dtype) for o in f64], "cpu")
+    g64 = oracle.vjp(op, cot, path="float64", **args)
+    gmp = oracle.vjp(op, cot, path="mpmath", **args)
+    wide = {k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in args.items()}
+    bounds = error_model.grad_bounds(op, wide, tuple(c.double() for c in cot), gmp)
+    for k in g64:
+        agree(op, "d" + k, g64[k], gmp[k], bounds[k], where=where if k == "x" else None)
+
+
+def test_exact_reduction_is_exact():
+    """A sum that cancels to one ulp of its terms: naive float64 gives 0, the oracle the exact value."""
+    x = torch.tensor([[1e16, 1.0, -1e16, 1.0, 3.0 * 2 ** -40]], dtype=torch.float64)
+    (y,) = oracle.forward("layer_norm", x=x, weight=torch.ones(5, dtype=torch.float64),
+                          bias=torch.zeros(5, dtype=torch.float64), eps=1e-300)
+    (ymp,) = oracle.forward("layer_norm", path="mpmath", x=x, weight=torch.ones(5, dtype=torch.float64),
+                            bias=torch.zeros(5, dtype=torch.float64), eps=1e-300)
+    assert np.allclose(y, ymp, rtol=4 * U64, atol=0)
+
+
+def test_residual_is_correctly_rounded():
+    """bf16 1 + (2^-8 + 2^-16): exact sum is above the midpoint, so it rounds up (torch's double cast would not)."""
+    x = torch.tensor([[1.0]], dtype=torch.bfloat16)
+    r = torch.tensor([[2.0 ** -8 + 2.0 ** -16]], dtype=torch.bfloat16)
+    _, res = oracle.forward("add_rms_norm", x=x, residual=r, weight=torch.ones(1, dtype=torch.bfloat16), eps=1e-6)
+    assert res[0, 0] == 1.0 + 2.0 ** -7
+
+
+def _ok_args():
+    x = torch.zeros(2, 4)
+    return dict(x=x, weight=torch.ones(4), bias=torch.zeros(4), eps=1e-5)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(weight=torch.ones(3)), "weight must be of shape (4,)"),
+    (dict(x=torch.zeros(2, 4, dtype=torch.int32)), "x must be of dtype"),
+    (dict(eps=0.0), "eps must be a positive finite float"),
+    (dict(eps=-1e-5), "eps must be a positive finite float"),
+    (dict(eps=math.nan), "eps must be a positive finite float"),
+    (dict(weight=torch.ones(4, dtype=torch.float16)), "weight must be of dtype"),
+    (dict(mask=torch.ones(3, dtype=torch.bool)), "mask must be of shape (2,)"),
+    (dict(mask=torch.ones(2)), "mask must be a bool tensor"),
+])
+def test_bad_input_is_a_clear_value_error(change, message):
+    with pytest.raises(ValueError, match=f"^batch_norm: {message.replace('(', '[(]').replace(')', '[)]')}"):
+        oracle.forward("batch_norm", **{**_ok_args(), **change})
+
+
+def test_bad_op_and_path():
+    with pytest.raises(ValueError, match="op must be one of"):
+        oracle.forward("softmax", x=torch.zeros(2))
+    with pytest.raises(ValueError, match="path must be one of"):
+        oracle.forward("rms_norm", path="float128", x=torch.zeros(2, 4), weight=torch.ones(4), eps=1e-5)
+    with pytest.raises(ValueError, match="last dim is even"):
+        oracle.forward("silu_and_mul", x=torch.zeros(2, 3))
