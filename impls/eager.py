@@ -29,22 +29,31 @@ def add_rms_norm(x, residual, weight, eps):
 
 
 def layer_norm(x, weight, bias, eps):
-    return F.layer_norm(up(x), (x.shape[-1],), up(weight, x), up(bias, x), eps).to(x.dtype)
+    """Centered two-pass ops, not F.layer_norm: its CPU backward forms dx from the
+    uncentered x (b*x + c), which cancels on rows with |mean| >> std (see the
+    case-study table), while autograd through x - mean stays centered."""
+    xf = up(x)
+    d = xf - xf.mean(-1, keepdim=True)
+    return (d * torch.rsqrt(d.pow(2).mean(-1, keepdim=True) + eps) * up(weight, x) + up(bias, x)).to(x.dtype)
 
 
 def batch_norm(x, weight, bias, eps, mask=None):
-    """Two-pass masked statistics; padded values are replaced before any arithmetic."""
-    xf = up(x)
-    lead = tuple(range(x.dim() - 1))
-    if mask is None:
-        mask = torch.ones(x.shape[:-1], dtype=torch.bool, device=x.device)
-    m = mask.unsqueeze(-1)
-    xc = torch.where(m, xf, torch.zeros((), dtype=xf.dtype, device=x.device))
-    count = m.sum(dim=lead).to(xf.dtype)
-    mu = xc.sum(dim=lead) / count
-    d = torch.where(m, xc - mu, torch.zeros((), dtype=xf.dtype, device=x.device))
-    var = (d * d).sum(dim=lead) / count
-    return (d * torch.rsqrt(var + eps) * up(weight, x) + up(bias, x)).to(x.dtype)
+    """Two-pass masked statistics over positions (rows of x flattened to (P, C)).
+
+    Padded values are replaced before any arithmetic, so NaN there never
+    reaches a sum.  (Flattening also avoids torch's sum(dim=()), which reduces
+    over *every* dim for rank-1 x.)
+    """
+    rows = up(x).reshape(-1, x.shape[-1])
+    keep = (torch.ones(rows.shape[0], dtype=torch.bool, device=x.device) if mask is None
+            else mask.reshape(-1)).unsqueeze(-1)
+    zero = torch.zeros((), dtype=rows.dtype, device=x.device)
+    count = keep.sum(0).to(rows.dtype)
+    mu = torch.where(keep, rows, zero).sum(0) / count
+    d = torch.where(keep, rows - mu, zero)
+    var = (d * d).sum(0) / count
+    y = d * torch.rsqrt(var + eps) * up(weight, x) + up(bias, x)
+    return y.reshape(x.shape).to(x.dtype)
 
 
 def deep_norm(x, sublayer, alpha, weight, bias, eps):

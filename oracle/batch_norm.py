@@ -38,7 +38,7 @@ def _valid(x, mask):
 def forward(B, x, weight, bias, eps, mask=None):
     flat, keep = _valid(x, mask)
     c = x.shape[-1]
-    y = flat * 0  # backend-typed array of the right shape
+    y = B.array(np.zeros(flat.shape))
     if keep.any():
         xhat_v, rho = normalize(B, flat[keep].T, eps)  # one row per channel
         y[keep] = (xhat_v.T * weight + bias)
@@ -55,8 +55,8 @@ def vjp(B, cot, x, weight, bias, eps, mask=None):
     flat, keep = _valid(x, mask)
     c = x.shape[-1]
     dyv = dy.reshape(-1, c)[keep]
-    dx = flat * 0
-    dw = db = weight * 0
+    dx = B.array(np.zeros(flat.shape))  # padded positions: exactly 0 (x * 0 would be NaN there)
+    dw = db = B.array(np.zeros(c))
     if keep.any():
         xhat_v, rho = normalize(B, flat[keep].T, eps)
         dx[keep] = normalize_vjp(B, xhat_v, rho, (dyv * weight).T).T

@@ -33,11 +33,15 @@ function below):
                   positions carry no claim
     deep_norm     layer_norm at z = alpha x + A x + c, with the perturbation of
                   z (a matmul in c, three roundings to o) pushed through
-                  the normalisation's Jacobian
+                  the normalisation's Jacobian; rows where alpha x, A x + c
+                  or z overflow o (what those roundings would give) carry no claim
     swiglu        |y_i| (2 u_o + (2 FN_ULPS + 3 + |g_i|) u_c + ORACLE) + lam_o (1 + |up_i|) + lam_c |g_i up_i|
 
 Gradients get the same treatment from their formulas in ``oracle/*``; each is
-``(error of the terms, taken in absolute value) + 2 u_o |result| + floors``.
+``(error of the terms, taken in absolute value) + 2 u_o |result| + floors``,
+where the terms may also carry ``SAVED`` = 2 u_x (x.dtype's unit roundoff): a
+correct kernel may save forward intermediates for backward in x.dtype (the
+llama order saves round(x * rho), and its dweight is computed from it).
 
 Domain: a row whose mean square is not representable in the compute format
 (e.g. |x| ~ 1e30 in bfloat16, where x**2 overflows float32) is outside the
@@ -67,7 +71,7 @@ class _Ctx:
 
     def __init__(self, dtype, out_dtype=None):
         o, c = fmt(out_dtype or dtype), compute_format(dtype)
-        self.uo, self.uc, self.lam_o, self.lam_c, self.cmax = o.u, c.u, o.lam, c.lam, c.max
+        self.uo, self.uc, self.lam_o, self.lam_c, self.cmax, self.omax = o.u, c.u, o.lam, c.lam, c.max, o.max
 
     def gam(self, k):
         k = np.asarray(k, dtype=np.float64)
@@ -160,7 +164,7 @@ def _norm_vjp_error(ctx, norm, g):
         m_gx = _mean(g * xh)
         shadow = rho * (np.abs(g) + _mean(np.abs(g)) + np.abs(xh) * _mean(np.abs(g * xh)))
         via_xhat = rho * (1 + norm.rho_rel) * (norm.dxhat * np.abs(m_gx) + np.abs(xh) * _mean(np.abs(g) * norm.dxhat))
-        return (ctx.gam(2 * n + 6) + norm.rho_rel + ORACLE) * shadow + via_xhat
+        return (ctx.gam(2 * n + 6) + norm.rho_rel + ORACLE + ROUNDINGS * ctx.uo) * shadow + via_xhat
 
 
 def _sum_rows_error(ctx_w, terms_abs, extra=0.0):
@@ -235,7 +239,9 @@ def batch_norm_fwd(args, exact):
 
 
 def _deep_z(ctx, args):
-    """z and the bound on the kernel's z: a matmul in c and <= 3 roundings to o."""
+    """z, the bound on the kernel's z (a matmul in c and <= 3 roundings to o), and
+    the rows where those roundings cannot overflow (alpha x, sublayer(x) and z
+    all representable in o): elsewhere a kernel that rounds z to o gets inf."""
     x, a, c = _f(args["x"]), _f(args["sub_weight"]), _f(args["sub_bias"])
     alpha = float(args["alpha"])
     n = x.shape[-1]
@@ -243,14 +249,17 @@ def _deep_z(ctx, args):
     z = alpha * x + f
     mat = np.abs(x) @ np.abs(a).T + np.abs(c)
     dz = ctx.gam(n + 2) * (mat + np.abs(alpha * x)) + ctx.uo * (np.abs(alpha * x) + np.abs(f) + np.abs(z))
-    return z, dz, a, alpha
+    with np.errstate(all="ignore"):
+        peak = np.maximum(np.maximum(np.abs(alpha * x), np.abs(f)), np.abs(z))
+        fits = np.all(~(peak >= ctx.omax), axis=-1, keepdims=True)  # NaN (from NaN input) counts as fitting
+    return z, dz, a, alpha, fits
 
 
 def deep_norm_fwd(args, exact):
     ctx = _Ctx(args["x"].dtype)
-    z, dz, _, _ = _deep_z(ctx, args)
+    z, dz, _, _, fits = _deep_z(ctx, args)
     norm = _normalize_error(ctx, z, args["eps"], dz)
-    return (_affine_out(ctx, norm, _f(args["weight"]), _f(args["bias"])),)
+    return (np.where(fits, _affine_out(ctx, norm, _f(args["weight"]), _f(args["bias"])), np.inf),)
 
 
 def _silu_rel(ctx, g):
@@ -297,8 +306,9 @@ def rms_norm_bwd(args, cot, exact):
         b_t = rho ** 3 * np.abs(x)
         m = _mean(g * x)
         m_abs = _mean(np.abs(g * x))
-        dx_err = (a_t * (rho_rel + 2 * ctx.uc)
-                  + b_t * (np.abs(m) * (3 * rho_rel + us + 4 * ctx.uc) + (ctx.gam(n + 2) + us + ORACLE) * m_abs))
+        saved = ROUNDINGS * ctx.uo  # intermediates saved in x.dtype for backward
+        dx_err = (a_t * (rho_rel + saved + 2 * ctx.uc)
+                  + b_t * (np.abs(m) * (3 * rho_rel + us + 4 * ctx.uc) + (ctx.gam(n + 2) + us + saved + ORACLE) * m_abs))
         # dx = dx_rms + dres is rounded after the add: its magnitude, not |dx|, sets the rounding
         dx_err = dx_err + ctx.round_out(a_t + b_t * np.abs(m) + np.abs(dres)) + ctx.lam_c * (1 + a_t + b_t)
         claim = _claimable(ctx, x)
@@ -308,7 +318,7 @@ def rms_norm_bwd(args, cot, exact):
         cw = _wctx(args, "weight")
         terms = np.abs(dy * x * rho)
         err, total = _sum_rows_error(cw, terms)
-        dw_err = err + (rho_rel.max(initial=0) + us) * total + cw.round_out(np.abs(exact["weight"])) + cw.lam_c * x.shape[0]
+        dw_err = err + (rho_rel.max(initial=0) + us + saved) * total + cw.round_out(np.abs(exact["weight"])) + cw.lam_c * x.shape[0]
         out["weight"] = np.where(claim.all(), dw_err, np.inf)
     return out
 
@@ -320,7 +330,7 @@ def _ln_grads(ctx, args, norm, dy, w):
         dxn = _norm_vjp_error(ctx, norm, g)
         cw, cb = _wctx(args, "weight"), _wctx(args, "bias")
         ew, tw = _sum_rows_error(cw, np.abs(dy * norm.xhat))
-        ew = ew + _reduce_rows(np.abs(dy) * norm.dxhat)
+        ew = ew + _reduce_rows(np.abs(dy) * norm.dxhat) + ROUNDINGS * ctx.uo * tw
         eb, tb = _sum_rows_error(cb, np.abs(dy))
     return dxn, (ew, tw), (eb, tb)
 
@@ -355,8 +365,8 @@ def batch_norm_bwd(args, cot, exact):
         dxn = _norm_vjp_error(ctx, norm, (dy[keep] * w).T)
         dx[keep] = np.where(norm.claim, dxn, np.inf).T + ctx.round_out(np.abs(exact["x"].reshape(-1, c)[keep]))
         tn = _Norm(norm.xhat.T, norm.rho.T, norm.rho_rel.T, norm.dxhat.T, norm.claim.T)
-        ew, _ = _sum_rows_error(cw, np.abs(dy[keep] * tn.xhat))
-        ew = ew + _reduce_rows(np.abs(dy[keep]) * tn.dxhat)
+        ew, tw = _sum_rows_error(cw, np.abs(dy[keep] * tn.xhat))
+        ew = ew + _reduce_rows(np.abs(dy[keep]) * tn.dxhat) + ROUNDINGS * ctx.uo * tw
         eb, _ = _sum_rows_error(cb, np.abs(dy[keep]))
         claim = norm.claim.all()
     return {
@@ -373,7 +383,7 @@ def deep_norm_bwd(args, cot, exact):
                 + u_o (2|alpha dz_j| + (|dz| |A|)_j + |(dz A)_j|) + 2 u_o |dx_j|,   e = bound on dz.
     """
     ctx = _Ctx(args["x"].dtype)
-    z, dzin, a, alpha = _deep_z(ctx, args)
+    z, dzin, a, alpha, fits = _deep_z(ctx, args)
     w = _f(args["weight"])
     dy = to_float64(cot[0])
     norm = _normalize_error(ctx, z, args["eps"], dzin)
@@ -388,9 +398,9 @@ def deep_norm_bwd(args, cot, exact):
               + ctx.uo * (2 * np.abs(alpha * dzv) + absmat + np.abs(dzv @ a)) + ctx.round_out(np.abs(exact["x"])))
     cw, cb = _wctx(args, "weight"), _wctx(args, "bias")
     return {
-        "x": np.where(norm.claim, dx, np.inf),
-        "weight": np.where(norm.claim.all(), ew + cw.round_out(np.abs(exact["weight"])), np.inf),
-        "bias": eb + cb.round_out(np.abs(exact["bias"])),
+        "x": np.where(norm.claim & fits, dx, np.inf),
+        "weight": np.where((norm.claim & fits).all(), ew + cw.round_out(np.abs(exact["weight"])), np.inf),
+        "bias": np.where(fits.all(), eb + cb.round_out(np.abs(exact["bias"])), np.inf),
     }
 
 
@@ -404,7 +414,7 @@ def swiglu_bwd(args, cot, exact, gate=None, up=None):
     with np.errstate(all="ignore"):
         s = 1 / (1 + np.exp(-g))
         sm = 1 / (1 + np.exp(g))
-        rel = _silu_rel(ctx, g) + 3 * ctx.uc + ORACLE
+        rel = _silu_rel(ctx, g) + 3 * ctx.uc + ORACLE + ROUNDINGS * ctx.uo  # saved silu / sigmoid in x.dtype
         shadow_g = np.abs(dy * u) * s * (1 + np.abs(g) * sm)
         floor = ctx.lam_c * (1 + np.abs(dy * u) + np.abs(dy * g))
         dg = rel * shadow_g + ctx.round_out(np.abs(exact_part(exact, "gate", gate, g))) + floor

@@ -51,10 +51,16 @@ class Case:
 
 
 def affine_sublayer(weight: torch.Tensor, bias: torch.Tensor) -> Callable:
-    """The deep_norm sublayer the suite supplies: x -> x @ weight.T + bias, in x's dtype."""
+    """The deep_norm sublayer the suite supplies: x -> x @ weight.T + bias, returned in x's dtype.
+
+    Computed in float32 (float64 for float64) and rounded once.  Not F.linear in
+    bfloat16 directly: on CPU (torch 2.13) that leaks NaN/inf from one row of x
+    into the outputs of other rows, which would blame the kernel for the sublayer.
+    """
 
     def sublayer(t: torch.Tensor) -> torch.Tensor:
-        return F.linear(t, weight.to(t.dtype), bias.to(t.dtype))
+        c = torch.float64 if t.dtype == torch.float64 else torch.float32
+        return F.linear(t.to(c), weight.to(c), bias.to(c)).to(t.dtype)
 
     return sublayer
 

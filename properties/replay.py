@@ -79,7 +79,7 @@ def save_failure(impl, prop: str, case: Case, directory: str | None = None) -> s
             "params": case.params, "notes": case.notes, "tensors": meta_t}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     np.savez(path, **arrays)
-    return f"pytest --replay {path}"
+    return f"pytest --replay={path}"
 
 
 def load(path: str, device: str) -> tuple[dict, Case]:

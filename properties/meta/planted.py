@@ -119,7 +119,7 @@ def rms_nondeterministic(x, weight, eps):
     """Sums the squares in a random order each call (like racing atomics)."""
     xf = up(x)
     perm = torch.randperm(x.shape[-1], device=x.device)
-    ms = xf[..., perm].pow(2).cumsum(-1)[..., -1:] / x.shape[-1]
+    ms = xf[..., perm].pow(2).sum(-1, keepdim=True) / x.shape[-1]  # (CPU cumsum would hide it: it accumulates in double)
     return (xf * torch.rsqrt(ms + eps) * up(weight)).to(x.dtype)
 
 
@@ -182,11 +182,16 @@ def ln_low_precision_mean(x, weight, bias, eps):
 
 # ------------------------------------------------------------------ batch_norm bugs
 def _bn(x, weight, bias, eps, keep, count):
-    xf = up(x)
-    lead = tuple(range(x.dim() - 1))
-    mu = (xf * keep).sum(lead) / count
-    var = ((xf - mu).pow(2) * keep).sum(lead) / count
-    return ((xf - mu) * torch.rsqrt(var + eps) * up(weight) + up(bias)).to(x.dtype)
+    """Masked two-pass batch_norm over positions; keep: (P, 1) multiplier, count: divisor."""
+    rows = up(x).reshape(-1, x.shape[-1])
+    mu = (rows * keep).sum(0) / count
+    var = ((rows - mu).pow(2) * keep).sum(0) / count
+    return ((rows - mu) * torch.rsqrt(var + eps) * up(weight) + up(bias)).reshape(x.shape).to(x.dtype)
+
+
+def _keep(x, mask):
+    m = torch.ones(x.shape[:-1], dtype=torch.bool, device=x.device) if mask is None else mask
+    return m.reshape(-1, 1)
 
 
 def bn_ignores_mask(x, weight, bias, eps, mask=None):
@@ -195,17 +200,15 @@ def bn_ignores_mask(x, weight, bias, eps, mask=None):
 
 def bn_multiplies_by_mask(x, weight, bias, eps, mask=None):
     """Zeroes padding by multiplying by the mask: 0 * NaN is NaN."""
-    m = torch.ones(x.shape[:-1], dtype=torch.bool, device=x.device) if mask is None else mask
-    keep = m.unsqueeze(-1).to(up(x).dtype)
-    return _bn(x, weight, bias, eps, keep, keep.sum(tuple(range(x.dim() - 1))))
+    keep = _keep(x, mask).to(up(x).dtype)
+    return _bn(x, weight, bias, eps, keep, keep.sum(0))
 
 
 def bn_counts_padding(x, weight, bias, eps, mask=None):
     """Masks the sums but divides by all positions."""
-    m = torch.ones(x.shape[:-1], dtype=torch.bool, device=x.device) if mask is None else mask
-    keep = m.unsqueeze(-1)
-    xf = torch.where(keep, up(x), 0.0)
-    return _bn(xf.to(x.dtype), weight, bias, eps, keep.to(xf.dtype), max(1, m.numel()))
+    keep = _keep(x, mask)
+    xf = torch.where(keep.reshape(x.shape[:-1] + (1,)), up(x), 0.0)
+    return _bn(xf.to(x.dtype), weight, bias, eps, keep.to(xf.dtype), max(1, keep.numel()))
 
 
 # ------------------------------------------------------------------ deep_norm bugs
@@ -256,9 +259,9 @@ def swiglu_empty_crash(gate, up_):
 
 # ------------------------------------------------------------------ correct variants
 def rms_llama_order(x, weight, eps):
-    """Compute in fp32, round x*rho to x.dtype, multiply by the weight, round again."""
+    """Compute in fp32, round x*rho to x.dtype, multiply by the weight (as given), round again."""
     xf = up(x)
-    return ((xf * _rms(xf, eps)).to(x.dtype) * weight.to(x.dtype)).to(x.dtype)
+    return (up((xf * _rms(xf, eps)).to(x.dtype), x) * up(weight, x)).to(x.dtype)
 
 
 def rms_reversed_sum(x, weight, eps):
@@ -307,15 +310,15 @@ def swiglu_sigmoid_form(gate, up_):
 
 
 def bn_float64_stats(x, weight, bias, eps, mask=None):
-    m = torch.ones(x.shape[:-1], dtype=torch.bool, device=x.device) if mask is None else mask
-    keep = m.unsqueeze(-1)
-    xd = torch.where(keep, x.double(), 0.0)
-    lead = tuple(range(x.dim() - 1))
-    count = keep.sum(lead).double()
-    mu = xd.sum(lead) / count
+    rows = x.double().reshape(-1, x.shape[-1])
+    keep = (torch.ones(rows.shape[0], dtype=torch.bool, device=x.device) if mask is None
+            else mask.reshape(-1)).unsqueeze(-1)
+    xd = torch.where(keep, rows, 0.0)
+    count = keep.sum(0).double()
+    mu = xd.sum(0) / count
     d = torch.where(keep, xd - mu, 0.0)
-    var = d.pow(2).sum(lead) / count
-    return (d * torch.rsqrt(var + eps) * weight.double() + bias.double()).to(x.dtype)
+    var = d.pow(2).sum(0) / count
+    return (d * torch.rsqrt(var + eps) * weight.double() + bias.double()).reshape(x.shape).to(x.dtype)
 
 
 # ------------------------------------------------------------------ the catalogue

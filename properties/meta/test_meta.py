@@ -87,7 +87,7 @@ def test_planted_bug_is_rejected(op, fn, families, tmp_path, monkeypatch):
     monkeypatch.setitem(harness.CONFIG, "bitwise", True)
     prop, message = _first_failure(_impl(op, fn), families, max_examples=40)
     assert prop is not None, f"planted bug {fn.__name__} ({inspect.getdoc(fn) or op}) survived {sorted(families)}"
-    assert prop in message and "shrunk case" in message and "replay: pytest --replay" in message
+    assert prop in message and "shrunk case" in message and "replay: pytest --replay=" in message
     print(f"{fn.__name__}: rejected by {prop}: {message.splitlines()[0]}")
 
 

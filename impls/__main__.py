@@ -1,0 +1,24 @@
+"""``python -m impls``: the registry as a table, one line per implementation."""
+from __future__ import annotations
+
+import torch
+
+from impls import ensure_triton_mode, registry
+from oracle.formats import DTYPE_NAMES
+
+
+def main() -> None:
+    ensure_triton_mode("cuda" if torch.cuda.is_available() else "cpu")
+    rows = [("op", "name", "backend", "dtypes", "backward", "expected failure")]
+    for i in registry():
+        dtypes = ",".join(DTYPE_NAMES[d].replace("bfloat", "bf").replace("float", "f") for d in i.dtypes)
+        rows.append((i.op, i.name, i.backend, dtypes, "yes" if i.backward else "no", i.expected_failure[:60]))
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+    for n, r in enumerate(rows):
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+if __name__ == "__main__":
+    main()
