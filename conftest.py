@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import hypothesis.core
 import pytest
 from hypothesis import settings
 
@@ -73,6 +74,10 @@ def pytest_configure(config):
     if path:
         certificate.check_writable(path)
     torch_threads(config)
+    if config.getoption("hypothesis_seed", None) is None:
+        # plain @given tests (the oracle's own) draw from --seed too; the
+        # properties set a per-test seed of their own (harness.derive_seed)
+        hypothesis.core.global_force_seed = config.getoption("--seed")
 
 
 def torch_threads(config):

@@ -40,11 +40,11 @@ def forward(B, x, weight, bias, eps, mask=None):
     c = x.shape[-1]
     y = B.array(np.zeros(flat.shape))
     if keep.any():
-        xhat_v, rho = normalize(B, flat[keep].T, eps)  # one row per channel
+        xhat_v, rho, s = normalize(B, flat[keep].T, eps)  # one row per channel
         y[keep] = (xhat_v.T * weight + bias)
         if (~keep).any():
-            _, mu = B.center(flat[keep].T)
-            y[~keep] = (flat[~keep] - mu.T) * rho.T * weight + bias
+            _, mu = B.center(flat[keep].T * s)
+            y[~keep] = (flat[~keep] * s.T - mu.T) * rho.T * weight + bias
     else:
         y = y + float("nan")
     return (y.reshape(x.shape[:-1] + (c,)),)
@@ -58,7 +58,7 @@ def vjp(B, cot, x, weight, bias, eps, mask=None):
     dx = B.array(np.zeros(flat.shape))  # padded positions: exactly 0 (x * 0 would be NaN there)
     dw = db = B.array(np.zeros(c))
     if keep.any():
-        xhat_v, rho = normalize(B, flat[keep].T, eps)
-        dx[keep] = normalize_vjp(B, xhat_v, rho, (dyv * weight).T).T
+        xhat_v, rho, s = normalize(B, flat[keep].T, eps)
+        dx[keep] = normalize_vjp(B, xhat_v, rho, s, (dyv * weight).T).T
         dw, db = affine_grads(B, xhat_v.T, dyv)
     return {"x": dx.reshape(x.shape), "weight": dw, "bias": db}

@@ -15,6 +15,11 @@ Vector-Jacobian product: dz = layer_norm's dx at z; then
     dx_j = alpha dz_j + sum_i dz_i A_ij,     dw, db as layer_norm at z.
 
 Non-finite values: as layer_norm, row by row (A mixes only within a row).
+
+Overflow: z may exceed float64's range where x is near it, though y is
+finite.  layer_norm is invariant under (z, eps) -> (c z, c**2 eps), so rows
+where z could overflow are evaluated at c x (c = 2**-k, chosen from a bound on
+|z|) with c**2 eps; c = 1 everywhere else.
 """
 from __future__ import annotations
 
@@ -24,29 +29,43 @@ from .layer_norm import affine_grads, normalize, normalize_vjp
 
 
 def _affine(B, x, mat, alpha, shift):
-    """alpha * x_i + sum_j mat_ij x_j + shift_i for every row, each an exact dot."""
+    """alpha * x_i + sum_j mat_ij x_j + shift_i for every row (shift: (n,) or one per row), each an exact dot."""
     n = x.shape[-1]
     lead = x.shape[:-1]
     xs = x.reshape(-1, 1, n)
     rows = xs.shape[0]
     coeffs = np.broadcast_to(mat, (rows, n, n))
     ones = np.ones((rows, n, 1))
-    a = np.concatenate([coeffs, ones * alpha, ones * shift.reshape(1, n, 1)], axis=-1)
+    shift = np.broadcast_to(shift, lead + (n,)).reshape(rows, n, 1)  # per row where scaled
+    a = np.concatenate([coeffs, ones * alpha, shift], axis=-1)
     b = np.concatenate([np.broadcast_to(xs, (rows, n, n)), x.reshape(-1, n)[:, :, None], ones], axis=-1)
     return B.row_dot(a, b).reshape(lead + (n,))
 
 
+def _scaled_normalize(B, x, sub_weight, sub_bias, alpha, eps):
+    """normalize(z) as (xhat, rho, c), evaluated at c z (c = 2**-k per row, |c z| < 2**1000)."""
+    xf, af, cf = (B.to_float64(t) for t in (x, sub_weight, sub_bias))
+    with np.errstate(all="ignore"):
+        absx = np.where(np.isfinite(xf), np.abs(xf), 0.0)
+        peak = absx.max(axis=-1, keepdims=True, initial=0.0)
+        gain = abs(alpha) + np.abs(af).sum(axis=-1).max(initial=0.0)
+        bound = gain * (peak * 2.0 ** -1000) + np.abs(cf).max(initial=0.0) * 2.0 ** -1000  # |z| / 2**1000
+        _, e = np.frexp(np.where(np.isfinite(bound), bound, 0.0))
+        c = np.ldexp(1.0, -np.maximum(e, 0))
+    z = _affine(B, x * c, sub_weight, alpha, sub_bias * c)
+    xhat, rho, c2 = normalize(B, z, eps * c * c)
+    return xhat, rho, c * c2
+
+
 def forward(B, x, sub_weight, sub_bias, alpha, weight, bias, eps):
-    z = _affine(B, x, sub_weight, alpha, sub_bias)
-    xhat, _ = normalize(B, z, eps)
+    xhat, _, _ = _scaled_normalize(B, x, sub_weight, sub_bias, alpha, eps)
     return (xhat * weight + bias,)
 
 
 def vjp(B, cot, x, sub_weight, sub_bias, alpha, weight, bias, eps):
     (dy,) = cot
-    z = _affine(B, x, sub_weight, alpha, sub_bias)
-    xhat, rho = normalize(B, z, eps)
-    dz = normalize_vjp(B, xhat, rho, dy * weight)
+    xhat, rho, c = _scaled_normalize(B, x, sub_weight, sub_bias, alpha, eps)
+    dz = normalize_vjp(B, xhat, rho, c, dy * weight)
     dw, db = affine_grads(B, xhat, dy)
     dx = _affine(B, dz, sub_weight.T, alpha, np.zeros(x.shape[-1]))
     return {"x": dx, "weight": dw, "bias": db}

@@ -20,18 +20,29 @@ touched.
 """
 from __future__ import annotations
 
+import numpy as np
+
 
 def normalize(B, z, eps):
-    """(xhat, rho) for rows of z: xhat = (z - mean z) / sqrt(var z + eps)."""
-    d, _ = B.center(z)
-    rho = B.inv_rms(d, eps)
-    return d * rho, rho
+    """(xhat, rho, c) for rows of z: xhat = (z - mean z) / sqrt(var z + eps).
+
+    z - mean z may overflow float64 where |z| nears its range, though xhat is
+    finite; xhat is invariant under (z, eps) -> (c z, c**2 eps), so such rows
+    are evaluated at c = 1/2 (c = 1 elsewhere), and rho = 1 / sqrt(var(c z) + c**2 eps).
+    """
+    with np.errstate(all="ignore"):
+        zf = B.to_float64(z)
+        peak = np.max(np.where(np.isfinite(zf), np.abs(zf), 0.0), axis=-1, keepdims=True, initial=0.0)
+        c = np.where(peak >= 2.0 ** 1022, 0.5, 1.0)
+    d, _ = B.center(z * c)
+    rho = B.inv_rms(d, eps * c * c)
+    return d * rho, rho, c
 
 
-def normalize_vjp(B, xhat, rho, g):
-    """Cotangent of z given g = cotangent of xhat, through xhat = normalize(z)."""
+def normalize_vjp(B, xhat, rho, c, g):
+    """Cotangent of z given g = cotangent of xhat, through (xhat, rho, c) = normalize(z)."""
     n = xhat.shape[-1]
-    return rho * (g - B.row_sum(g) / n - xhat * (B.row_dot(g, xhat) / n))
+    return c * (rho * (g - B.row_sum(g) / n - xhat * (B.row_dot(g, xhat) / n)))
 
 
 def affine_grads(B, xhat, dy):
@@ -43,12 +54,12 @@ def affine_grads(B, xhat, dy):
 
 
 def forward(B, x, weight, bias, eps):
-    xhat, _ = normalize(B, x, eps)
+    xhat, _, _ = normalize(B, x, eps)
     return (xhat * weight + bias,)
 
 
 def vjp(B, cot, x, weight, bias, eps):
     (dy,) = cot
-    xhat, rho = normalize(B, x, eps)
+    xhat, rho, c = normalize(B, x, eps)
     dw, db = affine_grads(B, xhat, dy)
-    return {"x": normalize_vjp(B, xhat, rho, dy * weight), "weight": dw, "bias": db}
+    return {"x": normalize_vjp(B, xhat, rho, c, dy * weight), "weight": dw, "bias": db}

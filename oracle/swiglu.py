@@ -15,6 +15,9 @@ Limits, by convention the IEEE evaluation of the defining formula (which is
 what every common kernel formula gives, and what torch gives):
 silu(+inf) = +inf, silu(-inf) = -inf / (1 + inf) = NaN (not the analytic limit
 0), silu(NaN) = NaN; then the product with up follows IEEE (0 * inf = NaN).
+For finite g != 0, silu(g) and silu'(g) are exactly nonzero, however small, so
+silu(g) * (+-inf) is +-inf: the exact value, never the NaN that a float
+evaluation gets once silu(g) has underflowed (see ``error_model.indeterminate``).
 """
 from __future__ import annotations
 
@@ -26,15 +29,30 @@ def _sigmas(B, g):
     return 1 / (1 + B.exp(-g)), 1 / (1 + B.exp(g))
 
 
+def _silu(B, g):
+    s, _ = _sigmas(B, g)
+    return g * s
+
+
+def _dsilu(B, g):
+    """silu'(g) = sigma(g) (1 + g (1 - sigma(g))); never exactly 0 at a float g."""
+    s, sm = _sigmas(B, g)
+    return s * (1 + g * sm)
+
+
+def _risky(g, *_):
+    """Where float64 loses the formula: e**g underflows (g < -600), or g is near-subnormal."""
+    return (g < -600) | ((g != 0) & (np.abs(g) < 2.0 ** -900))
+
+
 def forward(B, gate, up):
-    s, _ = _sigmas(B, gate)
-    return (gate * s * up,)
+    return (B.pointwise(lambda B, g, u: _silu(B, g) * u, gate, up, risky=_risky),)
 
 
 def vjp(B, cot, gate, up):
     (dy,) = cot
-    s, sm = _sigmas(B, gate)
-    return {"gate": dy * up * s * (1 + gate * sm), "up": dy * gate * s}
+    return {"gate": B.pointwise(lambda B, g, u, d: d * (u * _dsilu(B, g)), gate, up, dy, risky=_risky),
+            "up": B.pointwise(lambda B, g, d: d * _silu(B, g), gate, dy, risky=_risky)}
 
 
 def mul_forward(B, x):
