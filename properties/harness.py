@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from hypothesis import HealthCheck, given, seed, settings, target
+from hypothesis.errors import Flaky
 
 import oracle
 from oracle import error_model
@@ -127,8 +128,9 @@ def check_against_oracle(outs, case: Case, worst: Worst, where=None, label="") -
     args = case.oracle_args()
     exact = oracle.forward(case.op, **args)
     bounds = error_model.forward_bounds(case.op, args, exact)
+    nan_ok = error_model.indeterminate(case.op, args)
     for name, o, e, b in zip(INFO[case.op].outputs, outs, exact, bounds):
-        a = error_model.assess(label + name, o, e, b, case.dtype, where=where)
+        a = error_model.assess(label + name, o, e, b, case.dtype, where=where, nan_ok=nan_ok)
         record_assessment(a, case, worst)
 
 
@@ -201,7 +203,7 @@ def run(prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=Tr
         res.outcome = "not-supported"
         return res
     worst = Worst()
-    state = {"n": 0, "case": None}
+    state = {"n": 0}
 
     overrides = {"suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
                  # too_slow: an 8192-wide row through the Triton interpreter is slow by design;
@@ -215,10 +217,12 @@ def run(prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=Tr
     @given(case=strategy)
     def body(case):
         state["n"] += 1
-        state["case"] = case
         worst.example_units = 0.0
         try:
             check(impl, case, worst)
+        except AssertionError as e:
+            state["failed"] = (case, str(e).splitlines()[0] if str(e) else type(e).__name__)
+            raise
         finally:
             target(min(worst.example_units, 1e6), label="error / bound")
 
@@ -227,14 +231,18 @@ def run(prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=Tr
         body()
     except NotSupported as e:
         res.outcome, res.message = "not-supported", str(e)
-    except AssertionError as e:
+    except (AssertionError, Flaky) as e:
+        # Flaky: a case failed, then passed when Hypothesis ran it again -- the
+        # kernel's answer changes from call to call, which is itself a failure
         res.outcome = "fail" if gating else "warn"
-        res.message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        case, res.message = state.get("failed") or (None, type(e).__name__)
+        if isinstance(e, Flaky):
+            res.message = f"nondeterministic: failed once, then passed on the same case ({res.message})"
         from .replay import save_failure  # noqa: PLC0415 - replay needs the harness
 
-        if state["case"] is not None:
-            res.worst_where = state["case"].describe()
-            res.replay = save_failure(impl, prop, state["case"])
+        if case is not None:
+            res.worst_where = case.describe()
+            res.replay = save_failure(impl, prop, case)
         if gating:
             raise PropertyFailure(
                 f"{prop} fails for {impl.id} ({impl.backend}) in {DTYPE_NAMES[dtype]}: {res.message}\n"

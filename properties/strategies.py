@@ -40,6 +40,7 @@ EXTREME = ("offset", "constant", "zeros", "near_max", "subnormal", "wide")
 ROW_KINDS = ("zeros", "constant", "near_max", "nan", "posinf", "neginf")
 LAYOUTS = ("contiguous", "transposed", "sliced", "offset")
 MASK_KINDS = ("none", "all", "random", "single", "prefix")
+PADDED_MASK_KINDS = ("random", "single", "prefix")
 PAD_FILLS = ("keep", "nan", "huge", "zeros")
 
 PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191)
@@ -58,16 +59,22 @@ def row_lengths(max_n=16384):
 
 
 @st.composite
-def shapes(draw, n=None, max_rank=4, max_elems=MAX_ELEMS, max_n=16384, even=False):
-    """Rank 1..4; last dim n; leading dims may be empty; total <= max_elems."""
+def shapes(draw, n=None, max_rank=4, max_elems=MAX_ELEMS, max_n=16384, even=False, min_rows=0):
+    """Rank 1..4; last dim n; total <= max_elems (min_rows permitting).
+
+    With min_rows = 0 leading dims may be empty; with min_rows >= 1 there are at
+    least that many rows (prod(shape[:-1]) >= min_rows <= 8), built directly
+    rather than filtered so that Hypothesis wastes no draws.
+    """
     n = draw(row_lengths(max_n)) if n is None else n
     if even:
         n = 2 * max(1, n // 2)
-    rank = draw(st.integers(1, max_rank))
+    rank = draw(st.integers(2 if min_rows >= 2 else 1, max_rank))
     lead = []
     budget = max(1, max_elems // n)
-    for _ in range(rank - 1):
-        d = draw(st.integers(0, max(0, min(8, budget))))
+    for i in range(rank - 1):
+        lo = (min_rows if i == 0 else 1) if min_rows else 0
+        d = draw(st.integers(lo, max(lo, min(8, budget))))
         lead.append(d)
         budget = max(1, budget // max(d, 1))
     return tuple(lead) + (n,)
@@ -191,8 +198,9 @@ def vectors(draw, rng, n, x_dtype, device, kind="weight"):
 
 
 @st.composite
-def masks(draw, rng, lead, device):
-    kind = draw(st.sampled_from(MASK_KINDS))
+def masks(draw, rng, lead, device, padded=False):
+    """(mask, kind); with padded=True (and >= 2 positions) at least one position is padding."""
+    kind = draw(st.sampled_from(PADDED_MASK_KINDS if padded else MASK_KINDS))
     size = int(np.prod(lead)) if lead else 1
     if kind == "none":
         return None, kind
@@ -209,6 +217,10 @@ def masks(draw, rng, lead, device):
         m = rng.random(size) < 0.6
         m[int(rng.integers(0, size))] = True
         m = m.reshape(lead)
+    if padded and m.all() and size >= 2:
+        flat = m.reshape(-1)
+        flat[int(rng.integers(1, size))] = False  # position 0 stays valid
+        m = flat.reshape(lead)
     return torch.from_numpy(np.array(m, dtype=bool)).to(device), kind  # keeps 0-d masks 0-d
 
 
@@ -224,8 +236,15 @@ def pad_values(x, mask, fill_kind, rng):
 
 
 @st.composite
-def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MAX_ELEMS, max_n=16384):
-    """A Case for ``op`` with the given dtype on the given device."""
+def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MAX_ELEMS, max_n=16384,
+          min_rows=0, padded=False):
+    """A Case for ``op`` with the given dtype on the given device.
+
+    min_rows: at least this many rows (positions, for batch_norm); padded
+    (batch_norm): a mask with at least one padded position.
+    """
+    if padded:
+        min_rows = max(min_rows, 2)
     seed = draw(st.integers(0, 2 ** 32 - 1))
     rng = np.random.default_rng(seed)
     notes = {"seed": str(seed)}
@@ -234,15 +253,15 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
         return draw(tensors(rng, dtype, shape, device, profiles=profiles, hostile=hostile, notes=notes, name=name))
 
     if op in ("swiglu", "silu_and_mul"):
-        shape = draw(shapes(max_elems=max_elems, max_n=max_n, even=op == "silu_and_mul"))
+        shape = draw(shapes(max_elems=max_elems, max_n=max_n, even=op == "silu_and_mul", min_rows=min_rows))
         if op == "swiglu":
             return Case(op, {"gate": x_like(shape, "gate"), "up": x_like(shape, "up")}, {}, notes)
         return Case(op, {"x": x_like(shape, "x")}, {}, notes)
 
     if op == "deep_norm":
-        shape = draw(shapes(max_elems=max_elems, max_n=min(max_n, 128), max_rank=3))
+        shape = draw(shapes(max_elems=max_elems, max_n=min(max_n, 128), max_rank=3, min_rows=min_rows))
     else:
-        shape = draw(shapes(max_elems=max_elems, max_n=max_n))
+        shape = draw(shapes(max_elems=max_elems, max_n=max_n, min_rows=min_rows))
     n = shape[-1]
     t = {"x": x_like(shape, "x")}
     if op == "add_rms_norm":
@@ -252,7 +271,7 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
         t["bias"] = draw(vectors(rng, n, dtype, device, "bias"))
     scalars = {"eps": draw(eps())}
     if op == "batch_norm":
-        t["mask"], notes["mask"] = draw(masks(rng, shape[:-1], device))
+        t["mask"], notes["mask"] = draw(masks(rng, shape[:-1], device, padded=padded))
         fill_kind = draw(st.sampled_from(PAD_FILLS))
         if t["mask"] is not None and fill_kind != "keep":
             notes["padding"] = fill_kind
