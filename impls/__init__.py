@@ -23,7 +23,7 @@ from oracle import OPS
 from oracle.formats import DTYPES
 
 BACKENDS = ("eager", "compiled", "triton", "case-study", "plugin")
-MODULES = ("impls.eager", "impls.compiled")
+MODULES = ("impls.eager", "impls.compiled", "impls.triton_norms", "impls.triton_swiglu", "impls.case_studies")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,538 @@
+"""Triton kernels for RMSNorm, add+RMSNorm, LayerNorm and masked BatchNorm, forward and backward.
+
+The maths is ``oracle``'s (see ``oracle/rms_norm.py``, ``layer_norm.py``,
+``batch_norm.py``); in short, per row of length n (BatchNorm: per channel,
+over the valid positions V instead of a row):
+
+    mu   = (1/n) sum_j x_j               (LayerNorm, BatchNorm; 0 for RMSNorm)
+    var  = (1/n) sum_j (x_j - mu)**2     (two-pass: mean first, then squares)
+    rho  = 1 / sqrt(var + eps)
+    xhat = (x - mu) * rho
+    y    = xhat * w (+ b)
+
+and for a cotangent dy, with g = dy * w:
+
+    dx = rho * (g - mean(g) - xhat * mean(g * xhat))   (no mean(g) term for RMSNorm)
+    dw = sum_rows dy * xhat,   db = sum_rows dy
+
+RMSNorm is the uncentred case of the same kernels: with mu = 0, var is the
+mean square and rho * (g - xhat mean(g xhat)) = rho g - rho**3 x mean(g x).
+
+Numerics: every input is widened exactly to the compute precision (float64
+for float64 inputs, float32 otherwise), everything is computed there, and each
+output is rounded once (nearest-even) to its dtype.  Divisions and the
+square root are the correctly rounded ones (``div_rn``, ``sqrt_rn``): on a GPU,
+Triton's float32 ``/`` and ``rsqrt`` are approximations.  dweight/dbias are
+reduced across rows in the compute precision: each backward program adds its
+rows into its own row of a partial-sum buffer, and a second kernel sums those.
+
+Layout: x may have any rank; it is viewed as (rows, n) (a copy only where no
+such view exists), and the kernels take both strides of every 2-D operand, so
+transposed and sliced inputs are read in place.  Each program holds a tile
+of BLOCK_R rows x BLOCK_N columns and loops over column blocks, so rows of
+any length work.  The tile depends on n only, never on the number of rows, so
+a row gives the same bits alone and inside a batch.
+
+bfloat16 is widened and rounded by its bits (``load_widened``, ``store_rounded``):
+exact, and the same on a GPU and under the Triton interpreter, whose own
+bfloat16 conversions truncate.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from . import make
+
+TILE = 2048  # elements per tile: BLOCK_R * BLOCK_N
+MAX_PROGRAMS = 256  # backward programs, each owning one row of the dweight/dbias partial sums
+
+
+# ---------------------------------------------------------------- shared device helpers
+@triton.jit
+def tile_ptrs(base, row, col, stride_r, stride_c):
+    """Pointers to the (row, col) tile of a 2-D operand, with 64-bit offsets."""
+    return base + row.to(tl.int64)[:, None] * stride_r + col.to(tl.int64)[None, :] * stride_c
+
+
+@triton.jit
+def load_widened(ptrs, mask, ACC: tl.constexpr):
+    """Load (0 where masked off) and widen exactly to ACC; bfloat16 by its bits (x = bits << 16)."""
+    v = tl.load(ptrs, mask=mask, other=0)
+    if v.dtype == tl.bfloat16:
+        v = (v.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+    return v.to(ACC)
+
+
+@triton.jit
+def store_rounded(ptrs, v, mask):
+    """Round v once to the pointers' dtype (nearest-even) and store it.
+
+    bfloat16 from float32 bits b: add 0x7FFF plus the lowest kept bit, keep the
+    top 16 bits (ties go to even, overflow goes to inf); NaN stays a quiet NaN.
+    """
+    if ptrs.dtype.element_ty == tl.bfloat16:
+        bits = v.to(tl.float32).to(tl.uint32, bitcast=True)
+        top = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        top = tl.where(v != v, 0x7FC0, top)
+        out = top.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        out = v.to(ptrs.dtype.element_ty)
+    tl.store(ptrs, out, mask=mask)
+
+
+@triton.jit
+def div_rn(a, b):
+    """a / b rounded to nearest (Triton's float32 `/` may be an approximate division; float64's is IEEE)."""
+    if b.dtype == tl.float32:
+        return tl.math.div_rn(a, b)
+    else:
+        return a / b
+
+
+@triton.jit
+def _rsqrt_rn(v):
+    """1 / sqrt(v) from a square root and a division each rounded to nearest."""
+    if v.dtype == tl.float32:
+        root = tl.math.sqrt_rn(v)
+    else:
+        root = tl.sqrt(v)  # float64: IEEE already
+    return div_rn(1.0, root)
+
+
+@triton.jit
+def _sum_partials_kernel(PART, OUT, programs, n, ACC: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr):
+    """OUT[j] = sum_p PART[p, j] in ACC, rounded once to OUT's dtype."""
+    col = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_G, BLOCK_N], ACC)
+    for p0 in range(0, programs, BLOCK_G):
+        p = p0 + tl.arange(0, BLOCK_G)
+        acc += load_widened(tile_ptrs(PART, p, col, n, 1), (p < programs)[:, None] & (col < n)[None, :], ACC)
+    store_rounded(OUT + col, tl.sum(acc, 0), col < n)
+
+
+# ---------------------------------------------------------------- row norms (RMSNorm, add+RMSNorm, LayerNorm)
+@triton.jit
+def _load_s(X, sxr, sxc, R, srr, src, row, col, m, HAS_RES: tl.constexpr, ACC: tl.constexpr):
+    """The normalised input: x, or s = x + residual (summed in ACC)."""
+    s = load_widened(tile_ptrs(X, row, col, sxr, sxc), m, ACC)
+    if HAS_RES:
+        s += load_widened(tile_ptrs(R, row, col, srr, src), m, ACC)
+    return s
+
+
+@triton.jit
+def _row_xhat(X, sxr, sxc, R, srr, src, row, col, m, mean, rstd, HAS_RES: tl.constexpr, ACC: tl.constexpr):
+    """xhat = (s - mu) * rho on the tile, 0 where masked off (mean and rstd are [BLOCK_R, 1])."""
+    return tl.where(m, (_load_s(X, sxr, sxc, R, srr, src, row, col, m, HAS_RES, ACC) - mean) * rstd, 0.0)
+
+
+@triton.jit
+def _row_norm_fwd_kernel(
+    X, sxr, sxc, R, srr, src, W, B, EPS, Y, RES, MEAN, RSTD, rows, n,
+    CENTER: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
+    ACC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """y = (s - mu) * rho * w (+ b) per row; saves mu (if CENTER) and rho; RES = s rounded (if HAS_RES)."""
+    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    in_rows = row < rows
+    n_acc = tl.full([], n, ACC)
+    mean = tl.zeros([BLOCK_R], ACC)
+    if CENTER:
+        acc = tl.zeros([BLOCK_R, BLOCK_N], ACC)
+        for c0 in range(0, n, BLOCK_N):
+            col = c0 + tl.arange(0, BLOCK_N)
+            m = in_rows[:, None] & (col < n)[None, :]
+            acc += _load_s(X, sxr, sxc, R, srr, src, row, col, m, HAS_RES, ACC)
+        mean = div_rn(tl.sum(acc, 1), n_acc)
+        tl.store(MEAN + row, mean, mask=in_rows)
+    acc = tl.zeros([BLOCK_R, BLOCK_N], ACC)
+    for c0 in range(0, n, BLOCK_N):
+        col = c0 + tl.arange(0, BLOCK_N)
+        m = in_rows[:, None] & (col < n)[None, :]
+        s = _load_s(X, sxr, sxc, R, srr, src, row, col, m, HAS_RES, ACC)
+        if HAS_RES:
+            store_rounded(tile_ptrs(RES, row, col, n, 1), s, m)
+        d = tl.where(m, s - mean[:, None], 0.0)
+        acc += d * d
+    rstd = _rsqrt_rn(div_rn(tl.sum(acc, 1), n_acc) + tl.load(EPS))
+    tl.store(RSTD + row, rstd, mask=in_rows)
+    for c0 in range(0, n, BLOCK_N):
+        col = c0 + tl.arange(0, BLOCK_N)
+        m = in_rows[:, None] & (col < n)[None, :]
+        s = _load_s(X, sxr, sxc, R, srr, src, row, col, m, HAS_RES, ACC)
+        y = (s - mean[:, None]) * rstd[:, None] * load_widened(W + col, col < n, ACC)[None, :]
+        if HAS_BIAS:
+            y += load_widened(B + col, col < n, ACC)[None, :]
+        store_rounded(tile_ptrs(Y, row, col, n, 1), y, m)
+
+
+@triton.jit
+def _add_to_partial(PART, col, in_cols, v):
+    """PART[col] += v: this program's own row of a partial-sum buffer."""
+    tl.store(PART + col, tl.load(PART + col, mask=in_cols) + v, mask=in_cols)
+
+
+@triton.jit
+def _row_norm_bwd_kernel(
+    X, sxr, sxc, R, srr, src, DY, sdr, sdc, DRES, sqr, sqc, W, MEAN, RSTD,
+    DX, DW_PART, DB_PART, rows, n, rows_per_prog,
+    CENTER: tl.constexpr, HAS_RES: tl.constexpr,
+    ACC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    """dx = rho (g - mean(g) - xhat mean(g xhat)) (+ dres), g = dy w, for rows_per_prog rows.
+
+    dw (and db if CENTER) of those rows accumulate into row program_id of DW_PART (DB_PART).
+    """
+    pid = tl.program_id(0)
+    n_acc = tl.full([], n, ACC)
+    first = pid * rows_per_prog
+    last = tl.minimum(first + rows_per_prog, rows)
+    dw_part = DW_PART + pid.to(tl.int64) * n
+    db_part = DB_PART + pid.to(tl.int64) * n
+    for r0 in range(first, last, BLOCK_R):
+        row = r0 + tl.arange(0, BLOCK_R)
+        in_rows = row < last
+        rstd = tl.load(RSTD + row, mask=in_rows, other=0)[:, None]
+        mean = tl.zeros([BLOCK_R, 1], ACC)
+        if CENTER:
+            mean = tl.load(MEAN + row, mask=in_rows, other=0)[:, None]
+        sum_g = tl.zeros([BLOCK_R, BLOCK_N], ACC)
+        sum_gx = tl.zeros([BLOCK_R, BLOCK_N], ACC)
+        for c0 in range(0, n, BLOCK_N):
+            col = c0 + tl.arange(0, BLOCK_N)
+            m = in_rows[:, None] & (col < n)[None, :]
+            xhat = _row_xhat(X, sxr, sxc, R, srr, src, row, col, m, mean, rstd, HAS_RES, ACC)
+            g = load_widened(tile_ptrs(DY, row, col, sdr, sdc), m, ACC) * load_widened(W + col, col < n, ACC)[None, :]
+            sum_gx += g * xhat
+            if CENTER:
+                sum_g += g
+        mean_gx = div_rn(tl.sum(sum_gx, 1), n_acc)[:, None]
+        mean_g = div_rn(tl.sum(sum_g, 1), n_acc)[:, None]
+        for c0 in range(0, n, BLOCK_N):
+            col = c0 + tl.arange(0, BLOCK_N)
+            in_cols = col < n
+            m = in_rows[:, None] & in_cols[None, :]
+            xhat = _row_xhat(X, sxr, sxc, R, srr, src, row, col, m, mean, rstd, HAS_RES, ACC)
+            dy = load_widened(tile_ptrs(DY, row, col, sdr, sdc), m, ACC)
+            dx = rstd * (dy * load_widened(W + col, in_cols, ACC)[None, :] - mean_g - xhat * mean_gx)
+            if HAS_RES:
+                dx += load_widened(tile_ptrs(DRES, row, col, sqr, sqc), m, ACC)
+            store_rounded(tile_ptrs(DX, row, col, n, 1), dx, m)
+            _add_to_partial(dw_part, col, in_cols, tl.sum(dy * xhat, 0))
+            if CENTER:
+                _add_to_partial(db_part, col, in_cols, tl.sum(dy, 0))
+
+
+# ---------------------------------------------------------------- BatchNorm (statistics per channel)
+@triton.jit
+def _valid_positions(MASK, pos, P, HAS_MASK: tl.constexpr):
+    """Positions inside [0, P) whose mask is set (all of them without a mask)."""
+    valid = pos < P
+    if HAS_MASK:
+        valid = valid & (tl.load(MASK + pos, mask=valid, other=0) != 0)
+    return valid
+
+
+@triton.jit
+def _bn_xhat(X, sxp, sxc, pos, col, m, mean, rstd, ACC: tl.constexpr):
+    """xhat = (x - mu) * rho on the tile, 0 where masked off (x is not read there)."""
+    return tl.where(m, (load_widened(tile_ptrs(X, pos, col, sxp, sxc), m, ACC) - mean[None, :]) * rstd[None, :], 0.0)
+
+
+@triton.jit
+def _bn_fwd_kernel(
+    X, sxp, sxc, MASK, W, B, EPS, Y, MEAN, RSTD, P, C,
+    HAS_MASK: tl.constexpr, ACC: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """Per channel: mu, rho over the valid positions (two-pass); y = xhat w + b there, 0 at padded positions.
+
+    x is read at valid positions only (padded ones may hold NaN or inf).  The
+    padded outputs are constant, so their cotangents truly do not matter and the
+    backward (which ignores them) is the exact derivative of this forward.
+    """
+    col = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    in_cols = col < C
+    acc = tl.zeros([BLOCK_P, BLOCK_C], ACC)
+    count = tl.zeros([BLOCK_P], ACC)
+    for p0 in range(0, P, BLOCK_P):
+        pos = p0 + tl.arange(0, BLOCK_P)
+        valid = _valid_positions(MASK, pos, P, HAS_MASK)
+        acc += load_widened(tile_ptrs(X, pos, col, sxp, sxc), valid[:, None] & in_cols[None, :], ACC)
+        count += valid.to(ACC)
+    count_all = tl.sum(count, 0)
+    mean = div_rn(tl.sum(acc, 0), count_all)
+    acc = tl.zeros([BLOCK_P, BLOCK_C], ACC)
+    for p0 in range(0, P, BLOCK_P):
+        pos = p0 + tl.arange(0, BLOCK_P)
+        m = _valid_positions(MASK, pos, P, HAS_MASK)[:, None] & in_cols[None, :]
+        d = tl.where(m, load_widened(tile_ptrs(X, pos, col, sxp, sxc), m, ACC) - mean[None, :], 0.0)
+        acc += d * d
+    rstd = _rsqrt_rn(div_rn(tl.sum(acc, 0), count_all) + tl.load(EPS))
+    tl.store(MEAN + col, mean, mask=in_cols)
+    tl.store(RSTD + col, rstd, mask=in_cols)
+    w = load_widened(W + col, in_cols, ACC)[None, :]
+    b = load_widened(B + col, in_cols, ACC)[None, :]
+    for p0 in range(0, P, BLOCK_P):
+        pos = p0 + tl.arange(0, BLOCK_P)
+        m = _valid_positions(MASK, pos, P, HAS_MASK)[:, None] & in_cols[None, :]
+        xhat = _bn_xhat(X, sxp, sxc, pos, col, m, mean, rstd, ACC)
+        inside = (pos < P)[:, None] & in_cols[None, :]
+        store_rounded(tile_ptrs(Y, pos, col, C, 1), tl.where(m, xhat * w + b, 0.0), inside)
+
+
+@triton.jit
+def _bn_bwd_kernel(
+    X, sxp, sxc, MASK, DY, sdp, sdc, W, MEAN, RSTD, DX, DW, DB, P, C,
+    HAS_MASK: tl.constexpr, ACC: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """Per channel over the valid positions V: db = sum_V dy, dw = sum_V dy xhat,
+    dx = rho (g - w db / |V| - xhat w dw / |V|) with g = dy w on V, dx = 0 at padded positions.
+
+    dy is read at valid positions only.
+    """
+    col = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    in_cols = col < C
+    mean = tl.load(MEAN + col, mask=in_cols, other=0)
+    rstd = tl.load(RSTD + col, mask=in_cols, other=0)
+    w = load_widened(W + col, in_cols, ACC)
+    sum_dy = tl.zeros([BLOCK_P, BLOCK_C], ACC)
+    sum_dyx = tl.zeros([BLOCK_P, BLOCK_C], ACC)
+    count = tl.zeros([BLOCK_P], ACC)
+    for p0 in range(0, P, BLOCK_P):
+        pos = p0 + tl.arange(0, BLOCK_P)
+        valid = _valid_positions(MASK, pos, P, HAS_MASK)
+        m = valid[:, None] & in_cols[None, :]
+        xhat = _bn_xhat(X, sxp, sxc, pos, col, m, mean, rstd, ACC)
+        dy = load_widened(tile_ptrs(DY, pos, col, sdp, sdc), m, ACC)
+        sum_dy += dy
+        sum_dyx += dy * xhat
+        count += valid.to(ACC)
+    db = tl.sum(sum_dy, 0)
+    dw = tl.sum(sum_dyx, 0)
+    store_rounded(DB + col, db, in_cols)
+    store_rounded(DW + col, dw, in_cols)
+    count_all = tl.sum(count, 0)
+    mean_g = div_rn(w * db, count_all)[None, :]
+    mean_gx = div_rn(w * dw, count_all)[None, :]
+    for p0 in range(0, P, BLOCK_P):
+        pos = p0 + tl.arange(0, BLOCK_P)
+        m = _valid_positions(MASK, pos, P, HAS_MASK)[:, None] & in_cols[None, :]
+        xhat = _bn_xhat(X, sxp, sxc, pos, col, m, mean, rstd, ACC)
+        dy = load_widened(tile_ptrs(DY, pos, col, sdp, sdc), m, ACC)
+        dx = tl.where(m, rstd[None, :] * (dy * w[None, :] - mean_g - xhat * mean_gx), 0.0)
+        store_rounded(tile_ptrs(DX, pos, col, C, 1), dx, (pos < P)[:, None] & in_cols[None, :])
+
+
+# ---------------------------------------------------------------- host helpers (shared with triton_swiglu)
+def compute_dtype(dtype: torch.dtype) -> tuple[tl.dtype, torch.dtype]:
+    """The compute precision (Triton, torch): float64 stays float64, the rest is float32."""
+    return (tl.float64, torch.float64) if dtype == torch.float64 else (tl.float32, torch.float32)
+
+
+def as_rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    """t as a 2-D (rows, n) tensor: a view where one exists, else a copy (t itself never changes)."""
+    return t.reshape(math.prod(t.shape[:-1]), n)
+
+
+def tile(n: int) -> tuple[int, int]:
+    """(BLOCK_R, BLOCK_N) for rows of length n: a function of n alone."""
+    block_n = min(triton.next_power_of_2(max(n, 1)), TILE)
+    return TILE // block_n, block_n
+
+
+def _column_sums(part: torch.Tensor, dtype: torch.dtype, acc: tl.dtype) -> torch.Tensor:
+    """Sum the rows of a (programs, n) partial-sum buffer, rounded once to dtype."""
+    programs, n = part.shape
+    out = torch.empty(n, dtype=dtype, device=part.device)
+    block_n = min(triton.next_power_of_2(max(n, 1)), 256)
+    _sum_partials_kernel[(triton.cdiv(n, block_n),)](part, out, programs, n, ACC=acc, BLOCK_G=TILE // block_n,
+                                                      BLOCK_N=block_n)
+    return out
+
+
+def _eps(eps: float, dtype: torch.dtype, device) -> torch.Tensor:
+    """eps as a one-element tensor: Triton would pass a Python float as float32."""
+    return torch.full((1,), eps, dtype=dtype, device=device)
+
+
+def _row_norm_forward(x, residual, weight, bias, eps, center):
+    """(y, residual_out or None, mean or None, rstd) for the row norms."""
+    n = x.shape[-1]
+    acc, acc_t = compute_dtype(x.dtype)
+    x2 = as_rows(x, n)
+    r2 = x2 if residual is None else as_rows(residual, n)
+    rows = x2.shape[0]
+    y = torch.empty((rows, n), dtype=x.dtype, device=x.device)
+    res = None if residual is None else torch.empty_like(y)
+    mean = torch.empty(rows, dtype=acc_t, device=x.device) if center else None
+    rstd = torch.empty(rows, dtype=acc_t, device=x.device)
+    if rows * n:
+        block_r, block_n = tile(n)
+        w = weight.contiguous()
+        b = w if bias is None else bias.contiguous()
+        _row_norm_fwd_kernel[(triton.cdiv(rows, block_r),)](
+            x2, x2.stride(0), x2.stride(1), r2, r2.stride(0), r2.stride(1), w, b, _eps(eps, acc_t, x.device),
+            y, y if res is None else res, rstd if mean is None else mean, rstd, rows, n,
+            CENTER=center, HAS_RES=residual is not None, HAS_BIAS=bias is not None,
+            ACC=acc, BLOCK_R=block_r, BLOCK_N=block_n)
+    res = None if res is None else res.reshape(x.shape)
+    return y.reshape(x.shape), res, mean, rstd
+
+
+def _row_norm_backward(x, residual, weight, mean, rstd, dy, dres, bias_dtype=None):
+    """(dx, dweight, dbias or None); centred (LayerNorm) when mean is given."""
+    n = x.shape[-1]
+    acc, acc_t = compute_dtype(x.dtype)
+    x2, dy2 = as_rows(x, n), as_rows(dy, n)
+    r2 = x2 if residual is None else as_rows(residual, n)
+    dres2 = dy2 if dres is None else as_rows(dres, n)
+    rows = x2.shape[0]
+    dx = torch.empty((rows, n), dtype=x.dtype, device=x.device)
+    center = mean is not None
+    if rows * n == 0:
+        dw = torch.zeros_like(weight)
+        db = torch.zeros(n, dtype=bias_dtype, device=x.device) if center else None
+        return dx.reshape(x.shape), dw, db
+    block_r, block_n = tile(n)
+    tiles = triton.cdiv(rows, block_r)
+    rows_per_prog = triton.cdiv(tiles, min(tiles, MAX_PROGRAMS)) * block_r
+    programs = triton.cdiv(rows, rows_per_prog)
+    dw_part = torch.zeros((programs, n), dtype=acc_t, device=x.device)
+    db_part = torch.zeros((programs, n), dtype=acc_t, device=x.device) if center else dw_part
+    _row_norm_bwd_kernel[(programs,)](
+        x2, x2.stride(0), x2.stride(1), r2, r2.stride(0), r2.stride(1), dy2, dy2.stride(0), dy2.stride(1),
+        dres2, dres2.stride(0), dres2.stride(1), weight.contiguous(), rstd if mean is None else mean, rstd,
+        dx, dw_part, db_part, rows, n, rows_per_prog,
+        CENTER=center, HAS_RES=residual is not None, ACC=acc, BLOCK_R=block_r, BLOCK_N=block_n)
+    dw = _column_sums(dw_part, weight.dtype, acc)
+    db = _column_sums(db_part, bias_dtype, acc) if center else None
+    return dx.reshape(x.shape), dw, db
+
+
+class _RMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        y, _, _, rstd = _row_norm_forward(x, None, weight, None, eps, center=False)
+        ctx.save_for_backward(x, weight, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rstd = ctx.saved_tensors
+        dx, dw, _ = _row_norm_backward(x, None, weight, None, rstd, dy, None)
+        return dx, dw, None
+
+
+class _AddRMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, residual, weight, eps):
+        y, res, _, rstd = _row_norm_forward(x, residual, weight, None, eps, center=False)
+        ctx.save_for_backward(x, residual, weight, rstd)
+        return y, res
+
+    @staticmethod
+    def backward(ctx, dy, dres):
+        x, residual, weight, rstd = ctx.saved_tensors
+        dx, dw, _ = _row_norm_backward(x, residual, weight, None, rstd, dy, dres)
+        return dx, dx.clone() if ctx.needs_input_grad[1] else None, dw, None
+
+
+class _LayerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        y, _, mean, rstd = _row_norm_forward(x, None, weight, bias, eps, center=True)
+        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.bias_dtype = bias.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, mean, rstd = ctx.saved_tensors
+        dx, dw, db = _row_norm_backward(x, None, weight, mean, rstd, dy, None, ctx.bias_dtype)
+        return dx, dw, db, None
+
+
+def _bn_tile(c: int) -> tuple[int, int]:
+    """(BLOCK_P, BLOCK_C): up to 64 channels per program, the rest of the tile along positions."""
+    block_c = min(triton.next_power_of_2(c), 64)
+    return TILE // block_c, block_c
+
+
+def _batch_norm_forward(x, weight, bias, eps, mask):
+    """(y, mean, rstd, mask as uint8 or None); mean and rstd per channel."""
+    c = x.shape[-1]
+    acc, acc_t = compute_dtype(x.dtype)
+    x2 = as_rows(x, c)
+    p = x2.shape[0]
+    m = None if mask is None else mask.reshape(-1).contiguous().view(torch.uint8)
+    y = torch.empty((p, c), dtype=x.dtype, device=x.device)
+    mean = torch.empty(c, dtype=acc_t, device=x.device)
+    rstd = torch.empty_like(mean)
+    if p * c:
+        block_p, block_c = _bn_tile(c)
+        _bn_fwd_kernel[(triton.cdiv(c, block_c),)](
+            x2, x2.stride(0), x2.stride(1), x2 if m is None else m, weight.contiguous(), bias.contiguous(),
+            _eps(eps, acc_t, x.device), y, mean, rstd, p, c,
+            HAS_MASK=m is not None, ACC=acc, BLOCK_P=block_p, BLOCK_C=block_c)
+    return y.reshape(x.shape), mean, rstd, m
+
+
+def _batch_norm_backward(x, weight, bias_dtype, mean, rstd, m, dy):
+    """(dx, dweight, dbias)."""
+    c = x.shape[-1]
+    x2, dy2 = as_rows(x, c), as_rows(dy, c)
+    p = x2.shape[0]
+    dx = torch.empty((p, c), dtype=x.dtype, device=x.device)
+    dw = torch.zeros(c, dtype=weight.dtype, device=x.device)
+    db = torch.zeros(c, dtype=bias_dtype, device=x.device)
+    if p * c:
+        block_p, block_c = _bn_tile(c)
+        _bn_bwd_kernel[(triton.cdiv(c, block_c),)](
+            x2, x2.stride(0), x2.stride(1), x2 if m is None else m, dy2, dy2.stride(0), dy2.stride(1),
+            weight.contiguous(), mean, rstd, dx, dw, db, p, c,
+            HAS_MASK=m is not None, ACC=compute_dtype(x.dtype)[0], BLOCK_P=block_p, BLOCK_C=block_c)
+    return dx.reshape(x.shape), dw, db
+
+
+class _BatchNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, mask):
+        y, mean, rstd, m = _batch_norm_forward(x, weight, bias, eps, mask)
+        ctx.save_for_backward(x, weight, mean, rstd, m)
+        ctx.bias_dtype = bias.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, mean, rstd, m = ctx.saved_tensors
+        dx, dw, db = _batch_norm_backward(x, weight, ctx.bias_dtype, mean, rstd, m, dy)
+        return dx, dw, db, None, None
+
+
+# ---------------------------------------------------------------- the ops
+def rms_norm(x, weight, eps):
+    return _RMSNorm.apply(x, weight, eps)
+
+
+def add_rms_norm(x, residual, weight, eps):
+    return _AddRMSNorm.apply(x, residual, weight, eps)
+
+
+def layer_norm(x, weight, bias, eps):
+    return _LayerNorm.apply(x, weight, bias, eps)
+
+
+def batch_norm(x, weight, bias, eps, mask=None):
+    return _BatchNorm.apply(x, weight, bias, eps, mask)
+
+
+IMPLS = [
+    make("rms_norm", "triton", "triton", rms_norm, devices=("cpu", "cuda")),
+    make("add_rms_norm", "triton", "triton", add_rms_norm, devices=("cpu", "cuda")),
+    make("layer_norm", "triton", "triton", layer_norm, devices=("cpu", "cuda")),
+    make("batch_norm", "triton", "triton", batch_norm, devices=("cpu", "cuda")),
+]
