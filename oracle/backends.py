@@ -71,6 +71,8 @@ Interface (``a`` has rows along the last axis; results keep that axis as 1):
                           float, or one per row)
     B.scaled_sum(a, b)    (s, c) with s = c (a + b) exactly, c = 1 unless a + b
                           overflows float64 (then c = 1/2 for that row)
+    B.row_peak(a)         max_i |a_i| of every row, as a float64 ndarray (NaN
+                          where the row has a NaN)
     B.exp                 elementwise
     B.pointwise(fn, *a, risky=None)
                           fn(B, *a) for an elementwise formula fn.  MP evaluates
@@ -416,6 +418,12 @@ class _Float64Exact:
         return _np(a)
 
     exp = staticmethod(np.exp)
+
+    def row_peak(self, a):
+        x = _th(_np(a))
+        if x.numel() == 0:
+            return np.zeros(x.shape[:-1] + (1,))
+        return _absmax(x)
 
     def pointwise(self, fn, *arrays, risky=None):
         arrays = np.broadcast_arrays(*[_np(a) for a in arrays])
@@ -931,6 +939,9 @@ class _MPExact:
 
     def pointwise(self, fn, *arrays, risky=None):
         return fn(self, *arrays)
+
+    def row_peak(self, a):
+        return F64.row_peak(self.to_float64(a))
 
     def center(self, a):
         m = self.row_sum(a) / a.shape[-1]

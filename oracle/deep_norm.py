@@ -44,10 +44,10 @@ def _affine(B, x, mat, alpha, shift):
 
 def _scaled_normalize(B, x, sub_weight, sub_bias, alpha, eps):
     """normalize(z) as (xhat, rho, c), evaluated at c z (c = 2**-k per row, |c z| < 2**1000)."""
-    xf, af, cf = (B.to_float64(t) for t in (x, sub_weight, sub_bias))
+    af, cf = B.to_float64(sub_weight), B.to_float64(sub_bias)
     with np.errstate(all="ignore"):
-        absx = np.where(np.isfinite(xf), np.abs(xf), 0.0)
-        peak = absx.max(axis=-1, keepdims=True, initial=0.0)
+        peak = B.row_peak(x)
+        peak = np.where(np.isfinite(peak), peak, 0.0)  # a non-finite row is NaN whatever c is
         gain = abs(alpha) + np.abs(af).sum(axis=-1).max(initial=0.0)
         bound = gain * (peak * 2.0 ** -1000) + np.abs(cf).max(initial=0.0) * 2.0 ** -1000  # |z| / 2**1000
         _, e = np.frexp(np.where(np.isfinite(bound), bound, 0.0))

@@ -31,12 +31,11 @@ def normalize(B, z, eps):
     are evaluated at c = 1/2 (c = 1 elsewhere), and rho = 1 / sqrt(var(c z) + c**2 eps).
     """
     with np.errstate(all="ignore"):
-        zf = B.to_float64(z)
-        peak = np.max(np.where(np.isfinite(zf), np.abs(zf), 0.0), axis=-1, keepdims=True, initial=0.0)
-        c = np.where(peak >= 2.0 ** 1022, 0.5, 1.0)
-    d, _ = B.center(z * c)
+        c = np.where(B.row_peak(z) >= 2.0 ** 1022, 0.5, 1.0)  # also where inf: that row is NaN anyway
+    d, _ = B.center(z * c if (c != 1).any() else z)
     rho = B.inv_rms(d, eps * c * c)
-    return d * rho, rho, c
+    d *= rho  # in place: d is ours, and a fresh array would cost a page fault per 4 KiB
+    return d, rho, c
 
 
 def normalize_vjp(B, xhat, rho, c, g):
@@ -55,7 +54,9 @@ def affine_grads(B, xhat, dy):
 
 def forward(B, x, weight, bias, eps):
     xhat, _, _ = normalize(B, x, eps)
-    return (xhat * weight + bias,)
+    xhat *= weight
+    xhat += bias
+    return (xhat,)
 
 
 def vjp(B, cot, x, weight, bias, eps):
