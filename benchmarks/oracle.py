@@ -1,0 +1,403 @@
+#!/usr/bin/env python
+"""How fast is the oracle?  Every op, forward, at a few sizes, on three paths:
+
+    naive     straightforward Python loops over the elements with mpmath
+              (256 bits, like the mpmath path), no numpy: the baseline
+    mpmath    oracle.forward(op, path="mpmath")
+    float64   oracle.forward(op, path="float64"), the float64-exact path
+
+plus torch's own float64 eager op (F.rms_norm, F.layer_norm, F.silu(g) * u, ...)
+measured in the same run, so the float64 path's cost can be read as a ratio
+to it.  Times are medians of repeats, in milliseconds.
+
+Where a path would take too long (mpmath or naive estimated over
+``--budget`` seconds per call) the mpmath cell says "skipped (too slow)"; the
+naive baseline is then *measured on a subset* of rows (channels for
+batch_norm) and scaled linearly, marked "~"; deep_norm's cost grows as rows * n**2
+and its float64 oracle materialises rows * n * (n + 2) terms, so its larger
+sizes are skipped.
+
+    python benchmarks/oracle.py            # all ops, 8x64 .. 64x8192 (~3 min)
+    python benchmarks/oracle.py --quick    # 8x64 and 64x4096 only
+    python benchmarks/oracle.py --vjp      # also time the float64 VJP against torch autograd
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import mpmath  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import oracle  # noqa: E402
+from oracle.backends import MP_PREC  # noqa: E402
+
+SIZES = ((8, 64), (64, 1024), (64, 4096), (64, 8192))
+QUICK_SIZES = ((8, 64), (64, 4096))
+DEEP_NORM_MAX_TERMS = 1 << 24  # rows * n * (n + 2) the float64 deep_norm oracle may materialise
+
+
+# ------------------------------------------------------------------ machine
+
+
+def machine() -> list[str]:
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+    return [
+        f"cpu:     {model}",
+        f"cores:   {os.cpu_count()} logical; torch intra-op threads {torch.get_num_threads()}",
+        f"torch:   {torch.__version__}   numpy {np.__version__}   mpmath {mpmath.__version__}   "
+        f"python {platform.python_version()}",
+        f"load:    {load} (1/5/15 min) at start",
+    ]
+
+
+# ------------------------------------------------------------------ inputs
+
+
+def make_args(op: str, rows: int, n: int, seed: int = 0) -> dict:
+    """float64 arguments of ``op`` at rows x n (silu_and_mul: x is rows x 2n)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    if op == "rms_norm":
+        return dict(x=randn(rows, n), weight=randn(n), eps=1e-6)
+    if op == "add_rms_norm":
+        return dict(x=randn(rows, n), residual=randn(rows, n), weight=randn(n), eps=1e-6)
+    if op == "layer_norm":
+        return dict(x=randn(rows, n), weight=randn(n), bias=randn(n), eps=1e-5)
+    if op == "batch_norm":
+        return dict(x=randn(rows, n), weight=randn(n), bias=randn(n), eps=1e-5, mask=None)
+    if op == "deep_norm":
+        return dict(x=randn(rows, n), sub_weight=randn(n, n) / math.sqrt(n), sub_bias=randn(n),
+                    alpha=2.0, weight=randn(n), bias=randn(n), eps=1e-5)
+    if op == "swiglu":
+        return dict(gate=randn(rows, n), up=randn(rows, n))
+    if op == "silu_and_mul":
+        return dict(x=randn(rows, 2 * n))
+    raise ValueError(op)
+
+
+# ------------------------------------------------------------------ torch's own float64 eager ops
+
+
+def torch_fn(op: str, a: dict):
+    """A thunk running torch's own eager op on ``a`` (float64), and what it calls."""
+    n = (a.get("x") if "x" in a else a["gate"]).shape[-1]
+    if op == "rms_norm":
+        return lambda: F.rms_norm(a["x"], (n,), a["weight"], a["eps"]), "F.rms_norm"
+    if op == "add_rms_norm":
+        def f():
+            s = a["x"] + a["residual"]
+            return F.rms_norm(s, (n,), a["weight"], a["eps"]), s
+        return f, "x + r; F.rms_norm"
+    if op == "layer_norm":
+        return lambda: F.layer_norm(a["x"], (n,), a["weight"], a["bias"], a["eps"]), "F.layer_norm"
+    if op == "batch_norm":
+        return (lambda: F.batch_norm(a["x"], None, None, a["weight"], a["bias"], True, 0.0, a["eps"]),
+                "F.batch_norm(training)")
+    if op == "deep_norm":
+        return (lambda: F.layer_norm(a["alpha"] * a["x"] + F.linear(a["x"], a["sub_weight"], a["sub_bias"]),
+                                     (n,), a["weight"], a["bias"], a["eps"]), "a*x + F.linear; F.layer_norm")
+    if op == "swiglu":
+        return lambda: F.silu(a["gate"]) * a["up"], "F.silu(g) * u"
+    if op == "silu_and_mul":
+        def f():
+            g, u = a["x"].chunk(2, dim=-1)
+            return F.silu(g) * u
+        return f, "chunk; F.silu(g) * u"
+    raise ValueError(op)
+
+
+def torch_vjp_fn(op: str, a: dict):
+    """A thunk running torch's float64 eager forward + autograd backward."""
+    fwd, _ = torch_fn(op, a)
+    names = [k for k in oracle.OPS[op].grads]
+
+    def f():
+        leaves = {k: a[k].detach().requires_grad_(True) for k in names}
+        b = {**a, **leaves}
+        out, _ = torch_fn(op, b)
+        y = out()
+        y = y if isinstance(y, tuple) else (y,)
+        torch.autograd.backward(y, [torch.ones_like(t) for t in y])
+        return [leaves[k].grad for k in names]
+
+    return f
+
+
+# ------------------------------------------------------------------ the naive baseline
+
+
+def _mp_rows(t: torch.Tensor) -> list[list]:
+    return [[mpmath.mpf(v) for v in row] for row in t.tolist()]
+
+
+def _mp_vec(t: torch.Tensor) -> list:
+    return [mpmath.mpf(v) for v in t.tolist()]
+
+
+def _naive_layer_rows(z, w, b, eps):
+    out = []
+    for row in z:
+        n = len(row)
+        mean = mpmath.mpf(0)
+        for v in row:
+            mean += v
+        mean /= n
+        var = mpmath.mpf(0)
+        for v in row:
+            var += (v - mean) ** 2
+        var /= n
+        rho = 1 / mpmath.sqrt(var + eps)
+        out.append([float((row[j] - mean) * rho * w[j] + b[j]) for j in range(n)])
+    return out
+
+
+def _naive_rms_rows(x, w, eps):
+    out = []
+    for row in x:
+        n = len(row)
+        ms = mpmath.mpf(0)
+        for v in row:
+            ms += v * v
+        rho = 1 / mpmath.sqrt(ms / n + eps)
+        out.append([float(row[j] * rho * w[j]) for j in range(n)])
+    return out
+
+
+def _silu_mul(g, u):
+    return float(g / (1 + mpmath.exp(-g)) * u)
+
+
+def naive(op: str, a: dict, part: int):
+    """The op by per-element mpmath loops, on the first ``part`` rows (channels for batch_norm)."""
+    with mpmath.workprec(MP_PREC):
+        eps = mpmath.mpf(a.get("eps", 0.0))
+        if op == "rms_norm":
+            return _naive_rms_rows(_mp_rows(a["x"][:part]), _mp_vec(a["weight"]), eps)
+        if op == "add_rms_norm":
+            x, r = _mp_rows(a["x"][:part]), _mp_rows(a["residual"][:part])
+            s = [[xi + ri for xi, ri in zip(xr, rr)] for xr, rr in zip(x, r)]
+            return _naive_rms_rows(s, _mp_vec(a["weight"]), eps), [[float(v) for v in row] for row in s]
+        if op == "layer_norm":
+            return _naive_layer_rows(_mp_rows(a["x"][:part]), _mp_vec(a["weight"]), _mp_vec(a["bias"]), eps)
+        if op == "batch_norm":  # channel c over all positions: a column of x
+            x, w, b = _mp_rows(a["x"]), _mp_vec(a["weight"]), _mp_vec(a["bias"])
+            out = []
+            for c in range(part):
+                col = [row[c] for row in x]
+                mean = mpmath.mpf(0)
+                for v in col:
+                    mean += v
+                mean /= len(col)
+                var = mpmath.mpf(0)
+                for v in col:
+                    var += (v - mean) ** 2
+                rho = 1 / mpmath.sqrt(var / len(col) + eps)
+                out.append([float((v - mean) * rho * w[c] + b[c]) for v in col])
+            return out
+        if op == "deep_norm":
+            A, c = _mp_rows(a["sub_weight"]), _mp_vec(a["sub_bias"])
+            alpha = mpmath.mpf(a["alpha"])
+            z = []
+            for row in _mp_rows(a["x"][:part]):
+                n = len(row)
+                zr = []
+                for i in range(n):
+                    acc = alpha * row[i] + c[i]
+                    for j in range(n):
+                        acc += A[i][j] * row[j]
+                    zr.append(acc)
+                z.append(zr)
+            return _naive_layer_rows(z, _mp_vec(a["weight"]), _mp_vec(a["bias"]), eps)
+        if op == "swiglu":
+            g, u = _mp_rows(a["gate"][:part]), _mp_rows(a["up"][:part])
+            return [[_silu_mul(gi, ui) for gi, ui in zip(gr, ur)] for gr, ur in zip(g, u)]
+        if op == "silu_and_mul":
+            x = _mp_rows(a["x"][:part])
+            h = len(x[0]) // 2
+            return [[_silu_mul(row[j], row[h + j]) for j in range(h)] for row in x]
+    raise ValueError(op)
+
+
+# ------------------------------------------------------------------ timing
+
+
+def timed(fn, min_time=0.3, max_reps=50, min_reps=3) -> float:
+    """Median wall time of fn() in seconds; the first call is a warm-up unless it takes over a second."""
+    t0 = time.perf_counter()
+    fn()
+    first = time.perf_counter() - t0
+    if first > 1.0:
+        return first
+    reps = max(min_reps, min(max_reps, int(min_time / max(first, 1e-6))))
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def once(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def cost_units(op: str, rows: int, n: int) -> float:
+    return rows * n * (n + 2) if op == "deep_norm" else rows * n
+
+
+def fmt_ms(t: float | None) -> str:
+    if t is None:
+        return "-"
+    ms = t * 1e3
+    return f"{ms:.3g}" if ms < 1000 else f"{ms:,.0f}"
+
+
+def fmt_ratio(r: float | None) -> str:
+    if r is None or not math.isfinite(r):
+        return "-"
+    return f"{r:.3g}x" if r < 1000 else f"{r:,.0f}x"
+
+
+# ------------------------------------------------------------------ main
+
+
+def run(ops, sizes, budget, do_vjp):
+    for line in machine():
+        print(line)
+    print(f"budget:  mpmath / naive calls estimated over {budget:g} s are skipped (naive: measured on a subset, "
+          f"scaled, marked ~)")
+    print()
+    header = ("op", "size", "path", "ms", "vs naive", "vs torch f64", "torch f64 op")
+    rows_out = []
+    per_unit = {}  # (op, path) -> seconds per cost unit, from the largest size measured
+    for op in ops:
+        for rows, n in sizes:
+            a = make_args(op, rows, n)
+            size = f"{rows}x{n}"
+            units = cost_units(op, rows, n)
+            tfn, tname = torch_fn(op, a)
+            t_torch = timed(tfn)
+
+            # naive baseline: measured, or measured on a subset and scaled
+            est = per_unit.get((op, "naive"), 0.0) * units
+            if op == "deep_norm" and est > budget * 6:
+                t_naive, naive_note = est, "~"  # even one row is too slow: scale the smallest size
+            elif est <= budget:
+                t_naive, naive_note = timed(lambda: naive(op, a, rows if op != "batch_norm" else n),
+                                            min_time=0.5, max_reps=5, min_reps=1), ""
+                per_unit[(op, "naive")] = t_naive / units
+            else:
+                total = rows if op != "batch_norm" else n
+                part = max(1, int(total * budget / est / 4))
+                t_part = statistics.median(once(lambda: naive(op, a, part)) for _ in range(1))
+                t_naive, naive_note = t_part * total / part, "~"
+            # mpmath path
+            est = per_unit.get((op, "mpmath"), 0.0) * units
+            if est <= budget:
+                t_mp = timed(lambda: oracle.forward(op, path="mpmath", **a), min_time=0.5, max_reps=5, min_reps=1)
+                per_unit[(op, "mpmath")] = t_mp / units
+                mp_cell = fmt_ms(t_mp)
+            else:
+                t_mp, mp_cell = None, "skipped (too slow)"
+            # float64-exact path
+            if op == "deep_norm" and rows * n * (n + 2) > DEEP_NORM_MAX_TERMS:
+                t_f64, f64_cell = None, "skipped (rows*n*(n+2) terms)"
+            else:
+                t_f64 = timed(lambda: oracle.forward(op, path="float64", **a))
+                f64_cell = fmt_ms(t_f64)
+            rows_out.append((op, size, "naive", naive_note + fmt_ms(t_naive), "1x", "", ""))
+            rows_out.append((op, size, "mpmath", mp_cell, fmt_ratio(t_naive / t_mp) if t_mp else "-", "", ""))
+            rows_out.append((op, size, "float64", f64_cell, fmt_ratio(t_naive / t_f64) if t_f64 else "-",
+                             fmt_ratio(t_f64 / t_torch) if t_f64 else "-", f"{fmt_ms(t_torch)} ms ({tname})"))
+            sys.stdout.flush()
+    print_table(header, rows_out)
+    print()
+    print('"vs naive": speed-up over the naive baseline (its time / this time); "vs torch f64": this time / '
+          "torch's float64 eager op's time, same inputs, same run.")
+    if do_vjp:
+        print()
+        vrows = []
+        for op in ops:
+            for rows, n in sizes:
+                if op == "deep_norm" and rows * n * (n + 2) > DEEP_NORM_MAX_TERMS:
+                    continue
+                a = make_args(op, rows, n)
+                fwd = oracle.forward(op, path="float64", **a)
+                cot = tuple(torch.ones(o.shape, dtype=torch.float64) for o in fwd)
+                t_vjp = timed(lambda: oracle.vjp(op, cot, path="float64", **a))
+                t_tb = timed(torch_vjp_fn(op, a))
+                vrows.append((op, f"{rows}x{n}", fmt_ms(t_vjp), fmt_ms(t_tb), fmt_ratio(t_vjp / t_tb)))
+        print_table(("op", "size", "float64 vjp ms", "torch f64 fwd+bwd ms", "ratio"), vrows)
+    if hasattr(os, "getloadavg"):
+        print()
+        print("load at end: " + ", ".join(f"{v:.2f}" for v in os.getloadavg()))
+
+
+def print_table(header, rows):
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = "  ".join(str(h).ljust(w) for h, w in zip(header, widths))
+    print(line)
+    print("  ".join("-" * w for w in widths))
+    prev = None
+    for r in rows:
+        cells = list(r)
+        if prev is not None and (cells[0], cells[1]) == prev:
+            cells[0] = cells[1] = ""
+        else:
+            prev = (r[0], r[1])
+        print("  ".join(str(c).ljust(w) if i < 3 else str(c).rjust(w) if i < 6 else str(c)
+                        for i, (c, w) in enumerate(zip(cells, widths))).rstrip())
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="sizes 8x64 and 64x4096 only")
+    p.add_argument("--ops", default=",".join(oracle.OPS), help="comma-separated ops (default: all)")
+    p.add_argument("--sizes", default=None, help="comma-separated ROWSxN, e.g. 8x64,64x4096")
+    p.add_argument("--budget", type=float, default=10.0,
+                   help="seconds one mpmath / naive call may take before it is skipped or scaled (default 10)")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    p.add_argument("--vjp", action="store_true", help="also time the float64 VJP against torch autograd")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    for o in ops:
+        if o not in oracle.OPS:
+            p.error(f"unknown op {o!r}; expected one of {', '.join(oracle.OPS)}")
+    if args.sizes:
+        sizes = tuple(tuple(int(v) for v in s.lower().split("x")) for s in args.sizes.split(","))
+    else:
+        sizes = QUICK_SIZES if args.quick else SIZES
+    run(ops, sizes, args.budget, args.vjp)
+
+
+if __name__ == "__main__":
+    main()
