@@ -43,6 +43,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import oracle  # noqa: E402
 from oracle.backends import MP_PREC  # noqa: E402
+from properties.certificate import cpu_name  # noqa: E402
 
 SIZES = ((8, 64), (64, 1024), (64, 4096), (64, 8192))
 QUICK_SIZES = ((8, 64), (64, 4096))
@@ -53,15 +54,7 @@ DEEP_NORM_MAX_TERMS = 1 << 24  # rows * n * (n + 2) the float64 deep_norm oracle
 
 
 def machine() -> list[str]:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    model = cpu_name()
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
     return [
         f"cpu:     {model}",

@@ -64,7 +64,7 @@ def environment(config) -> dict:
     device = CONFIG["device"]
     cuda = device == "cuda" and torch.cuda.is_available()
     env = {"normcert": _version(), "commit": commit, **versions(), "device": device,
-           "device_name": torch.cuda.get_device_name() if cuda else _cpu_name(),
+           "device_name": torch.cuda.get_device_name() if cuda else cpu_name(),
            "driver": torch.version.cuda if cuda else None,
            "profile": config.getoption("hypothesis_profile", None) or "ci",
            "seed": CONFIG["seed"], "bitwise": CONFIG["bitwise"]}
@@ -80,7 +80,7 @@ def _version() -> str:
         return "unknown"
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -110,6 +110,7 @@ def markdown(cert: dict) -> str:
     for r in cert["results"]:
         lines.append(f"| {r['impl']} ({r['backend']}) | {r['property']} | {r['dtype']} | {r['outcome']} | "
                      f"{r['examples']} | {r['worst_ulps']:.3g} | {r['worst_units']:.3g} |")
+    lines += case_studies(cert)
     failures = [r for r in cert["results"] if r["outcome"] in ("fail", "expected-fail", "warn")]
     if failures:
         lines += ["", "## Failures", ""]
@@ -117,6 +118,28 @@ def markdown(cert: dict) -> str:
             lines += [f"- **{r['impl']}** {r['property']} {r['dtype']} ({r['outcome']}): {r['message']}",
                       f"  - case: `{r['worst_where']}`", f"  - replay: `{r['replay']}`"]
     return "\n".join(lines) + "\n"
+
+
+def case_studies(cert: dict) -> list[str]:
+    """One verdict per case study: rejected (expected) by which properties, and the first shrunk case."""
+    by_impl: dict[str, list[dict]] = {}
+    for r in cert["results"]:
+        if r["backend"] == "case-study":
+            by_impl.setdefault(r["impl"], []).append(r)
+    if not by_impl:
+        return []
+    lines = ["", "## Case studies", "",
+             "| design | verdict | rejected by (property: dtypes) | first counterexample |", "|---|---|---|---|"]
+    for impl, rs in by_impl.items():
+        failed = [r for r in rs if r["outcome"] in ("expected-fail", "fail")]
+        props: dict[str, list[str]] = {}
+        for r in failed:
+            props.setdefault(r["property"], []).append(r["dtype"])
+        verdict = "rejected, expected" if failed else "**not rejected**"
+        by = "; ".join(f"{p}: {', '.join(d)}" for p, d in props.items()) or "-"
+        first = f"{failed[0]['message'][:160]} on `{failed[0]['worst_where'][:160]}`" if failed else "-"
+        lines.append(f"| {impl} | {verdict} | {by} | {first.replace('|', '/')} |")
+    return lines
 
 
 def write(path: str, results: list[dict], config) -> None:
