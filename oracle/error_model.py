@@ -428,7 +428,13 @@ def deep_norm_bwd(args, cot, exact):
 
 
 def swiglu_bwd(args, cot, exact, gate=None, up=None):
-    """dgate = dy up s (1 + g (1-s)), dup = dy g s; each |error| <= (rel) * shadow + 2 u_o |result|."""
+    """dgate = dy up s (1 + g (1-s)), dup = dy g s; each |error| <= (rel) * shadow + 2 u_o |result| + floor.
+
+    The floor is what flushing a subnormal intermediate to zero costs: s = sigma(g)
+    (or e**g) is subnormal in c for g below about -708 (float64) or -87 (float32),
+    and a flushed s loses at most lam_c times the factors it multiplies:
+    |dy up| (1 + |g|) in dgate, |dy g| in dup.
+    """
     key = "gate" if gate is None else "x"
     ctx = _Ctx(args[key].dtype)
     g = _f(args["gate"]) if gate is None else gate
@@ -439,9 +445,10 @@ def swiglu_bwd(args, cot, exact, gate=None, up=None):
         sm = 1 / (1 + np.exp(g))
         rel = _silu_rel(ctx, g) + 3 * ctx.uc + ORACLE + ROUNDINGS * ctx.uo  # saved silu / sigmoid in x.dtype
         shadow_g = np.abs(dy * u) * s * (1 + np.abs(g) * sm)
-        floor = ctx.lam_c * (1 + np.abs(dy * u) + np.abs(dy * g))
-        dg = rel * shadow_g + ctx.round_out(np.abs(exact_part(exact, "gate", gate, g))) + floor
-        du = rel * np.abs(dy * g * s) + ctx.round_out(np.abs(exact_part(exact, "up", gate, g))) + floor
+        floor_g = ctx.lam_c * (1 + np.abs(dy * u) * (1 + np.abs(g)))
+        floor_u = ctx.lam_c * (1 + np.abs(dy * g))
+        dg = rel * shadow_g + ctx.round_out(np.abs(exact_part(exact, "gate", gate, g))) + floor_g
+        du = rel * np.abs(dy * g * s) + ctx.round_out(np.abs(exact_part(exact, "up", gate, g))) + floor_u
     if gate is None:
         return {"gate": dg, "up": du}
     return {"x": np.concatenate([dg, du], axis=-1)}
