@@ -22,7 +22,8 @@ function below):
 
     rms_norm      |y_i| (2 u_o + gam(n+1)/2 + (FN_ULPS + 2) u_c + ORACLE) + lam_o (1 + |w_i|) + lam_c |w_i|
     add_rms_norm  as rms_norm at s = x + r, plus 2 u_o |y_i| (the sum may be
-                  rounded to x.dtype before normalising); residual_out: 0 (bit-exact)
+                  rounded to x.dtype before normalising; rows where that
+                  rounding overflows carry no claim); residual_out: 0 (bit-exact)
     layer_norm    |w_i| dxhat_i + (2 u_o + u_c + ORACLE)(|w_i xhat_i| + |b_i|) + floors,
                   dxhat from ``_normalize_error`` (two-pass *and* Welford
                   bounds; the mean's error is amplified by rho, so rows with
@@ -196,6 +197,19 @@ def _rms(ctx, x, w, eps):
     return rho, rel
 
 
+def _rms_claim(ctx, args, s):
+    """Rows an RMSNorm bound is claimed on: s's sum of squares fits the compute format, and for
+    add_rms_norm RNE(x + r) does not overflow x.dtype (a kernel may normalise that rounded sum,
+    the residual stream it stores, and then gets inf where the exact y is finite)."""
+    claim = _claimable(ctx, s)
+    if "residual" in args:
+        x, r = _f(args["x"]), _f(args["residual"])
+        with np.errstate(all="ignore"):
+            rounded = fmt(args["x"].dtype).round(x + r)
+        claim = claim & ~(np.isinf(rounded) & np.isfinite(x) & np.isfinite(r)).any(axis=-1, keepdims=True)
+    return claim
+
+
 def rms_norm_fwd(args, exact, extra_rel=0.0):
     ctx = _Ctx(args["x"].dtype)
     x, w = _f(args["x"]), _f(args["weight"])
@@ -204,7 +218,7 @@ def rms_norm_fwd(args, exact, extra_rel=0.0):
     _, rel = _rms(ctx, x, w, args["eps"])
     y = np.abs(exact[0])
     bound = (rel + extra_rel) * y + ctx.round_out(y) + ctx.lam_c * np.abs(w) + ctx.lam_o * np.abs(w)
-    return (np.where(_claimable(ctx, x), bound, np.inf),)
+    return (np.where(_rms_claim(ctx, args, x), bound, np.inf),)
 
 
 def add_rms_norm_fwd(args, exact):
@@ -334,7 +348,7 @@ def rms_norm_bwd(args, cot, exact):
                   + b_t * (np.abs(m) * (3 * rho_rel + us + 4 * ctx.uc) + (ctx.gam(n + 2) + us + saved + ORACLE) * m_abs))
         # dx = dx_rms + dres is rounded after the add: its magnitude, not |dx|, sets the rounding
         dx_err = dx_err + ctx.round_out(a_t + b_t * np.abs(m) + np.abs(dres)) + ctx.lam_c * (1 + a_t + b_t)
-        claim = _claimable(ctx, x)
+        claim = _rms_claim(ctx, args, x)
         out = {"x": np.where(claim, dx_err, np.inf)}
         if "residual" in exact:
             out["residual"] = out["x"]
@@ -539,7 +553,7 @@ def assess(name: str, actual: torch.Tensor, exact: np.ndarray, bound: np.ndarray
         idx = tuple(int(i) for i in np.argwhere(bad)[0])
         if bad_fin.any():
             idx = tuple(int(i) for i in np.unravel_index(np.argmax(np.where(bad_fin, units, -1)), e.shape))
-        detail = (f"{name}{list(idx)}: got {a[idx]!r}, exact {e[idx]!r}, |error| {abs(a[idx] - e[idx]):.3g} "
+        detail = (f"{name}{list(idx)}: got {float(a[idx])!r}, exact {float(e[idx])!r}, |error| {abs(a[idx] - e[idx]):.3g} "
                   f"> bound {bound[idx]:.3g} ({ulps[idx]:.3g} ulp of {f.name})")
     elif fin.any():
         idx = tuple(int(i) for i in np.unravel_index(np.argmax(units), e.shape))

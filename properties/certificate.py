@@ -107,7 +107,7 @@ def markdown(cert: dict) -> str:
     lines += ["", "Summary: " + ", ".join(f"{v} {k}" for k, v in sorted(cert["summary"].items())), ""]
     lines += ["| implementation | property | dtype | outcome | examples | worst ulp | worst error/bound |",
               "|---|---|---|---|---|---|---|"]
-    for r in cert["results"]:
+    for r in sorted(cert["results"], key=lambda r: (r["impl"], r["property"], r["dtype"])):
         lines.append(f"| {r['impl']} ({r['backend']}) | {r['property']} | {r['dtype']} | {r['outcome']} | "
                      f"{r['examples']} | {r['worst_ulps']:.3g} | {r['worst_units']:.3g} |")
     lines += case_studies(cert)
