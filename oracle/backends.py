@@ -74,6 +74,8 @@ Interface (``a`` has rows along the last axis; results keep that axis as 1):
     B.row_peak(a)         max_i |a_i| of every row, as a float64 ndarray (NaN
                           where the row has a NaN)
     B.exp                 elementwise
+    B.mul_add_(a, m, b)   a = a * m (+ b), in place on ``a`` (an array the caller
+                          owns), m and b broadcast; returns a
     B.pointwise(fn, *a, risky=None)
                           fn(B, *a) for an elementwise formula fn.  MP evaluates
                           it as is.  F64 evaluates it in float64 and then
@@ -418,6 +420,15 @@ class _Float64Exact:
         return _np(a)
 
     exp = staticmethod(np.exp)
+
+    def mul_add_(self, a, m, b=None):
+        t = torch.from_numpy(a)  # torch: multi-threaded, and b + a*m in one pass
+        m = torch.from_numpy(np.asarray(m, dtype=np.float64))
+        if b is None:
+            t.mul_(m)
+        else:
+            torch.addcmul(torch.from_numpy(np.asarray(b, dtype=np.float64)), t, m, out=t)
+        return a
 
     def row_peak(self, a):
         x = _th(_np(a))
@@ -942,6 +953,12 @@ class _MPExact:
 
     def row_peak(self, a):
         return F64.row_peak(self.to_float64(a))
+
+    def mul_add_(self, a, m, b=None):
+        a *= m
+        if b is not None:
+            a += b
+        return a
 
     def center(self, a):
         m = self.row_sum(a) / a.shape[-1]

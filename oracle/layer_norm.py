@@ -30,12 +30,17 @@ def normalize(B, z, eps):
     finite; xhat is invariant under (z, eps) -> (c z, c**2 eps), so such rows
     are evaluated at c = 1/2 (c = 1 elsewhere), and rho = 1 / sqrt(var(c z) + c**2 eps).
     """
+    d, mean = B.center(z)
+    rho = B.inv_rms(d, eps)
+    c = np.ones(mean.shape)
     with np.errstate(all="ignore"):
-        c = np.where(B.row_peak(z) >= 2.0 ** 1022, 0.5, 1.0)  # also where inf: that row is NaN anyway
-    d, _ = B.center(z * c if (c != 1).any() else z)
-    rho = B.inv_rms(d, eps * c * c)
-    d *= rho  # in place: d is ours, and a fresh array would cost a page fault per 4 KiB
-    return d, rho, c
+        # rho = 0 exactly only where d holds an inf; with a finite mean, that inf is an overflow
+        over = np.isfinite(B.to_float64(mean)) & (B.to_float64(rho) == 0)
+    if over.any():
+        c[over] = 0.5
+        d, _ = B.center(z * c)
+        rho = B.inv_rms(d, eps * c * c)
+    return B.mul_add_(d, rho), rho, c  # in place: d is ours (a fresh array costs a page fault per 4 KiB)
 
 
 def normalize_vjp(B, xhat, rho, c, g):
@@ -54,9 +59,7 @@ def affine_grads(B, xhat, dy):
 
 def forward(B, x, weight, bias, eps):
     xhat, _, _ = normalize(B, x, eps)
-    xhat *= weight
-    xhat += bias
-    return (xhat,)
+    return (B.mul_add_(xhat, weight, bias),)
 
 
 def vjp(B, cot, x, weight, bias, eps):
