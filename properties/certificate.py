@@ -96,8 +96,12 @@ def build(results: list[dict], config) -> dict:
              "outcome": r["outcome"], "examples": r["examples"], "seconds": round(r["seconds"], 3),
              "worst_ulps": r["worst_ulps"], "worst_units": r["worst_units"], "worst_where": r["worst_where"],
              "unclaimed": r["unclaimed"], "message": r["message"], "replay": r["replay"]} for r in results]
+    from properties.harness import CONFIG  # noqa: PLC0415
+
+    impls = {i.id: {"op": i.op, "backend": i.backend, "target": i.target, "expected_failure": i.expected_failure}
+             for i in CONFIG.get("impls", ())}
     return {"schema": SCHEMA, "environment": environment(config), "summary": dict(Counter(r["outcome"] for r in rows)),
-            "results": rows}
+            "implementations": impls, "results": rows}
 
 
 def markdown(cert: dict) -> str:
@@ -120,8 +124,13 @@ def markdown(cert: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+FIRST = ("accuracy", "contract", "extremes", "fusion", "padding", "row-independence", "invariance", "gradients",
+         "gradcheck", "determinism", "batch-invariance")  # which failure a verdict names first
+
+
 def case_studies(cert: dict) -> list[str]:
-    """One verdict per case study: rejected (expected) by which properties, and the first shrunk case."""
+    """The verdict on each case study: per dtype, the first property that rejected it, what the
+    suite saw and the shrunk case; the design's registered reason stands on its first row."""
     by_impl: dict[str, list[dict]] = {}
     for r in cert["results"]:
         if r["backend"] == "case-study":
@@ -129,16 +138,25 @@ def case_studies(cert: dict) -> list[str]:
     if not by_impl:
         return []
     lines = ["", "## Case studies", "",
-             "| design | verdict | rejected by (property: dtypes) | first counterexample |", "|---|---|---|---|"]
-    for impl, rs in by_impl.items():
-        failed = [r for r in rs if r["outcome"] in ("expected-fail", "fail")]
-        props: dict[str, list[str]] = {}
-        for r in failed:
-            props.setdefault(r["property"], []).append(r["dtype"])
-        verdict = "rejected, expected" if failed else "**not rejected**"
-        by = "; ".join(f"{p}: {', '.join(d)}" for p, d in props.items()) or "-"
-        first = f"{failed[0]['message'][:160]} on `{failed[0]['worst_where'][:160]}`" if failed else "-"
-        lines.append(f"| {impl} | {verdict} | {by} | {first.replace('|', '/')} |")
+             "| design: why it must fail (registered) | dtype | rejected first by | what the suite saw | shrunk case |",
+             "|---|---|---|---|---|"]
+    cell = lambda text, k: text[:k].replace("|", "\\|")  # noqa: E731
+    for impl in sorted(by_impl):
+        failed = [r for r in by_impl[impl] if r["outcome"] in ("expected-fail", "fail")]
+        why = cert.get("implementations", {}).get(impl, {}).get("expected_failure", "")
+        head = f"**{impl}**: {cell(why, 300)}"
+        if not failed:
+            lines.append(f"| {head} | all | **not rejected** | - | - |")
+            continue
+        for dtype in ("float64", "float32", "float16", "bfloat16"):
+            rs = sorted((r for r in failed if r["dtype"] == dtype),
+                        key=lambda r: FIRST.index(r["property"]) if r["property"] in FIRST else len(FIRST))
+            if rs:
+                r = rs[0]
+                others = len(rs) - 1
+                by = r["property"] + (f" (+{others} more)" if others else "")
+                lines.append(f"| {head} | {dtype} | {by} | {cell(r['message'], 180)} | `{cell(r['worst_where'], 140)}` |")
+                head = ""
     return lines
 
 
