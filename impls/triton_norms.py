@@ -1,4 +1,4 @@
-"""Triton kernels for RMSNorm, add+RMSNorm, LayerNorm and masked BatchNorm, forward and backward.
+"""Triton kernels for RMSNorm, add+RMSNorm, LayerNorm, DeepNorm and masked BatchNorm, forward and backward.
 
 The maths is ``oracle``'s (see ``oracle/rms_norm.py``, ``layer_norm.py``,
 ``batch_norm.py``); in short, per row of length n (BatchNorm: per channel,
@@ -14,6 +14,11 @@ and for a cotangent dy, with g = dy * w:
 
     dx = rho * (g - mean(g) - xhat * mean(g * xhat))   (no mean(g) term for RMSNorm)
     dw = sum_rows dy * xhat,   db = sum_rows dy
+
+The row kernels normalise s, formed in the compute precision by a prologue:
+s = x, s = x + residual (add+RMSNorm, which also stores s rounded as the
+residual output), or s = alpha x + f (DeepNorm, f = sublayer(x) computed by
+torch beforehand; autograd carries ds through the sublayer, dx = alpha ds + ...).
 
 RMSNorm is the uncentred case of the same kernels: with mu = 0, var is the
 mean square and rho * (g - xhat mean(g xhat)) = rho g - rho**3 x mean(g x).
@@ -116,28 +121,31 @@ def _sum_partials_kernel(PART, OUT, programs, n, ACC: tl.constexpr, BLOCK_G: tl.
 
 # ---------------------------------------------------------------- row norms (RMSNorm, add+RMSNorm, LayerNorm)
 @triton.jit
-def _load_s(X, sxr, sxc, R, srr, src, row, col, m, HAS_RES: tl.constexpr, ACC: tl.constexpr):
-    """The normalised input: x, or s = x + residual (summed in ACC)."""
+def _load_s(X, sxr, sxc, R, srr, src, alpha, row, col, m, PRE: tl.constexpr, ACC: tl.constexpr):
+    """The normalised input s, computed in ACC: x (PRE 0), x + r (PRE 1), alpha x + r (PRE 2)."""
     s = load_widened(tile_ptrs(X, row, col, sxr, sxc), m, ACC)
-    if HAS_RES:
+    if PRE == 1:
         s += load_widened(tile_ptrs(R, row, col, srr, src), m, ACC)
+    if PRE == 2:
+        s = alpha * s + load_widened(tile_ptrs(R, row, col, srr, src), m, ACC)
     return s
 
 
 @triton.jit
-def _row_xhat(X, sxr, sxc, R, srr, src, row, col, m, mean, rstd, HAS_RES: tl.constexpr, ACC: tl.constexpr):
+def _row_xhat(X, sxr, sxc, R, srr, src, alpha, row, col, m, mean, rstd, PRE: tl.constexpr, ACC: tl.constexpr):
     """xhat = (s - mu) * rho on the tile, 0 where masked off (mean and rstd are [BLOCK_R, 1])."""
-    return tl.where(m, (_load_s(X, sxr, sxc, R, srr, src, row, col, m, HAS_RES, ACC) - mean) * rstd, 0.0)
+    return tl.where(m, (_load_s(X, sxr, sxc, R, srr, src, alpha, row, col, m, PRE, ACC) - mean) * rstd, 0.0)
 
 
 @triton.jit
 def _row_norm_fwd_kernel(
-    X, sxr, sxc, R, srr, src, W, B, EPS, Y, RES, MEAN, RSTD, rows, n,
-    CENTER: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr,
+    X, sxr, sxc, R, srr, src, ALPHA, W, B, EPS, Y, RES, MEAN, RSTD, rows, n,
+    CENTER: tl.constexpr, PRE: tl.constexpr, HAS_BIAS: tl.constexpr,
     ACC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """y = (s - mu) * rho * w (+ b) per row; saves mu (if CENTER) and rho; RES = s rounded (if HAS_RES)."""
+    """y = (s - mu) * rho * w (+ b) per row; saves mu (if CENTER) and rho; RES = s rounded (PRE 1)."""
     row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    alpha = tl.load(ALPHA)
     in_rows = row < rows
     n_acc = tl.full([], n, ACC)
     mean = tl.zeros([BLOCK_R], ACC)
@@ -146,15 +154,15 @@ def _row_norm_fwd_kernel(
         for c0 in range(0, n, BLOCK_N):
             col = c0 + tl.arange(0, BLOCK_N)
             m = in_rows[:, None] & (col < n)[None, :]
-            acc += _load_s(X, sxr, sxc, R, srr, src, row, col, m, HAS_RES, ACC)
+            acc += _load_s(X, sxr, sxc, R, srr, src, alpha, row, col, m, PRE, ACC)
         mean = div_rn(tl.sum(acc, 1), n_acc)
         tl.store(MEAN + row, mean, mask=in_rows)
     acc = tl.zeros([BLOCK_R, BLOCK_N], ACC)
     for c0 in range(0, n, BLOCK_N):
         col = c0 + tl.arange(0, BLOCK_N)
         m = in_rows[:, None] & (col < n)[None, :]
-        s = _load_s(X, sxr, sxc, R, srr, src, row, col, m, HAS_RES, ACC)
-        if HAS_RES:
+        s = _load_s(X, sxr, sxc, R, srr, src, alpha, row, col, m, PRE, ACC)
+        if PRE == 1:
             store_rounded(tile_ptrs(RES, row, col, n, 1), s, m)
         d = tl.where(m, s - mean[:, None], 0.0)
         acc += d * d
@@ -163,7 +171,7 @@ def _row_norm_fwd_kernel(
     for c0 in range(0, n, BLOCK_N):
         col = c0 + tl.arange(0, BLOCK_N)
         m = in_rows[:, None] & (col < n)[None, :]
-        s = _load_s(X, sxr, sxc, R, srr, src, row, col, m, HAS_RES, ACC)
+        s = _load_s(X, sxr, sxc, R, srr, src, alpha, row, col, m, PRE, ACC)
         y = (s - mean[:, None]) * rstd[:, None] * load_widened(W + col, col < n, ACC)[None, :]
         if HAS_BIAS:
             y += load_widened(B + col, col < n, ACC)[None, :]
@@ -178,16 +186,17 @@ def _add_to_partial(PART, col, in_cols, v):
 
 @triton.jit
 def _row_norm_bwd_kernel(
-    X, sxr, sxc, R, srr, src, DY, sdr, sdc, DRES, sqr, sqc, W, MEAN, RSTD,
+    X, sxr, sxc, R, srr, src, ALPHA, DY, sdr, sdc, DRES, sqr, sqc, W, MEAN, RSTD,
     DX, DW_PART, DB_PART, rows, n, rows_per_prog,
-    CENTER: tl.constexpr, HAS_RES: tl.constexpr,
+    CENTER: tl.constexpr, PRE: tl.constexpr,
     ACC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """dx = rho (g - mean(g) - xhat mean(g xhat)) (+ dres), g = dy w, for rows_per_prog rows.
+    """ds = rho (g - mean(g) - xhat mean(g xhat)) (+ dres for PRE 1), g = dy w, for rows_per_prog rows.
 
     dw (and db if CENTER) of those rows accumulate into row program_id of DW_PART (DB_PART).
     """
     pid = tl.program_id(0)
+    alpha = tl.load(ALPHA)
     n_acc = tl.full([], n, ACC)
     first = pid * rows_per_prog
     last = tl.minimum(first + rows_per_prog, rows)
@@ -205,7 +214,7 @@ def _row_norm_bwd_kernel(
         for c0 in range(0, n, BLOCK_N):
             col = c0 + tl.arange(0, BLOCK_N)
             m = in_rows[:, None] & (col < n)[None, :]
-            xhat = _row_xhat(X, sxr, sxc, R, srr, src, row, col, m, mean, rstd, HAS_RES, ACC)
+            xhat = _row_xhat(X, sxr, sxc, R, srr, src, alpha, row, col, m, mean, rstd, PRE, ACC)
             g = load_widened(tile_ptrs(DY, row, col, sdr, sdc), m, ACC) * load_widened(W + col, col < n, ACC)[None, :]
             sum_gx += g * xhat
             if CENTER:
@@ -216,10 +225,10 @@ def _row_norm_bwd_kernel(
             col = c0 + tl.arange(0, BLOCK_N)
             in_cols = col < n
             m = in_rows[:, None] & in_cols[None, :]
-            xhat = _row_xhat(X, sxr, sxc, R, srr, src, row, col, m, mean, rstd, HAS_RES, ACC)
+            xhat = _row_xhat(X, sxr, sxc, R, srr, src, alpha, row, col, m, mean, rstd, PRE, ACC)
             dy = load_widened(tile_ptrs(DY, row, col, sdr, sdc), m, ACC)
             dx = rstd * (dy * load_widened(W + col, in_cols, ACC)[None, :] - mean_g - xhat * mean_gx)
-            if HAS_RES:
+            if PRE == 1:
                 dx += load_widened(tile_ptrs(DRES, row, col, sqr, sqc), m, ACC)
             store_rounded(tile_ptrs(DX, row, col, n, 1), dx, m)
             _add_to_partial(dw_part, col, in_cols, tl.sum(dy * xhat, 0))
@@ -354,20 +363,26 @@ def _column_sums(part: torch.Tensor, dtype: torch.dtype, acc: tl.dtype) -> torch
     return out
 
 
-def _eps(eps: float, dtype: torch.dtype, device) -> torch.Tensor:
-    """eps as a one-element tensor: Triton would pass a Python float as float32."""
-    return torch.full((1,), eps, dtype=dtype, device=device)
+def _scalar(v: float, dtype: torch.dtype, device) -> torch.Tensor:
+    """eps or alpha as a one-element tensor: Triton would pass a Python float as float32."""
+    return torch.full((1,), v, dtype=dtype, device=device)
 
 
-def _row_norm_forward(x, residual, weight, bias, eps, center):
+def _prologue(residual, alpha) -> int:
+    """PRE: s = x (0), x + residual (1, residual_out stored), alpha x + residual (2, DeepNorm)."""
+    return 0 if residual is None else (1 if alpha is None else 2)
+
+
+def _row_norm_forward(x, residual, weight, bias, eps, center, alpha=None):
     """(y, residual_out or None, mean or None, rstd) for the row norms."""
     n = x.shape[-1]
+    pre = _prologue(residual, alpha)
     acc, acc_t = compute_dtype(x.dtype)
     x2 = as_rows(x, n)
     r2 = x2 if residual is None else as_rows(residual, n)
     rows = x2.shape[0]
     y = torch.empty((rows, n), dtype=x.dtype, device=x.device)
-    res = None if residual is None else torch.empty_like(y)
+    res = torch.empty_like(y) if pre == 1 else None
     mean = torch.empty(rows, dtype=acc_t, device=x.device) if center else None
     rstd = torch.empty(rows, dtype=acc_t, device=x.device)
     if rows * n:
@@ -375,16 +390,16 @@ def _row_norm_forward(x, residual, weight, bias, eps, center):
         w = weight.contiguous()
         b = w if bias is None else bias.contiguous()
         _row_norm_fwd_kernel[(triton.cdiv(rows, block_r),)](
-            x2, x2.stride(0), x2.stride(1), r2, r2.stride(0), r2.stride(1), w, b, _eps(eps, acc_t, x.device),
-            y, y if res is None else res, rstd if mean is None else mean, rstd, rows, n,
-            CENTER=center, HAS_RES=residual is not None, HAS_BIAS=bias is not None,
+            x2, x2.stride(0), x2.stride(1), r2, r2.stride(0), r2.stride(1), _scalar(1.0 if alpha is None else alpha, acc_t, x.device),
+            w, b, _scalar(eps, acc_t, x.device), y, y if res is None else res, rstd if mean is None else mean, rstd,
+            rows, n, CENTER=center, PRE=pre, HAS_BIAS=bias is not None,
             ACC=acc, BLOCK_R=block_r, BLOCK_N=block_n)
     res = None if res is None else res.reshape(x.shape)
     return y.reshape(x.shape), res, mean, rstd
 
 
-def _row_norm_backward(x, residual, weight, mean, rstd, dy, dres, bias_dtype=None):
-    """(dx, dweight, dbias or None); centred (LayerNorm) when mean is given."""
+def _row_norm_backward(x, residual, weight, mean, rstd, dy, dres, bias_dtype=None, alpha=None):
+    """(ds, dweight, dbias or None), ds the cotangent of s (+ dres); centred (LayerNorm) when mean is given."""
     n = x.shape[-1]
     acc, acc_t = compute_dtype(x.dtype)
     x2, dy2 = as_rows(x, n), as_rows(dy, n)
@@ -404,10 +419,11 @@ def _row_norm_backward(x, residual, weight, mean, rstd, dy, dres, bias_dtype=Non
     dw_part = torch.zeros((programs, n), dtype=acc_t, device=x.device)
     db_part = torch.zeros((programs, n), dtype=acc_t, device=x.device) if center else dw_part
     _row_norm_bwd_kernel[(programs,)](
-        x2, x2.stride(0), x2.stride(1), r2, r2.stride(0), r2.stride(1), dy2, dy2.stride(0), dy2.stride(1),
+        x2, x2.stride(0), x2.stride(1), r2, r2.stride(0), r2.stride(1), _scalar(1.0 if alpha is None else alpha, acc_t, x.device),
+        dy2, dy2.stride(0), dy2.stride(1),
         dres2, dres2.stride(0), dres2.stride(1), weight.contiguous(), rstd if mean is None else mean, rstd,
         dx, dw_part, db_part, rows, n, rows_per_prog,
-        CENTER=center, HAS_RES=residual is not None, ACC=acc, BLOCK_R=block_r, BLOCK_N=block_n)
+        CENTER=center, PRE=_prologue(residual, alpha), ACC=acc, BLOCK_R=block_r, BLOCK_N=block_n)
     dw = _column_sums(dw_part, weight.dtype, acc)
     db = _column_sums(db_part, bias_dtype, acc) if center else None
     return dx.reshape(x.shape), dw, db
@@ -456,6 +472,23 @@ class _LayerNorm(torch.autograd.Function):
         return dx, dw, db, None
 
 
+class _DeepNorm(torch.autograd.Function):
+    """layer_norm(alpha x + f) with f = sublayer(x) given: the sum is formed in the kernel (in ACC)."""
+
+    @staticmethod
+    def forward(ctx, x, f, alpha, weight, bias, eps):
+        y, _, mean, rstd = _row_norm_forward(x, f, weight, bias, eps, center=True, alpha=alpha)
+        ctx.save_for_backward(x, f, weight, mean, rstd)
+        ctx.alpha, ctx.bias_dtype = alpha, bias.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, f, weight, mean, rstd = ctx.saved_tensors
+        dz, dw, db = _row_norm_backward(x, f, weight, mean, rstd, dy, None, ctx.bias_dtype, alpha=ctx.alpha)
+        return ctx.alpha * dz, dz, None, dw, db, None  # autograd carries dz on through the sublayer
+
+
 def _bn_tile(c: int) -> tuple[int, int]:
     """(BLOCK_P, BLOCK_C): up to 64 channels per program, the rest of the tile along positions."""
     block_c = min(triton.next_power_of_2(c), 64)
@@ -476,7 +509,7 @@ def _batch_norm_forward(x, weight, bias, eps, mask):
         block_p, block_c = _bn_tile(c)
         _bn_fwd_kernel[(triton.cdiv(c, block_c),)](
             x2, x2.stride(0), x2.stride(1), x2 if m is None else m, weight.contiguous(), bias.contiguous(),
-            _eps(eps, acc_t, x.device), y, mean, rstd, p, c,
+            _scalar(eps, acc_t, x.device), y, mean, rstd, p, c,
             HAS_MASK=m is not None, ACC=acc, BLOCK_P=block_p, BLOCK_C=block_c)
     return y.reshape(x.shape), mean, rstd, m
 
@@ -526,6 +559,10 @@ def layer_norm(x, weight, bias, eps):
     return _LayerNorm.apply(x, weight, bias, eps)
 
 
+def deep_norm(x, sublayer, alpha, weight, bias, eps):
+    return _DeepNorm.apply(x, sublayer(x), alpha, weight, bias, eps)
+
+
 def batch_norm(x, weight, bias, eps, mask=None):
     return _BatchNorm.apply(x, weight, bias, eps, mask)
 
@@ -535,4 +572,5 @@ IMPLS = [
     make("add_rms_norm", "triton", "triton", add_rms_norm, devices=("cpu", "cuda")),
     make("layer_norm", "triton", "triton", layer_norm, devices=("cpu", "cuda")),
     make("batch_norm", "triton", "triton", batch_norm, devices=("cpu", "cuda")),
+    make("deep_norm", "triton", "triton", deep_norm, devices=("cpu", "cuda")),
 ]
