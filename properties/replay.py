@@ -84,6 +84,8 @@ def save_failure(impl, prop: str, case: Case, directory: str | None = None) -> s
 
 def load(path: str, device: str) -> tuple[dict, Case]:
     """(meta, case) from a replay file; ReplayError says what is wrong with it."""
+    if os.path.isfile(path) and not zipfile.is_zipfile(path):
+        raise ReplayError(f"{path}: not a replay file (expected a .npz archive written by normcert)")
     try:
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}

@@ -1,0 +1,130 @@
+"""Replay files: exact round trip, clear errors on bad files, and the replay command end to end.
+
+* a saved case loads back bit for bit: dtype, shape, strides (a transposed
+  bfloat16 view, a bool mask, sublayer weights) and the scalars;
+* a file that is not a replay file, is truncated, or names an unknown op is a
+  ``ReplayError`` naming the file and what is wrong (never unpickled);
+* ``pytest --replay=FILE`` of a planted bug's failure exits 1 with no
+  Hypothesis database, and 0 against a correct kernel given with ``--impl``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+from impls import plugin
+from properties.opinfo import Case
+from properties.replay import ReplayError, load, save_failure
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _bits(t):
+    return t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32 if t.element_size() == 4
+                               else torch.int64 if t.element_size() == 8 else torch.uint8)
+
+
+def _deep_norm_case():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 3, generator=g).to(torch.bfloat16).t()  # (3, 5), strides (1, 3)
+    n = x.shape[-1]
+    t = {"x": x, "sub_weight": torch.randn(n, n, generator=g).to(torch.bfloat16),
+         "sub_bias": torch.zeros(n, dtype=torch.bfloat16), "weight": torch.ones(n, dtype=torch.float32),
+         "bias": torch.tensor([float("nan"), 0, -0.0, float("inf"), 1e-40], dtype=torch.float32)}
+    return Case("deep_norm", t, {"eps": 1e-6, "alpha": 1.5}, {"x": "test"}, {"cot_seed": 7})
+
+
+def test_round_trip_is_bit_exact(tmp_path):
+    case = _deep_norm_case()
+    impl = plugin("deep_norm=impls.eager:deep_norm")
+    cmd = save_failure(impl, "accuracy", case, directory=str(tmp_path))
+    meta, back = load(cmd.split("=", 1)[1], "cpu")
+    assert meta["impl"] == "deep_norm=impls.eager:deep_norm" and meta["property"] == "accuracy"
+    assert back.scalars == case.scalars and back.params == case.params
+    for k, t in case.tensors.items():
+        u = back.tensors[k]
+        assert (u.dtype, u.shape, u.stride()) == (t.dtype, t.shape, t.stride()), k
+        assert torch.equal(_bits(u), _bits(t)), k
+
+
+def test_mask_round_trip(tmp_path):
+    x = torch.randn(2, 3, 4)
+    mask = torch.tensor([[True, False, True], [False, False, True]])
+    case = Case("batch_norm", {"x": x, "weight": torch.ones(4), "bias": torch.zeros(4), "mask": mask}, {"eps": 1e-5})
+    cmd = save_failure(plugin("batch_norm=impls.eager:batch_norm"), "padding", case, directory=str(tmp_path))
+    _, back = load(cmd.split("=", 1)[1], "cpu")
+    assert back.tensors["mask"].dtype == torch.bool and torch.equal(back.tensors["mask"], mask)
+
+
+def _saved(tmp_path):
+    cmd = save_failure(plugin("deep_norm=impls.eager:deep_norm"), "accuracy", _deep_norm_case(),
+                       directory=str(tmp_path))
+    return cmd.split("=", 1)[1]
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("text", "not a replay file"),
+    ("truncate", "not a replay file"),
+    ("unknown-op", "unknown op 'softmax'"),
+    ("short-tensor", "tensor 'x' is truncated"),
+    ("pickle", "not a replay file"),
+])
+def test_bad_file_is_a_one_line_error(tmp_path, damage, says):
+    path = _saved(tmp_path)
+    if damage == "text":
+        with open(path, "w") as f:
+            f.write("hello")
+    elif damage == "truncate":
+        data = open(path, "rb").read()
+        open(path, "wb").write(data[: len(data) // 2])
+    elif damage == "pickle":
+        import pickle  # noqa: PLC0415 - writing one, to show it is never loaded
+
+        with open(path, "wb") as f:
+            pickle.dump({"meta": "x"}, f)
+    else:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        meta = json.loads(bytes(arrays["meta"]).decode())
+        if damage == "unknown-op":
+            meta["op"] = "softmax"
+        else:
+            arrays["t_x"] = arrays["t_x"][:4]
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        np.savez(path, **arrays)
+        assert zipfile.is_zipfile(path)
+    with pytest.raises(ReplayError) as e:
+        load(path, "cpu")
+    message = str(e.value)
+    assert message.startswith(path) and says in message and "\n" not in message
+
+
+def _pytest(*args, storage):
+    """A fresh pytest process in the checkout, its Hypothesis storage pointed at an empty folder."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(storage)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_replay_command_reproduces_without_hypothesis_database(tmp_path):
+    """A planted bug's saved failure fails again (exit 1) in a fresh process with no .hypothesis/,
+    and the same bits pass through a correct kernel (exit 0)."""
+    x = torch.tensor([[3.0, 4.0]], dtype=torch.float32)
+    case = Case("rms_norm", {"x": x, "weight": torch.ones(2)}, {"eps": 1e-2})
+    impl = plugin("rms_norm=properties.meta.planted:rms_eps_outside_sqrt")
+    path = save_failure(impl, "accuracy", case, directory=str(tmp_path)).split("=", 1)[1]
+    empty = tmp_path / "no-hypothesis-database"
+    bad = _pytest(f"--replay={path}", storage=empty)
+    assert bad.returncode == 1, bad.stdout[-2000:]
+    assert "accuracy still fails for rms_norm:properties.meta.planted:rms_eps_outside_sqrt" in bad.stdout
+    good = _pytest(f"--replay={path}", "--impl", "rms_norm=impls.eager:rms_norm", storage=empty)
+    assert good.returncode == 0, good.stdout[-2000:]
+    assert not any(empty.rglob("*")), "replay must not read or write a Hypothesis database"
