@@ -197,16 +197,21 @@ def _rms(ctx, x, w, eps):
     return rho, rel
 
 
+def residual_overflows(args):
+    """add_rms_norm rows where RNE(x + r) overflows x.dtype though x and r are finite (keepdims)."""
+    x, r = _f(args["x"]), _f(args["residual"])
+    with np.errstate(all="ignore"):
+        rounded = fmt(args["x"].dtype).round(x + r)
+    return (np.isinf(rounded) & np.isfinite(x) & np.isfinite(r)).any(axis=-1, keepdims=True)
+
+
 def _rms_claim(ctx, args, s):
     """Rows an RMSNorm bound is claimed on: s's sum of squares fits the compute format, and for
     add_rms_norm RNE(x + r) does not overflow x.dtype (a kernel may normalise that rounded sum,
     the residual stream it stores, and then gets inf where the exact y is finite)."""
     claim = _claimable(ctx, s)
     if "residual" in args:
-        x, r = _f(args["x"]), _f(args["residual"])
-        with np.errstate(all="ignore"):
-            rounded = fmt(args["x"].dtype).round(x + r)
-        claim = claim & ~(np.isinf(rounded) & np.isfinite(x) & np.isfinite(r)).any(axis=-1, keepdims=True)
+        claim = claim & ~residual_overflows(args)
     return claim
 
 
