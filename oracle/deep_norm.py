@@ -59,7 +59,7 @@ def _scaled_normalize(B, x, sub_weight, sub_bias, alpha, eps):
 
 def forward(B, x, sub_weight, sub_bias, alpha, weight, bias, eps):
     xhat, _, _ = _scaled_normalize(B, x, sub_weight, sub_bias, alpha, eps)
-    return (xhat * weight + bias,)
+    return (B.mul_add_(xhat, weight, bias),)
 
 
 def vjp(B, cot, x, sub_weight, sub_bias, alpha, weight, bias, eps):
