@@ -28,8 +28,8 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-import impls  # noqa: E402
-from properties.certificate import cpu_name  # noqa: E402
+from normcert import impls  # noqa: E402
+from normcert.properties.certificate import cpu_name  # noqa: E402
 
 DEFAULT_SHAPES = ((4096, 4096), (32, 8192))
 BACKENDS = ("eager", "compiled", "triton")
@@ -59,7 +59,7 @@ def inputs(op: str, rows: int, n: int, dtype, device, grad: bool) -> dict:
 
 
 def call(impl, a: dict):
-    from properties.opinfo import INFO, Case  # noqa: PLC0415
+    from normcert.properties.opinfo import INFO, Case  # noqa: PLC0415
 
     tensors = {k: v for k, v in a.items()}
     if impl.op == "batch_norm":

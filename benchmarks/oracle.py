@@ -41,9 +41,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-import oracle  # noqa: E402
-from oracle.backends import MP_PREC  # noqa: E402
-from properties.certificate import cpu_name  # noqa: E402
+from normcert import oracle  # noqa: E402
+from normcert.oracle.backends import MP_PREC  # noqa: E402
+from normcert.properties.certificate import cpu_name  # noqa: E402
 
 SIZES = ((8, 64), (64, 1024), (64, 4096), (64, 8192))
 QUICK_SIZES = ((8, 64), (64, 4096))

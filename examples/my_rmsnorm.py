@@ -1,6 +1,6 @@
 """A user's own RMSNorm, to certify with normcert:
 
-    pytest --impl rms_norm=examples.my_rmsnorm:rms_norm
+    normcert certify rms_norm=examples.my_rmsnorm:rms_norm      (from the clone's root)
 
 Contract: rms_norm(x, weight, eps) -> y with x's shape and dtype; compute in
 float32 (float64 for float64 inputs); never write to the inputs.

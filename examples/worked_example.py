@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-import oracle
-from oracle import error_model
-from oracle.formats import fmt
+from normcert import oracle
+from normcert.oracle import error_model
+from normcert.oracle.formats import fmt
 
 N, EPS = 4096, 1e-6
 

@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Callable
 
 import torch
 
-from oracle import OPS
-from oracle.formats import DTYPES
+from normcert.oracle import OPS
+from normcert.oracle.formats import DTYPES
 
 BACKENDS = ("eager", "compiled", "triton", "case-study", "plugin")
-MODULES = ("impls.eager", "impls.compiled", "impls.triton_norms", "impls.triton_swiglu", "impls.case_studies")
+MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "triton_norms", "triton_swiglu", "case_studies"))
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def resolve(target: str) -> Callable:
     if not sep or not module or not attr:
         raise UsageError(f"--impl target {target!r} must be MODULE:ATTR")
     try:
-        obj = importlib.import_module(module)
+        obj = _import(module)
     except ImportError as e:
         raise UsageError(f"--impl: cannot import module {module!r}: {e}") from None
     for part in attr.split("."):
@@ -73,6 +74,17 @@ def resolve(target: str) -> Callable:
     if not callable(obj):
         raise UsageError(f"--impl: {target} is a {type(obj).__name__}, not a callable")
     return obj
+
+
+def _import(module: str):
+    """Import ``module``; like ``python -m``, a module in the current directory is found too."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module.split(".")[0] or os.getcwd() in sys.path:
+            raise
+    sys.path.append(os.getcwd())
+    return importlib.import_module(module)
 
 
 def plugin(spec: str) -> Impl:
@@ -91,7 +103,7 @@ def _from_entry_points() -> list[Impl]:
         items = ep.load()()
         for item in items:
             if not isinstance(item, Impl):
-                raise UsageError(f"entry point {ep.name!r} yielded {type(item).__name__}, expected impls.Impl")
+                raise UsageError(f"entry point {ep.name!r} yielded {type(item).__name__}, expected normcert.impls.Impl")
             found.append(item)
     return found
 

@@ -1,10 +1,10 @@
-"""``python -m impls``: the registry as a table, one line per implementation."""
+"""``normcert list`` (or ``python -m normcert.impls``): the registry as a table, one line per implementation."""
 from __future__ import annotations
 
 import torch
 
-from impls import ensure_triton_mode, registry
-from oracle.formats import DTYPE_NAMES
+from normcert.impls import ensure_triton_mode, registry
+from normcert.oracle.formats import DTYPE_NAMES
 
 
 def main() -> None:

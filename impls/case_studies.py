@@ -398,20 +398,20 @@ IMPLS = [
     # (in-place on a tensor autograd saved), so they are registered without backward.
     _cs("rms_norm", "seed000-rms-inplace", seed000_rms,
         "float32: x.float() is x, so the in-place normalisation overwrites the caller's x (mutation); "
-        "float64 computed in float32", target="impls.case_studies:seed000_rms", backward=False),
+        "float64 computed in float32", target="normcert.impls.case_studies:seed000_rms", backward=False),
     _cs("rms_norm", "seed000-rms-inplace-eager", seed000_rms_eager,
         "float32: x.float() is x, so the in-place normalisation overwrites the caller's x (mutation); "
         "float64 computed in float32", backward=False),
     _cs("add_rms_norm", "seed000-add-rms-inplace", seed000_add_rms,
         "float32: add_ writes x+r into the caller's x, and the returned residual aliases y (mutation, "
         "residual_out != x+r); float64 summed and normalised in float32",
-        target="impls.case_studies:seed000_add_rms", backward=False),
+        target="normcert.impls.case_studies:seed000_add_rms", backward=False),
     _cs("add_rms_norm", "seed000-add-rms-inplace-eager", seed000_add_rms_eager,
         "float32: add_ writes x+r into the caller's x, and the returned residual aliases y (mutation, "
         "residual_out != x+r); float64 summed and normalised in float32", backward=False),
     _cs("add_rms_norm", "seed003-add-rms", seed003_add_rms,
         "float32: residual = s.to(float32) is s, normalised in place, so residual_out is y, not x+r; "
-        "float64 summed and normalised in float32", target="impls.case_studies:seed003_add_rms", backward=False),
+        "float64 summed and normalised in float32", target="normcert.impls.case_studies:seed003_add_rms", backward=False),
     # seed 000 SiluAndMul: compiled it is correct, so only the eager form is a case study (see seed000_silu_and_mul).
     _cs("silu_and_mul", "seed000-silu-and-mul-eager", seed000_silu_and_mul_eager,
         "gradients float16: autograd rounds dy*up to float16, which overflows (dgate -inf for -28.6, NaN for 0)"),

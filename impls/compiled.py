@@ -17,6 +17,6 @@ swiglu = torch.compile(eager.swiglu, dynamic=True)
 silu_and_mul = torch.compile(eager.silu_and_mul, dynamic=True)
 
 IMPLS = [
-    make(op, "compiled", "compiled", globals()[op], target=f"impls.compiled:{op}")
+    make(op, "compiled", "compiled", globals()[op], target=f"normcert.impls.compiled:{op}")
     for op in ("rms_norm", "add_rms_norm", "layer_norm", "batch_norm", "deep_norm", "swiglu", "silu_and_mul")
 ]

@@ -3,7 +3,7 @@
 JSON schema ``normcert-certificate/1`` (documented in the README):
 
     {"schema": "normcert-certificate/1",
-     "environment": {"normcert", "commit", "python", "torch", "triton", "hypothesis", "numpy",
+     "environment": {"normcert" (version), "commit" (normcert's own git describe, null for a wheel), "python", "torch", "triton", "hypothesis", "numpy",
                      "device", "device_name", "driver", "profile", "seed", "bitwise"},
      "summary": {"pass": n, "fail": n, "not-supported": n, "expected-fail": n, "warn": n},
      "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "seconds",
@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections import Counter
 
 import pytest
+
+import normcert
 
 SCHEMA = "normcert-certificate/1"
 CORE = ("accuracy", "extremes", "contract", "gradients")
@@ -52,32 +53,17 @@ def unexpected_passes(results: list[dict]) -> list[str]:
 def environment(config) -> dict:
     import torch  # noqa: PLC0415
 
-    from properties.harness import CONFIG  # noqa: PLC0415
-    from properties.replay import versions  # noqa: PLC0415
+    from normcert.properties.harness import CONFIG  # noqa: PLC0415
+    from normcert.properties.replay import versions  # noqa: PLC0415
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                check=False).stdout.strip() or None
-    except OSError:
-        commit = None
     device = CONFIG["device"]
     cuda = device == "cuda" and torch.cuda.is_available()
-    env = {"normcert": _version(), "commit": commit, **versions(), "device": device,
+    env = {"normcert": normcert.__version__, "commit": normcert.source_revision(), **versions(), "device": device,
            "device_name": torch.cuda.get_device_name() if cuda else cpu_name(),
            "driver": torch.version.cuda if cuda else None,
            "profile": config.getoption("hypothesis_profile", None) or "ci",
            "seed": CONFIG["seed"], "bitwise": CONFIG["bitwise"]}
     return env
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version  # noqa: PLC0415
-
-        return version("normcert")
-    except Exception:  # noqa: BLE001 - not installed: running from a checkout
-        return "unknown"
 
 
 def cpu_name() -> str:
@@ -96,7 +82,7 @@ def build(results: list[dict], config) -> dict:
              "outcome": r["outcome"], "examples": r["examples"], "seconds": round(r["seconds"], 3),
              "worst_ulps": r["worst_ulps"], "worst_units": r["worst_units"], "worst_where": r["worst_where"],
              "unclaimed": r["unclaimed"], "message": r["message"], "replay": r["replay"]} for r in results]
-    from properties.harness import CONFIG  # noqa: PLC0415
+    from normcert.properties.harness import CONFIG  # noqa: PLC0415
 
     impls = {i.id: {"op": i.op, "backend": i.backend, "target": i.target, "expected_failure": i.expected_failure}
              for i in CONFIG.get("impls", ())}

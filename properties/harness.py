@@ -22,9 +22,9 @@ import torch
 from hypothesis import HealthCheck, given, seed, settings, target
 from hypothesis.errors import Flaky
 
-import oracle
-from oracle import error_model
-from oracle.formats import DTYPE_NAMES
+from normcert import oracle
+from normcert.oracle import error_model
+from normcert.oracle.formats import DTYPE_NAMES
 
 from .opinfo import INFO, Case
 

@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-import oracle
+from normcert import oracle
 
 
 @dataclass

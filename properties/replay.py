@@ -16,12 +16,13 @@ import json
 import os
 import platform
 import re
+import shlex
 import zipfile
 
 import numpy as np
 import torch
 
-from oracle.formats import BY_NAME, DTYPE_NAMES
+from normcert.oracle.formats import BY_NAME, DTYPE_NAMES
 
 from .opinfo import INFO, Case
 
@@ -79,7 +80,7 @@ def save_failure(impl, prop: str, case: Case, directory: str | None = None) -> s
             "params": case.params, "notes": case.notes, "tensors": meta_t}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     np.savez(path, **arrays)
-    return f"pytest --replay={path}"
+    return f"normcert replay {shlex.quote(path)}"
 
 
 def load(path: str, device: str) -> tuple[dict, Case]:

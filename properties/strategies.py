@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from oracle.formats import DTYPES, fmt
+from normcert.oracle.formats import DTYPES, fmt
 
 from .opinfo import Case
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 
 
-import oracle
-from oracle import error_model
-from oracle.formats import DTYPES, to_float64
+from normcert import oracle
+from normcert.oracle import error_model
+from normcert.oracle.formats import DTYPES, to_float64
 
 from .harness import CONFIG, certify, invoke, probe, record_assessment
 from .opinfo import INFO

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-import oracle
-from oracle import error_model
-from oracle.formats import to_float64
+from normcert import oracle
+from normcert.oracle import error_model
+from normcert.oracle.formats import to_float64
 
 from .harness import CONFIG, certify, invoke, record_assessment
 from .opinfo import Case

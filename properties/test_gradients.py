@@ -19,8 +19,8 @@ import pytest
 import torch
 from hypothesis import strategies as st
 
-import oracle
-from oracle import error_model
+from normcert import oracle
+from normcert.oracle import error_model
 
 from .harness import CONFIG, RESULTS, ContractViolation, Result, certify, invoke, record_assessment
 from .opinfo import INFO, Case

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-import oracle
-from oracle import error_model
-from oracle.formats import fmt, to_float64
+from normcert import oracle
+from normcert.oracle import error_model
+from normcert.oracle.formats import fmt, to_float64
 
 from .harness import CONFIG, certify, invoke, record_assessment
 from .opinfo import INFO

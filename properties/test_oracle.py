@@ -27,9 +27,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import oracle
-from oracle import error_model
-from oracle.formats import to_float64
+from normcert import oracle
+from normcert.oracle import error_model
+from normcert.oracle.formats import to_float64
 
 from .strategies import PROFILES, cases, cotangents
 from .test_accuracy import valid_positions

@@ -10,9 +10,9 @@ import importlib
 
 import pytest
 
-import impls
-from properties import CHECKS
-from properties.harness import CONFIG, Worst
+from normcert import impls
+from normcert.properties import CHECKS
+from normcert.properties.harness import CONFIG, Worst
 
 
 def _implementation(meta):

@@ -4,13 +4,15 @@
   bfloat16 view, a bool mask, sublayer weights) and the scalars;
 * a file that is not a replay file, is truncated, or names an unknown op is a
   ``ReplayError`` naming the file and what is wrong (never unpickled);
-* ``pytest --replay=FILE`` of a planted bug's failure exits 1 with no
-  Hypothesis database, and 0 against a correct kernel given with ``--impl``.
+* ``normcert replay FILE`` of a planted bug's failure exits 1 with no
+  Hypothesis database, and ``pytest --pyargs normcert.properties --replay FILE``
+  exits 0 against a correct kernel given with ``--impl``, both from any folder.
 """
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import zipfile
@@ -19,11 +21,10 @@ import numpy as np
 import pytest
 import torch
 
-from impls import plugin
-from properties.opinfo import Case
-from properties.replay import ReplayError, load, save_failure
+from normcert.impls import plugin
+from normcert.properties.opinfo import Case
+from normcert.properties.replay import ReplayError, load, save_failure
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _bits(t):
@@ -43,10 +44,10 @@ def _deep_norm_case():
 
 def test_round_trip_is_bit_exact(tmp_path):
     case = _deep_norm_case()
-    impl = plugin("deep_norm=impls.eager:deep_norm")
+    impl = plugin("deep_norm=normcert.impls.eager:deep_norm")
     cmd = save_failure(impl, "accuracy", case, directory=str(tmp_path))
-    meta, back = load(cmd.split("=", 1)[1], "cpu")
-    assert meta["impl"] == "deep_norm=impls.eager:deep_norm" and meta["property"] == "accuracy"
+    meta, back = load(shlex.split(cmd)[-1], "cpu")
+    assert meta["impl"] == "deep_norm=normcert.impls.eager:deep_norm" and meta["property"] == "accuracy"
     assert back.scalars == case.scalars and back.params == case.params
     for k, t in case.tensors.items():
         u = back.tensors[k]
@@ -58,15 +59,15 @@ def test_mask_round_trip(tmp_path):
     x = torch.randn(2, 3, 4)
     mask = torch.tensor([[True, False, True], [False, False, True]])
     case = Case("batch_norm", {"x": x, "weight": torch.ones(4), "bias": torch.zeros(4), "mask": mask}, {"eps": 1e-5})
-    cmd = save_failure(plugin("batch_norm=impls.eager:batch_norm"), "padding", case, directory=str(tmp_path))
-    _, back = load(cmd.split("=", 1)[1], "cpu")
+    cmd = save_failure(plugin("batch_norm=normcert.impls.eager:batch_norm"), "padding", case, directory=str(tmp_path))
+    _, back = load(shlex.split(cmd)[-1], "cpu")
     assert back.tensors["mask"].dtype == torch.bool and torch.equal(back.tensors["mask"], mask)
 
 
 def _saved(tmp_path):
-    cmd = save_failure(plugin("deep_norm=impls.eager:deep_norm"), "accuracy", _deep_norm_case(),
+    cmd = save_failure(plugin("deep_norm=normcert.impls.eager:deep_norm"), "accuracy", _deep_norm_case(),
                        directory=str(tmp_path))
-    return cmd.split("=", 1)[1]
+    return shlex.split(cmd)[-1]
 
 
 @pytest.mark.parametrize("damage, says", [
@@ -106,25 +107,29 @@ def test_bad_file_is_a_one_line_error(tmp_path, damage, says):
     assert message.startswith(path) and says in message and "\n" not in message
 
 
-def _pytest(*args, storage):
-    """A fresh pytest process in the checkout, its Hypothesis storage pointed at an empty folder."""
+def _run(*args, storage, cwd):
+    """A fresh process run from ``cwd``, its Hypothesis storage pointed at an empty folder."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
     env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(storage)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_replay_command_reproduces_without_hypothesis_database(tmp_path):
     """A planted bug's saved failure fails again (exit 1) in a fresh process with no .hypothesis/,
-    and the same bits pass through a correct kernel (exit 0)."""
+    run from a folder outside the clone, and the same bits pass through a correct kernel (exit 0):
+    through the printed ``normcert replay`` command and through pytest's ``--replay FILE`` form."""
     x = torch.tensor([[3.0, 4.0]], dtype=torch.float32)
     case = Case("rms_norm", {"x": x, "weight": torch.ones(2)}, {"eps": 1e-2})
-    impl = plugin("rms_norm=properties.meta.planted:rms_eps_outside_sqrt")
-    path = save_failure(impl, "accuracy", case, directory=str(tmp_path)).split("=", 1)[1]
-    empty = tmp_path / "no-hypothesis-database"
-    bad = _pytest(f"--replay={path}", storage=empty)
-    assert bad.returncode == 1, bad.stdout[-2000:]
-    assert "accuracy still fails for rms_norm:properties.meta.planted:rms_eps_outside_sqrt" in bad.stdout
-    good = _pytest(f"--replay={path}", "--impl", "rms_norm=impls.eager:rms_norm", storage=empty)
-    assert good.returncode == 0, good.stdout[-2000:]
+    impl = plugin("rms_norm=normcert.properties.meta.planted:rms_eps_outside_sqrt")
+    cmd = save_failure(impl, "accuracy", case, directory=str(tmp_path / "saved"))
+    assert cmd.startswith("normcert replay ")
+    path = shlex.split(cmd)[-1]
+    empty, elsewhere = tmp_path / "no-hypothesis-database", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    bad = _run("-m", "normcert", "replay", path, storage=empty, cwd=elsewhere)
+    assert bad.returncode == 1, bad.stdout[-2000:] + bad.stderr[-2000:]
+    assert "accuracy still fails for rms_norm:normcert.properties.meta.planted:rms_eps_outside_sqrt" in bad.stdout
+    good = _run("-m", "pytest", "-q", "-p", "no:xdist", "--pyargs", "normcert.properties", "--replay", path,
+                "--impl", "rms_norm=normcert.impls.eager:rms_norm", storage=empty, cwd=elsewhere)
+    assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
     assert not any(empty.rglob("*")), "replay must not read or write a Hypothesis database"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from impls.eager import up
+from normcert.impls.eager import up
 
 # ------------------------------------------------------------------ helpers
 

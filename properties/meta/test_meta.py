@@ -15,10 +15,10 @@ import inspect
 
 import pytest
 
-from impls import make
-from oracle.formats import DTYPES
-from properties import CHECKS, harness
-from properties.harness import PropertyFailure
+from normcert.impls import make
+from normcert.oracle.formats import DTYPES
+from normcert.properties import CHECKS, harness
+from normcert.properties.harness import PropertyFailure
 
 from . import planted
 from .. import strategies
@@ -63,7 +63,7 @@ def _check(prop):
 
 
 def _impl(op, fn, backend="plugin"):
-    return make(op, fn.__name__, backend, fn, target=f"properties.meta.planted:{fn.__name__}")
+    return make(op, fn.__name__, backend, fn, target=f"normcert.properties.meta.planted:{fn.__name__}")
 
 
 def _first_failure(impl, props, max_examples):
@@ -87,7 +87,7 @@ def test_planted_bug_is_rejected(op, fn, families, tmp_path, monkeypatch):
     monkeypatch.setitem(harness.CONFIG, "bitwise", True)
     prop, message = _first_failure(_impl(op, fn), families, max_examples=40)
     assert prop is not None, f"planted bug {fn.__name__} ({inspect.getdoc(fn) or op}) survived {sorted(families)}"
-    assert prop in message and "shrunk case" in message and "replay: pytest --replay=" in message
+    assert prop in message and "shrunk case" in message and "replay: normcert replay " in message
     print(f"{fn.__name__}: rejected by {prop}: {message.splitlines()[0]}")
 
 

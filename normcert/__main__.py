@@ -1,0 +1,4 @@
+"""``python -m normcert``: the same as the ``normcert`` command."""
+from normcert.cli import entry
+
+entry()

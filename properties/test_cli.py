@@ -1,0 +1,66 @@
+"""The ``normcert`` command and the plugin's manners in somebody else's pytest run.
+
+* usage errors (a bad ``OP=MODULE:ATTR``, an unknown option value) exit 4 with
+  one line naming the problem;
+* ``normcert list`` prints the registry;
+* the verdict table reads pass / FAIL / not certified per property and dtype;
+* installed, the plugin loads into every pytest run: in a run that does not
+  collect normcert's tests it changes nothing (Hypothesis profile, seed,
+  ``TRITON_INTERPRET``), and ``--impl`` there is a usage error that says how
+  to ask for normcert's tests.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from normcert.cli import verdict_table
+
+
+def _run(args, cwd):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_"))}
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_usage_errors_exit_4_with_one_line(tmp_path):
+    bad_op = _run(["-m", "normcert", "certify", "softmax=normcert.impls.eager:rms_norm"], tmp_path)
+    assert bad_op.returncode == 4, bad_op.stdout[-2000:] + bad_op.stderr[-2000:]
+    (line,) = [ln for ln in bad_op.stderr.splitlines() if "softmax" in ln]
+    assert "unknown op 'softmax'" in line and "Traceback" not in bad_op.stderr
+    bad_profile = _run(["-m", "normcert", "certify", "rms_norm=normcert.impls.eager:rms_norm", "--profile", "x"],
+                       tmp_path)
+    assert bad_profile.returncode == 4 and "--profile" in bad_profile.stderr
+
+
+def test_list_prints_the_registry(tmp_path):
+    out = _run(["-m", "normcert", "list"], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = out.stdout.splitlines()
+    assert rows[0].split()[:3] == ["op", "name", "backend"]
+    assert any(r.split()[:3] == ["rms_norm", "eager", "eager"] for r in rows)
+
+
+def test_verdict_table():
+    def r(prop, dtype, outcome, ulps=0.0):
+        return {"impl": "rms_norm:k", "prop": prop, "dtype": dtype, "outcome": outcome, "worst_ulps": ulps}
+
+    table = verdict_table([r("accuracy", "bfloat16", "pass", 0.5), r("accuracy", "float64", "fail", 9.0),
+                           r("gradients", "float64", "not-supported")])
+    assert table[0].split() == ["implementation", "property", "float64", "bfloat16"]
+    assert table[1].split() == ["rms_norm:k", "accuracy", "FAIL", "pass", "0.5", "ulp"]
+    assert table[2].split() == ["rms_norm:k", "gradients", "not", "certified", "-"]
+
+
+def test_plugin_is_inert_in_other_runs(tmp_path):
+    (tmp_path / "test_theirs.py").write_text(
+        "import os\nfrom hypothesis import settings\n\n"
+        "def test_untouched():\n"
+        "    assert settings.default.max_examples == 100\n"
+        "    assert 'TRITON_INTERPRET' not in os.environ\n")
+    theirs = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider"], tmp_path)
+    assert theirs.returncode == 0, theirs.stdout[-2000:]
+    assert "1 passed" in theirs.stdout
+    misused = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--impl", "rms_norm=m:f"], tmp_path)
+    assert misused.returncode == 4
+    assert "--pyargs normcert.properties" in misused.stderr
