@@ -18,18 +18,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from normcert import impls  # noqa: E402
-from normcert.properties.certificate import cpu_name  # noqa: E402
+from normcert import impls
+from normcert.properties.certificate import cpu_name
 
 DEFAULT_SHAPES = ((4096, 4096), (32, 8192))
 BACKENDS = ("eager", "compiled", "triton")

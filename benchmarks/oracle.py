@@ -30,20 +30,15 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import mpmath
+import numpy as np
+import torch
+import torch.nn.functional as F
 
-import mpmath  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from normcert import oracle  # noqa: E402
-from normcert.oracle.backends import MP_PREC  # noqa: E402
-from normcert.properties.certificate import cpu_name  # noqa: E402
+from normcert import oracle
+from normcert.oracle.backends import MP_PREC
+from normcert.properties.certificate import cpu_name
 
 SIZES = ((8, 64), (64, 1024), (64, 4096), (64, 8192))
 QUICK_SIZES = ((8, 64), (64, 4096))
