@@ -67,6 +67,11 @@ def resolve(target: str) -> Callable:
         obj = _import(module)
     except ImportError as e:
         raise UsageError(f"--impl: cannot import module {module!r}: {e}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - SyntaxError, SystemExit, ...: the module's own failure
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise UsageError(f"--impl: importing module {module!r} raised {type(e).__name__}: {first}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise UsageError(f"--impl: module {module!r} has no attribute {attr!r}")

@@ -1,13 +1,21 @@
 """The certificate: what was checked, on what, and the worst error seen.
 
-JSON schema ``normcert-certificate/1`` (documented in the README):
+JSON schema ``normcert-certificate/2`` (documented in the README):
 
-    {"schema": "normcert-certificate/1",
+    {"run": "complete" | "incomplete: ..." | "interrupted" (always the first line of the file),
+     "schema": "normcert-certificate/2",
+     "verdict": "certified" | "not certified" | "incomplete",
+     "pytest_exit_status": int or null, "deselected": [node ids], "crashed": [node ids],
      "environment": {"normcert" (version), "commit" (normcert's own git describe, null for a wheel), "python", "torch", "triton", "hypothesis", "numpy",
                      "device", "device_name", "driver", "profile", "seed", "bitwise"},
      "summary": {"pass": n, "fail": n, "not-supported": n, "expected-fail": n, "warn": n},
-     "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "seconds",
-                  "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay"}]}
+     "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "refused", "domain",
+                  "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay"}]}
+
+The JSON is standard (no ``Infinity`` / ``NaN`` literals): a non-finite number
+is written as the string "inf", "-inf" or "nan".  An ``incomplete`` certificate
+is written before the first test runs and replaced when the run ends, so a run
+that crashed or was killed never leaves a stale or all-pass certificate.
 
 ``worst_units`` is error / bound of the error model (<= 1 passes); ``worst_ulps``
 is in ulps of the output dtype; ``worst_where`` names the element and the case.
@@ -16,6 +24,7 @@ The Markdown beside it renders the same data as tables.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections import Counter
 
@@ -23,17 +32,37 @@ import pytest
 
 import normcert
 
-SCHEMA = "normcert-certificate/1"
+SCHEMA = "normcert-certificate/2"
 CORE = ("accuracy", "extremes", "contract", "gradients")
 
 
 def check_writable(path: str) -> None:
-    """Fail early, in one line, if the certificate cannot be written."""
+    """Fail early, in one line, if the certificate (JSON, and .md beside it) cannot be written."""
+    if path.lower().endswith(".md"):
+        raise pytest.UsageError(f"--certificate {path}: give the JSON path; the Markdown is written beside it as .md")
+    for target in (path, markdown_path(path)):
+        if os.path.isdir(target):
+            raise pytest.UsageError(f"--certificate {path}: {target} is a folder, expected a file path")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise pytest.UsageError(f"--certificate {path}: folder {folder} does not exist")
     if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise pytest.UsageError(f"--certificate {path}: not writable")
+
+
+def check_failures_dir(path: str) -> None:
+    """--failures-dir must be a folder that exists and is writable, or can be created."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise pytest.UsageError(f"--failures-dir {path}: is a file, expected a folder")
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+        raise pytest.UsageError(f"--failures-dir {path}: {existing} is not a writable folder")
+
+
+def markdown_path(path: str) -> str:
+    return os.path.splitext(path)[0] + ".md"
 
 
 def unexpected_passes(results: list[dict]) -> list[str]:
@@ -77,31 +106,60 @@ def cpu_name() -> str:
     return "cpu"
 
 
-def build(results: list[dict], config) -> dict:
-    rows = [{"impl": r["impl"], "op": r["op"], "backend": r["backend"], "property": r["prop"], "dtype": r["dtype"],
-             "outcome": r["outcome"], "examples": r["examples"], "seconds": round(r["seconds"], 3),
-             "worst_ulps": r["worst_ulps"], "worst_units": r["worst_units"], "worst_where": r["worst_where"],
-             "unclaimed": r["unclaimed"], "message": r["message"], "replay": r["replay"]} for r in results]
+def _row(r: dict) -> dict:
+    return {"impl": r["impl"], "op": r["op"], "backend": r["backend"], "property": r["prop"], "dtype": r["dtype"],
+            "outcome": r["outcome"], "examples": r["examples"], "refused": r["refused"], "domain": r["domain"],
+            "seconds": round(r["seconds"], 3), "worst_ulps": r["worst_ulps"], "worst_units": r["worst_units"],
+            "worst_where": r["worst_where"], "unclaimed": r["unclaimed"], "message": r["message"],
+            "replay": r["replay"]}
+
+
+def build(results: list[dict], config, run: dict) -> dict:
+    """The certificate; ``run`` = {"run", "verdict", "pytest_exit_status", "deselected", "crashed"}."""
+    rows = [_row(r) for r in results]
     from normcert.properties.harness import CONFIG  # noqa: PLC0415
 
     impls = {i.id: {"op": i.op, "backend": i.backend, "target": i.target, "expected_failure": i.expected_failure}
              for i in CONFIG.get("impls", ())}
-    return {"schema": SCHEMA, "environment": environment(config), "summary": dict(Counter(r["outcome"] for r in rows)),
-            "implementations": impls, "results": rows}
+    return {"run": run["run"], "schema": SCHEMA, "verdict": run["verdict"],
+            "pytest_exit_status": run["pytest_exit_status"], "deselected": run["deselected"],
+            "crashed": run["crashed"], "environment": environment(config),
+            "summary": dict(Counter(r["outcome"] for r in rows)), "implementations": impls, "results": rows}
+
+
+def finite_json(value):
+    """``value`` with every non-finite float replaced by "inf", "-inf" or "nan" (standard JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
+def to_json(cert: dict) -> str:
+    """Standard JSON whose first line carries the run's state: ``{"run": "...",``."""
+    text = json.dumps(finite_json(cert), indent=1, allow_nan=False)
+    return "{" + text[1:].lstrip()
 
 
 def markdown(cert: dict) -> str:
     env = cert["environment"]
-    lines = ["# normcert certificate", "", "| | |", "|---|---|"]
+    state = cert["verdict"] if cert["run"] == "complete" else f"{cert['verdict']} -- run {cert['run']}"
+    lines = [f"# normcert certificate: {state}", "",
+             f"pytest exit status: {cert['pytest_exit_status']}; deselected tests: {len(cert['deselected'])}; "
+             f"crashed tests: {', '.join(cert['crashed']) or 'none'}", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in env.items()]
     lines += ["", "Summary: " + ", ".join(f"{v} {k}" for k, v in sorted(cert["summary"].items())), ""]
-    lines += ["| implementation | property | dtype | outcome | examples | worst ulp | worst error/bound |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["| implementation | property | dtype | outcome | examples | worst ulp | worst error/bound | domain |",
+              "|---|---|---|---|---|---|---|---|"]
+    num = lambda v: v if isinstance(v, str) else f"{v:.3g}"  # noqa: E731 - "inf" arrives as a string
     for r in sorted(cert["results"], key=lambda r: (r["impl"], r["property"], r["dtype"])):
         lines.append(f"| {r['impl']} ({r['backend']}) | {r['property']} | {r['dtype']} | {r['outcome']} | "
-                     f"{r['examples']} | {r['worst_ulps']:.3g} | {r['worst_units']:.3g} |")
+                     f"{r['examples']} | {num(r['worst_ulps'])} | {num(r['worst_units'])} | {r['domain']} |")
     lines += case_studies(cert)
-    failures = [r for r in cert["results"] if r["outcome"] in ("fail", "expected-fail", "warn")]
+    failures = [r for r in cert["results"] if r["outcome"] in ("fail", "error", "expected-fail", "warn")]
     if failures:
         lines += ["", "## Failures", ""]
         for r in failures:
@@ -128,7 +186,7 @@ def case_studies(cert: dict) -> list[str]:
              "|---|---|---|---|---|"]
     cell = lambda text, k: text[:k].replace("|", "\\|")  # noqa: E731
     for impl in sorted(by_impl):
-        failed = [r for r in by_impl[impl] if r["outcome"] in ("expected-fail", "fail")]
+        failed = [r for r in by_impl[impl] if r["outcome"] in ("expected-fail", "fail", "error")]
         why = cert.get("implementations", {}).get(impl, {}).get("expected_failure", "")
         head = f"**{impl}**: {cell(why, 300)}"
         if not failed:
@@ -146,11 +204,16 @@ def case_studies(cert: dict) -> list[str]:
     return lines
 
 
-def write(path: str, results: list[dict], config) -> None:
-    cert = build(results, config)
-    md = os.path.splitext(path)[0] + ".md"
-    for target, text in ((path, json.dumps(cert, indent=1)), (md, markdown(cert))):
+def write(path: str, results: list[dict], config, run: dict) -> None:
+    cert = finite_json(build(results, config, run))
+    for target, text in ((path, to_json(cert)), (markdown_path(path), markdown(cert))):
         tmp = target + ".tmp"
         with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, target)  # never leave a half-written certificate behind
+
+
+def incomplete(started: str) -> dict:
+    """The run state written before the first test: replaced when the run ends."""
+    return {"run": f"incomplete: started {started} and did not finish (crashed or killed)",
+            "verdict": "incomplete", "pytest_exit_status": None, "deselected": [], "crashed": []}

@@ -1,21 +1,28 @@
 """Calling a kernel under test, and running one property over it with Hypothesis.
 
-A kernel is untrusted.  ``invoke`` turns everything it can do wrong -- raise,
-return None or a tuple where a tensor is due, the wrong shape, dtype or
-device, mutate an input -- into a ``ContractViolation`` that names the kernel
-and what it did.  ``NotImplementedError`` means "dtype not supported".
+A kernel is untrusted.  ``invoke`` turns everything it can do wrong -- raise
+anything (``SystemExit`` included; only ``KeyboardInterrupt`` passes), return
+None or a tuple where a tensor is due, the wrong shape, dtype or device,
+mutate an input -- into a ``ContractViolation`` that names the kernel and what
+it did.  ``kernel_code`` does the same for the kernel's backward.
+
+``NotImplementedError`` from the kernel means "not supported": on the tiny
+``probe`` case, for the whole dtype (``not-supported``); on a drawn case, for
+that case only -- it is counted as refused, the search goes on, and a
+property and dtype where every case was refused fails.
 
 ``run`` drives one property for one (implementation, dtype): it draws cases,
 calls the property's check, keeps the worst error seen (and steers Hypothesis
 towards it with ``target``), and on failure re-raises with the shrunk case,
 the property, the dtype and the replay command.  Every run leaves a
-``Result`` in ``RESULTS`` for the certificate.
+``Result`` in ``RESULTS`` for the certificate; it starts as ``error`` and
+becomes ``pass`` only when the search completed with every case checked.
 """
 from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -62,16 +69,28 @@ def expected_shapes(case: Case):
     return [info.out_shape(case)] * len(info.outputs)
 
 
+def kernel_code(impl, what: str, thunk):
+    """``thunk()``, where any exception but KeyboardInterrupt is the kernel's contract failure."""
+    try:
+        return thunk()
+    except NotImplementedError as e:
+        raise NotSupported(f"{impl.id} refused this case: {e}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - SystemExit and the like are the kernel's failure too
+        raise ContractViolation(f"{impl.id}{what} raised {type(e).__name__}: {_first_line(e)}") from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
+
+
 def invoke(impl, case: Case) -> tuple[torch.Tensor, ...]:
     """Call the kernel on ``case`` and enforce the output contract; returns its outputs."""
     info = INFO[case.op]
     before = snapshot(case)
-    try:
-        out = info.call(impl.fn, case)
-    except NotImplementedError as e:
-        raise NotSupported(f"{impl.id} does not support {case.dtype}: {e}") from None
-    except Exception as e:  # noqa: BLE001 - any other exception is the kernel's failure
-        raise ContractViolation(f"{impl.id} raised {type(e).__name__}: {e}") from None
+    out = kernel_code(impl, "", lambda: info.call(impl.fn, case))
     outs = _normalise_outputs(impl, info, out)
     device = case.main.device
     for name, o, shape in zip(info.outputs, outs, expected_shapes(case)):
@@ -85,15 +104,24 @@ def invoke(impl, case: Case) -> tuple[torch.Tensor, ...]:
     return outs
 
 
+def _plain(o) -> bool:
+    """A torch.Tensor itself: a subclass could run code of its own in every method the suite calls."""
+    return type(o) in (torch.Tensor, torch.nn.Parameter)
+
+
 def _normalise_outputs(impl, info, out):
     n = len(info.outputs)
-    if n == 1:
-        if not isinstance(out, torch.Tensor):
-            raise ContractViolation(f"{impl.id} returned {_kind(out)}, expected a tensor")
-        return (out,)
-    if not isinstance(out, (tuple, list)) or len(out) != n or not all(isinstance(o, torch.Tensor) for o in out):
+    outs = (out,) if n == 1 else out
+    if n == 1 and not isinstance(out, torch.Tensor):
+        raise ContractViolation(f"{impl.id} returned {_kind(out)}, expected a tensor")
+    if n > 1 and (not isinstance(out, (tuple, list)) or len(out) != n
+                  or not all(isinstance(o, torch.Tensor) for o in out)):
         raise ContractViolation(f"{impl.id} returned {_kind(out)}, expected a tuple of {n} tensors")
-    return tuple(out)
+    for o in outs:
+        if not _plain(o):
+            raise ContractViolation(f"{impl.id} returned a {type(o).__name__} (a torch.Tensor subclass), "
+                                    f"expected a plain torch.Tensor")
+    return tuple(outs)
 
 
 def _kind(out):
@@ -148,8 +176,10 @@ class Result:
     backend: str
     prop: str
     dtype: str
-    outcome: str  # pass | fail | not-supported | expected-fail | unexpected-pass | warn | skip
+    outcome: str  # error (until the check completes) | pass | fail | not-supported | expected-fail | warn
     examples: int = 0
+    refused: int = 0  # drawn cases the kernel refused with NotImplementedError
+    domain: str = ""  # what the checked (not refused) cases covered
     seconds: float = 0.0
     worst_units: float = 0.0
     worst_ulps: float = 0.0
@@ -157,7 +187,6 @@ class Result:
     unclaimed: int = 0
     message: str = ""
     replay: str = ""
-    extra: dict = field(default_factory=dict)
 
 
 RESULTS: list[Result] = []
@@ -189,21 +218,53 @@ def probe(impl, dtype, device) -> bool:
         INFO[impl.op].call(impl.fn, Case(impl.op, t, scalars))
     except NotImplementedError:
         return False
-    except Exception:  # noqa: BLE001 - other errors are reported by the properties themselves
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # noqa: BLE001 - other errors are reported by the properties themselves
         return True
     return True
+
+
+class Coverage:
+    """What the checked cases covered, and what the kernel refused."""
+
+    def __init__(self):
+        self.examples = self.refused = self.rows = self.width = 0
+        self.layouts: set[str] = set()
+        self.refused_example = ""
+
+    def checked(self, case: Case) -> None:
+        main = case.main
+        width = main.shape[-1] if main.dim() else 1
+        self.rows = max(self.rows, main.numel() // max(width, 1))
+        self.width = max(self.width, width)
+        self.layouts.add("contiguous" if main.is_contiguous() else "strided")
+
+    def refuse(self, case: Case, why: str) -> None:
+        self.refused += 1
+        self.refused_example = self.refused_example or f"{case.describe()} ({why})"
+
+    @property
+    def domain(self) -> str:
+        if self.examples == self.refused:
+            return "nothing checked"
+        text = f"rows <= {self.rows}, row length <= {self.width}, layouts: {'/'.join(sorted(self.layouts))}"
+        if self.refused:
+            text += f"; refused {self.refused} of {self.examples} cases, e.g. {self.refused_example}"
+        return text
 
 
 def run(prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=True) -> Result:
     """Run ``check(impl, case, worst)`` over ``strategy``; record and raise on failure."""
     device = CONFIG["device"]
-    res = Result(impl.id, impl.op, impl.backend, prop, DTYPE_NAMES[dtype], "pass")
+    res = Result(impl.id, impl.op, impl.backend, prop, DTYPE_NAMES[dtype], "error")
     RESULTS.append(res)
     if not probe(impl, dtype, device):
         res.outcome = "not-supported"
         return res
     worst = Worst()
-    state = {"n": 0}
+    cover = Coverage()
+    state = {}
 
     overrides = {"suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
                  # too_slow: an 8192-wide row through the Triton interpreter is slow by design;
@@ -216,41 +277,54 @@ def run(prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=Tr
     @settings(**overrides)
     @given(case=strategy)
     def body(case):
-        state["n"] += 1
+        cover.examples += 1
         worst.example_units = 0.0
         try:
             check(impl, case, worst)
-        except AssertionError as e:
-            state["failed"] = (case, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        except NotSupported as e:
+            cover.refuse(case, str(e))
+            return
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
+            state["failed"] = (case, _first_line(e) or type(e).__name__)
             raise
         finally:
             target(min(worst.example_units, 1e6), label="error / bound")
+        cover.checked(case)
 
     t0 = time.perf_counter()
     try:
         body()
-    except NotSupported as e:
-        res.outcome, res.message = "not-supported", str(e)
-    except (AssertionError, Flaky) as e:
+        if cover.refused == cover.examples:
+            raise PropertyFailure(f"refused every case ({cover.refused} of {cover.examples}) with "
+                                  f"NotImplementedError, e.g. {cover.refused_example}")
+        res.outcome = "pass"
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - AssertionError is a failure; anything else an error
         # Flaky: a case failed, then passed when Hypothesis ran it again -- the
         # kernel's answer changes from call to call, which is itself a failure
-        res.outcome = "fail" if gating else "warn"
-        case, res.message = state.get("failed") or (None, type(e).__name__)
+        failure = isinstance(e, (AssertionError, Flaky))
+        res.outcome = ("fail" if gating else "warn") if failure else "error"
+        case, res.message = state.get("failed") or (None, _first_line(e) or type(e).__name__)
         if isinstance(e, Flaky):
             res.message = f"nondeterministic: failed once, then passed on the same case ({res.message})"
+        elif not failure:
+            res.message = f"{type(e).__name__} while checking: {res.message}"
         from .replay import save_failure  # noqa: PLC0415 - replay needs the harness
 
         if case is not None:
             res.worst_where = case.describe()
             res.replay = save_failure(impl, prop, case)
-        if gating:
+        if gating or not failure:
             raise PropertyFailure(
                 f"{prop} fails for {impl.id} ({impl.backend}) in {DTYPE_NAMES[dtype]}: {res.message}\n"
                 f"  shrunk case: {res.worst_where}\n  replay: {res.replay}"
             ) from None
     finally:
         res.seconds = time.perf_counter() - t0
-        res.examples = state["n"]
+        res.examples, res.refused, res.domain = cover.examples, cover.refused, cover.domain
         res.worst_units, res.worst_ulps, res.unclaimed = worst.units, worst.ulps, worst.unclaimed
         if res.outcome == "pass":
             res.worst_where = worst.where

@@ -28,11 +28,13 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import time
 from pathlib import Path
 
 import hypothesis.core
 import pytest
 from hypothesis import settings
+from hypothesis.errors import InvalidArgument
 
 settings.register_profile("dev", max_examples=4, deadline=None)
 settings.register_profile("ci", max_examples=12, deadline=None)
@@ -109,6 +111,7 @@ def _targets_normcert(config) -> bool:
     return False
 
 
+@pytest.hookimpl(tryfirst=True)  # before Hypothesis's plugin loads the profile
 def pytest_configure(config):
     if not _targets_normcert(config):
         used = [o for o in ("--impl", "--replay", "--certificate") if config.getoption(o)]
@@ -116,6 +119,13 @@ def pytest_configure(config):
             raise pytest.UsageError(f"{used[0]} needs normcert's tests in the run: add --pyargs normcert.properties "
                                     f"(or use the normcert command)")
         return
+    profile = config.getoption("hypothesis_profile", None)
+    if profile is not None:
+        try:
+            settings.get_profile(profile)
+        except InvalidArgument:
+            raise pytest.UsageError(f"--hypothesis-profile {profile}: unknown profile, expected one of "
+                                    f"dev, ci, thorough") from None
     config.pluginmanager.register(Suite(config), "normcert-suite")
 
 
@@ -136,6 +146,27 @@ def _torch_threads():
         torch.set_num_threads(1)
 
 
+def _replay_target(path: str, meta: dict, registry, plugins):
+    """The implementation a replay runs: one given with --impl for the op, else the file's own
+    target if it is in the registry or is normcert's own code; any other target is refused,
+    since a replay file (an artifact from anywhere) must not choose what gets imported."""
+    from normcert import impls  # noqa: PLC0415
+
+    plugged = [i for i in plugins if i.op == meta["op"]]
+    if plugged:
+        return plugged[0]
+    named = meta.get("impl", "")
+    known = [i for i in registry if f"{i.op}={i.target}" == named]
+    if known:
+        return known[0]
+    op, _, target = named.partition("=")
+    if op != meta["op"] or not target.startswith("normcert."):
+        raise pytest.UsageError(f"--replay {path}: the file names the kernel {named!r}, which is not in normcert's "
+                                f"registry; if you trust it, pass --impl {named}")
+    print(f"normcert replay: importing {target}, named by {path}")
+    return impls.plugin(named)
+
+
 class Suite:
     """A normcert run: which kernels, the results gathered (on the controller), the certificate."""
 
@@ -144,27 +175,36 @@ class Suite:
 
         self.config = config
         self.results: list[dict] = []
+        self.deselected: list[str] = []
+        self.crashed: list[str] = []
+        self.controller = not os.environ.get("PYTEST_XDIST_WORKER")
+        from normcert.properties import certificate  # noqa: PLC0415 - no torch: usage errors come fast
+
+        certificate.check_failures_dir(config.getoption("--failures-dir"))
+        if config.getoption("--certificate"):
+            certificate.check_writable(config.getoption("--certificate"))
         device = _device(config)
         impls.ensure_triton_mode(device)  # before anything imports triton
-        from normcert.properties import certificate, harness  # noqa: PLC0415
+        from normcert.properties import harness  # noqa: PLC0415
 
         harness.CONFIG.update(seed=config.getoption("--seed"), device=device, bitwise=config.getoption("--bitwise"),
                               failures_dir=config.getoption("--failures-dir"))
         try:
-            registry = impls.registry()
             plugins = [impls.plugin(s) for s in config.getoption("--impl")]
+            registry = impls.registry()
             replay = config.getoption("--replay")
             if replay:
                 from normcert.properties import replay as rp  # noqa: PLC0415
 
-                harness.CONFIG["replay"] = rp.load(replay, device)
+                harness.CONFIG["replay"] = meta, _ = rp.load(replay, device)
+                harness.CONFIG["replay_impl"] = _replay_target(replay, meta, registry, plugins)
         except (impls.UsageError, ValueError) as e:
             raise pytest.UsageError(str(e)) from None
         harness.CONFIG["eager"] = {i.op: i for i in registry if i.backend == "eager"}
         harness.CONFIG["impls"] = plugins or registry
         path = config.getoption("--certificate")
-        if path:
-            certificate.check_writable(path)
+        if path and self.controller:  # replaced when the run ends; a crash leaves it saying so
+            certificate.write(path, [], config, certificate.incomplete(time.strftime("%Y-%m-%d %H:%M:%S")))
         _torch_threads()
         if config.getoption("hypothesis_profile", None) is None:
             settings.load_profile("ci")
@@ -221,9 +261,14 @@ class Suite:
         """Results reach the controller (also from xdist workers) on the test reports."""
         if report.when == "call" or (report.when == "setup" and report.skipped):
             self.results.extend(value for key, value in report.user_properties if key == "normcert")
+        if report.failed and "crashed while running" in str(report.longrepr):  # xdist's report of a dead worker
+            self.crashed.append(report.nodeid)
+
+    def pytest_deselected(self, items):
+        self.deselected.extend(item.nodeid for item in items)
 
     def pytest_sessionfinish(self, session, exitstatus):
-        if os.environ.get("PYTEST_XDIST_WORKER"):
+        if not self.controller:
             return
         from normcert.properties import certificate  # noqa: PLC0415
 
@@ -234,4 +279,11 @@ class Suite:
             session.exitstatus = 1
         path = session.config.getoption("--certificate")
         if path:
-            certificate.write(path, self.results, session.config)
+            status = int(session.exitstatus)
+            stopped = session.shouldstop or session.shouldfail  # -x, --maxfail: not every test ran
+            state = "interrupted" if status == pytest.ExitCode.INTERRUPTED else (
+                f"stopped early: {stopped}" if stopped else "complete")
+            run = {"run": state,
+                   "verdict": "certified" if status == 0 and not self.crashed else "not certified",
+                   "pytest_exit_status": status, "deselected": self.deselected, "crashed": self.crashed}
+            certificate.write(path, self.results, session.config, run)

@@ -24,6 +24,7 @@ import torch
 
 from normcert.oracle.formats import BY_NAME, DTYPE_NAMES
 
+from . import CHECKS
 from .opinfo import INFO, Case
 
 FORMAT = "normcert-replay/1"
@@ -102,6 +103,10 @@ def load(path: str, device: str) -> tuple[dict, Case]:
         raise ReplayError(f"{path}: format {meta.get('format')!r}, expected {FORMAT!r}")
     if meta.get("op") not in INFO:
         raise ReplayError(f"{path}: unknown op {meta.get('op')!r}")
+    if meta.get("property") not in CHECKS:
+        raise ReplayError(f"{path}: unknown property {meta.get('property')!r}, expected one of {', '.join(CHECKS)}")
+    if not isinstance(meta.get("impl"), str):
+        raise ReplayError(f"{path}: 'impl' must be a string OP=MODULE:ATTR")
     tensors = {}
     try:
         for k, m in meta["tensors"].items():

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from normcert import oracle
 from normcert.oracle import error_model
 
-from .harness import CONFIG, RESULTS, ContractViolation, Result, certify, invoke, record_assessment
+from .harness import (CONFIG, RESULTS, ContractViolation, NotSupported, Result, certify, invoke, kernel_code,
+                      record_assessment)
 from .opinfo import INFO, Case
 from .strategies import cases, cotangents
 
@@ -59,7 +60,8 @@ def check_gradients(impl, case, worst):
     if mask is not None:
         cot = tuple(c * mask.unsqueeze(-1).to(c.dtype) for c in cot)
     names = list(leaves)
-    grads = torch.autograd.grad(outs, [leaves[k] for k in names], cot, allow_unused=True)
+    grads = kernel_code(impl, " backward",
+                        lambda: torch.autograd.grad(outs, [leaves[k] for k in names], cot, allow_unused=True))
     args = case.oracle_args()
     exact = oracle.vjp(case.op, cot, **args)
     bounds = error_model.grad_bounds(case.op, args, cot, exact)
@@ -103,14 +105,19 @@ def test_gradcheck(impl):
         c = case.replace(**dict(zip(names, tensors)))
         return INFO[case.op].call(impl.fn, c)
 
+    res = Result(impl.id, impl.op, impl.backend, "gradcheck", "float64", "error", examples=1)
+    RESULTS.append(res)
     try:
-        ok = torch.autograd.gradcheck(fn, [leaves[k] for k in names], raise_exception=False)
-    except NotImplementedError:
+        ok = kernel_code(impl, "", lambda: torch.autograd.gradcheck(fn, [leaves[k] for k in names],
+                                                                     raise_exception=False))
+        message = "" if ok else f"gradcheck fails for {impl.id} in float64 on {case.describe()}"
+    except NotSupported:
+        res.outcome = "not-supported"
         pytest.skip(f"{impl.id} does not support float64")
-    message = "" if ok else f"gradcheck fails for {impl.id} in float64 on {case.describe()}"
+    except ContractViolation as e:
+        ok, message = False, str(e)
     outcome = "pass" if ok else ("expected-fail" if impl.expected_failure else "fail")
-    RESULTS.append(Result(impl.id, impl.op, impl.backend, "gradcheck", "float64", outcome, examples=1,
-                          message=message))
+    res.outcome, res.message = outcome, message
     if outcome == "expected-fail":
         pytest.xfail(f"{impl.expected_failure} | {message}")
     assert ok, message

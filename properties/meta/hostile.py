@@ -1,0 +1,70 @@
+"""Hostile kernels: ones that try to get a verdict without being checked.
+
+Each dodges the harness rather than computing a wrong number: refusing cases
+with NotImplementedError after passing the probe, exiting the interpreter,
+raising from backward, returning a tensor subclass that runs code of its own.
+``test_hostile.py`` asserts the verdict the suite gives each one.
+"""
+from __future__ import annotations
+
+import torch
+
+from normcert.impls.eager import up
+
+
+def _rms(x, weight, eps):
+    xf = up(x)
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * up(weight)).to(x.dtype)
+
+
+def rms_refuses_after_probe(x, weight, eps):
+    """Passes the 2x4 probe, then refuses every case it is given."""
+    if tuple(x.shape) != (2, 4):
+        raise NotImplementedError("only 2x4")
+    return _rms(x, weight, eps)
+
+
+def rms_refuses_long_rows(x, weight, eps):
+    """Correct on rows up to 64 elements; refuses longer ones."""
+    if x.shape[-1] > 64:
+        raise NotImplementedError("rows longer than 64")
+    return _rms(x, weight, eps)
+
+
+def rms_refuses_long_rows_and_wrong(x, weight, eps):
+    """Refuses rows longer than 64, and adds eps outside the square root on the rest."""
+    if x.shape[-1] > 64:
+        raise NotImplementedError("rows longer than 64")
+    xf = up(x)
+    return (xf / (xf.pow(2).mean(-1, keepdim=True).sqrt() + eps) * up(weight)).to(x.dtype)
+
+
+def rms_exits(x, weight, eps):
+    """Ends the process with status 0 (a test runner would read that as success)."""
+    raise SystemExit(0)
+
+
+class _Exploding(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        return _rms(x, weight, eps)
+
+    @staticmethod
+    def backward(ctx, dy):
+        raise RuntimeError("backward exploded")
+
+
+def rms_backward_raises(x, weight, eps):
+    """A correct forward whose backward raises."""
+    return _Exploding.apply(x, weight, eps)
+
+
+class _Hostile(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        raise RuntimeError("hostile tensor")
+
+
+def rms_hostile_output(x, weight, eps):
+    """A correct result wrapped in a tensor subclass whose every method raises."""
+    return _rms(x, weight, eps).as_subclass(_Hostile)

@@ -1,0 +1,75 @@
+"""Hostile kernels get the verdict they earn, never "pass" for what was not checked.
+
+Each runs one property in-process through ``harness.run`` (the path every test
+takes) and asserts the Result the certificate would carry.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from normcert.impls import make
+from normcert.properties import harness, strategies
+from normcert.properties.harness import PropertyFailure
+from normcert.properties.test_accuracy import check_accuracy
+from normcert.properties.test_gradients import check_gradients, gradient_cases
+
+from . import hostile
+
+F32 = torch.float32
+
+
+def _impl(fn):
+    return make("rms_norm", fn.__name__, "plugin", fn, target=f"normcert.properties.meta.hostile:{fn.__name__}")
+
+
+def _accuracy(fn, tmp_path, monkeypatch, check=check_accuracy):
+    monkeypatch.setitem(harness.CONFIG, "failures_dir", str(tmp_path))
+    strategy = strategies.cases("rms_norm", F32, "cpu", profiles=("normal",), hostile=False)
+    return harness.run("accuracy", _impl(fn), F32, strategy, check, max_examples=30)
+
+
+def test_refusing_every_case_after_the_probe_fails(tmp_path, monkeypatch):
+    with pytest.raises(PropertyFailure, match="refused every case"):
+        _accuracy(hostile.rms_refuses_after_probe, tmp_path, monkeypatch)
+    res = harness.RESULTS[-1]
+    assert res.outcome == "fail" and res.domain == "nothing checked" and res.refused == res.examples > 0
+
+
+def test_refused_cases_do_not_hide_a_wrong_kernel(tmp_path, monkeypatch):
+    with pytest.raises(PropertyFailure, match="accuracy fails"):
+        _accuracy(hostile.rms_refuses_long_rows_and_wrong, tmp_path, monkeypatch)
+
+
+def test_a_partly_refusing_kernel_states_the_domain_it_was_checked_on(tmp_path, monkeypatch):
+    res = _accuracy(hostile.rms_refuses_long_rows, tmp_path, monkeypatch)
+    assert res.outcome == "pass" and res.refused > 0, res
+    width = int(res.domain.split("row length <= ")[1].split(",")[0])
+    assert width <= 64 and f"refused {res.refused} of {res.examples} cases, e.g. " in res.domain
+
+
+def test_system_exit_is_a_contract_failure(tmp_path, monkeypatch):
+    with pytest.raises(PropertyFailure, match="rms_exits raised SystemExit"):
+        _accuracy(hostile.rms_exits, tmp_path, monkeypatch)
+    assert harness.RESULTS[-1].outcome == "fail" and harness.RESULTS[-1].replay.startswith("normcert replay ")
+
+
+def test_a_raising_backward_is_a_contract_failure(tmp_path, monkeypatch):
+    monkeypatch.setitem(harness.CONFIG, "failures_dir", str(tmp_path))
+    with pytest.raises(PropertyFailure, match="backward raised RuntimeError: backward exploded"):
+        harness.run("gradients", _impl(hostile.rms_backward_raises), F32, gradient_cases("rms_norm", F32, "cpu"),
+                    check_gradients, max_examples=10)
+
+
+def test_a_tensor_subclass_output_is_a_contract_failure(tmp_path, monkeypatch):
+    with pytest.raises(PropertyFailure, match="torch.Tensor subclass"):
+        _accuracy(hostile.rms_hostile_output, tmp_path, monkeypatch)
+
+
+def test_an_exception_while_checking_is_an_error_not_a_pass(tmp_path, monkeypatch):
+    def broken_check(impl, case, worst):
+        raise ValueError("the assessment broke")
+
+    with pytest.raises(PropertyFailure, match="ValueError while checking"):
+        _accuracy(hostile.rms_refuses_long_rows, tmp_path, monkeypatch, check=broken_check)
+    assert harness.RESULTS[-1].outcome == "error"

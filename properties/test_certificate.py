@@ -1,0 +1,112 @@
+"""The certificate file tells the truth about the run, and bad paths are refused up front.
+
+* standard JSON: no ``Infinity``/``NaN`` literals, the run's state on the first line;
+* a run that dies (``os._exit`` inside the kernel) leaves a certificate whose
+  first line says "incomplete", never the previous run's verdict;
+* a finished run records its verdict and pytest's exit status;
+* ``--certificate`` that is a folder, ends in ``.md`` or has a folder for its
+  ``.md``; ``--failures-dir`` that is a file; a kernel module that raises at
+  import; an unknown ``--hypothesis-profile``: one line, exit status 4.
+* a replay file naming a kernel outside the registry is refused unless ``--impl``
+  names it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from normcert.impls import plugin
+from normcert.properties.certificate import check_failures_dir, check_writable, to_json
+from normcert.properties.opinfo import Case
+from normcert.properties.replay import save_failure
+
+GOOD = "rms_norm=normcert.impls.eager:rms_norm"
+
+
+def _run(args, cwd):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_"))}
+    env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(cwd / ".hyp")
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_json_is_standard_and_starts_with_the_run_state():
+    text = to_json({"run": "complete", "worst": [float("inf"), float("-inf"), float("nan"), 1.5]})
+    assert text.splitlines()[0] == '{"run": "complete",'
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}")) == {
+        "run": "complete", "worst": ["inf", "-inf", "nan", 1.5]}
+
+
+def test_a_run_that_dies_leaves_an_incomplete_certificate(tmp_path):
+    (tmp_path / "dies.py").write_text("import os\n\ndef rms(x, weight, eps):\n    os._exit(0)\n")
+    (tmp_path / "c.json").write_text('{"run": "complete", "verdict": "certified"}\n')
+    (tmp_path / "c.md").write_text("# normcert certificate: certified\n")
+    r = _run(["-m", "normcert", "certify", "rms_norm=dies:rms", "--certificate", "c.json"], tmp_path)
+    assert r.returncode == 0  # os._exit(0): the process lies; the certificate must not
+    first = (tmp_path / "c.json").read_text().splitlines()[0]
+    assert first.startswith('{"run": "incomplete: started ')
+    assert json.loads((tmp_path / "c.json").read_text())["verdict"] == "incomplete"
+    assert "incomplete" in (tmp_path / "c.md").read_text().splitlines()[0]
+
+
+def test_a_finished_run_records_verdict_and_exit_status(tmp_path):
+    r = _run(["-m", "normcert", "certify", GOOD, "--profile", "dev", "--certificate", "c.json",
+              "--", "-k", "accuracy and float32"], tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    cert = json.loads((tmp_path / "c.json").read_text())
+    assert (cert["run"], cert["verdict"], cert["pytest_exit_status"]) == ("complete", "certified", 0)
+    assert cert["deselected"] and cert["results"][0]["domain"].startswith("rows <= ")
+    assert (tmp_path / "c.md").read_text().startswith("# normcert certificate: certified")
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("--certificate", "folder", "is a folder"),
+    ("--certificate", "c.md", "give the JSON path"),
+    ("--certificate", "clash.json", "clash.md is a folder"),
+    ("--failures-dir", "afile", "is a file, expected a folder"),
+])
+def test_bad_paths_are_refused(tmp_path, monkeypatch, option, value, says):
+    """The checks the plugin runs before anything else (end to end: test_bad_module_or_profile...)."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "clash.md").mkdir()
+    (tmp_path / "afile").write_text("")
+    monkeypatch.chdir(tmp_path)
+    check = check_writable if option == "--certificate" else check_failures_dir
+    with pytest.raises(pytest.UsageError) as e:
+        check(value)
+    assert str(e.value).startswith(f"{option} {value}: ") and says in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--impl", "rms_norm=boom:rms"], "importing module 'boom' raised SystemExit"),
+    (["--impl", GOOD, "--hypothesis-profile", "nope"], "unknown profile"),
+    (["--impl", GOOD, "--certificate", "folder"], "is a folder"),
+])
+def test_bad_module_or_profile_is_a_usage_error(tmp_path, args, says):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "boom.py").write_text("raise SystemExit('no')\n")
+    r = _run(["-m", "pytest", "-p", "no:xdist", "--pyargs", "normcert.properties", *args], tmp_path)
+    assert r.returncode == 4, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_replay_refuses_a_kernel_outside_the_registry(tmp_path):
+    (tmp_path / "theirs.py").write_text("def rms(x, weight, eps):\n    return x\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        impl = plugin("rms_norm=theirs:rms")
+    finally:
+        sys.path.remove(str(tmp_path))
+    case = Case("rms_norm", {"x": torch.ones(1, 2), "weight": torch.ones(2)}, {"eps": 1e-5})
+    path = save_failure(impl, "accuracy", case, directory=str(tmp_path)).split()[-1]
+    (tmp_path / "theirs.py").write_text("raise SystemExit('imported by a replay file')\n")
+    refused = _run(["-m", "normcert", "replay", path], tmp_path)
+    assert refused.returncode == 4 and "pass --impl rms_norm=theirs:rms" in refused.stderr, refused.stderr
+    assert "imported by a replay file" not in refused.stdout + refused.stderr
+    trusted = _run(["-m", "normcert", "replay", path, "--impl", GOOD], tmp_path)
+    assert trusted.returncode == 0, trusted.stdout[-2000:] + trusted.stderr[-2000:]
