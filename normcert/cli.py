@@ -1,7 +1,8 @@
 """The ``normcert`` command (also ``python -m normcert``).
 
     normcert certify OP=MODULE:ATTR [...] [--device cpu|cuda] [--profile dev|ci|thorough]
-                     [--certificate PATH] [--seed N] [--bitwise] [-n N] [-- PYTEST-ARGS...]
+                     [--certificate PATH] [--seed N] [--bitwise] [--kernel-timeout S] [-n N]
+                     [-- PYTEST-ARGS...]
     normcert replay FILE [--impl OP=MODULE:ATTR] [--device cpu|cuda]
     normcert list
 
@@ -44,6 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--bitwise", action="store_true")
     c.add_argument("--failures-dir", metavar="DIR")
+    c.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result after this long is hung")
     c.add_argument("-n", dest="workers", metavar="N", help="pytest-xdist workers (a number or auto)")
     r = sub.add_parser("replay", help="re-run one saved failing case")
     r.add_argument("file")
@@ -65,6 +67,8 @@ def _pytest_args(a) -> list[str]:
             args.append("--bitwise")
         if a.failures_dir:
             args += ["--failures-dir", a.failures_dir]
+        if a.kernel_timeout:
+            args += ["--kernel-timeout", a.kernel_timeout]
         if a.workers:
             args += ["-n", a.workers]
         args += a.pytest_args

@@ -21,6 +21,7 @@ becomes ``pass`` only when the search completed with every case checked.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from dataclasses import dataclass
 
@@ -69,16 +70,46 @@ def expected_shapes(case: Case):
     return [info.out_shape(case)] * len(info.outputs)
 
 
+class KernelHung(ContractViolation):
+    """The kernel gave no result within --kernel-timeout; it is not called again in this process."""
+
+
 def kernel_code(impl, what: str, thunk):
-    """``thunk()``, where any exception but KeyboardInterrupt is the kernel's contract failure."""
-    try:
-        return thunk()
-    except NotImplementedError as e:
+    """``thunk()`` (a call into kernel code) under the watchdog; its failures are the kernel's.
+
+    The call runs in a daemon thread, with the caller's grad mode, and is given
+    ``CONFIG["kernel_timeout"]`` seconds.  Past that the kernel is marked hung in
+    ``HUNG``: this call and every later one fail at once with "hung: no result
+    after T s" (the thread cannot be killed; it is left behind and dies with the
+    process).  Any exception but KeyboardInterrupt is a ``ContractViolation``
+    naming the kernel; NotImplementedError is ``NotSupported`` (a refusal).
+    """
+    if impl.id in HUNG:
+        raise KernelHung(HUNG[impl.id])
+    box: dict = {}
+    grad = torch.is_grad_enabled()
+
+    def call():
+        try:
+            with torch.set_grad_enabled(grad):
+                box["value"] = thunk()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below
+            box["error"] = e
+
+    worker = threading.Thread(target=call, name=f"normcert kernel {impl.id}", daemon=True)
+    worker.start()
+    worker.join(CONFIG["kernel_timeout"])
+    if worker.is_alive():
+        HUNG[impl.id] = f"{impl.id}{what} hung: no result after {CONFIG['kernel_timeout']:g} s"
+        raise KernelHung(HUNG[impl.id])
+    e = box.get("error")
+    if e is None:
+        return box["value"]
+    if isinstance(e, NotImplementedError):
         raise NotSupported(f"{impl.id} refused this case: {e}") from None
-    except KeyboardInterrupt:
-        raise
-    except BaseException as e:  # noqa: BLE001 - SystemExit and the like are the kernel's failure too
-        raise ContractViolation(f"{impl.id}{what} raised {type(e).__name__}: {_first_line(e)}") from None
+    if isinstance(e, KeyboardInterrupt):
+        raise e
+    raise ContractViolation(f"{impl.id}{what} raised {type(e).__name__}: {_first_line(e)}") from None
 
 
 def _first_line(e: BaseException) -> str:
@@ -190,7 +221,8 @@ class Result:
 
 
 RESULTS: list[Result] = []
-CONFIG = {"seed": 0, "device": "cpu", "failures_dir": "failures", "bitwise": False}
+CONFIG = {"seed": 0, "device": "cpu", "failures_dir": "failures", "bitwise": False, "kernel_timeout": 60.0}
+HUNG: dict[str, str] = {}  # impl id -> "hung" message: kernels the watchdog gave up on in this process
 
 
 def derive_seed(*parts) -> int:
@@ -215,12 +247,10 @@ def probe(impl, dtype, device) -> bool:
          "swiglu": {"gate": v(), "up": v()}, "silu_and_mul": {"x": v()}}[impl.op]
     scalars = {"eps": 1e-5, "alpha": 1.0} if impl.op == "deep_norm" else ({"eps": 1e-5} if "weight" in t else {})
     try:
-        INFO[impl.op].call(impl.fn, Case(impl.op, t, scalars))
-    except NotImplementedError:
+        kernel_code(impl, "", lambda: INFO[impl.op].call(impl.fn, Case(impl.op, t, scalars)))
+    except NotSupported:
         return False
-    except KeyboardInterrupt:
-        raise
-    except BaseException:  # noqa: BLE001 - other errors are reported by the properties themselves
+    except ContractViolation:  # raised, hung: reported by the properties themselves
         return True
     return True
 

@@ -12,6 +12,7 @@ directory once normcert is installed:
     --certificate PATH      write PATH (JSON) and PATH with .md (Markdown)
     --failures-dir DIR      where failing cases are saved (default failures/)
     --replay FILE           re-run one saved failing case
+    --kernel-timeout S      a kernel call with no result after S seconds is hung (default 60)
     --meta-seeds K          global seeds each correct planted variant is certified under
     --hypothesis-profile dev|ci|thorough   (Hypothesis's own option; ci by default)
 
@@ -53,6 +54,8 @@ def pytest_addoption(parser):
     g.addoption("--certificate", default=None, metavar="PATH", help="write a JSON certificate and a .md beside it")
     g.addoption("--failures-dir", default="failures", metavar="DIR", help="where failing cases are saved")
     g.addoption("--replay", default=None, metavar="FILE", help="re-run one saved failing case")
+    g.addoption("--kernel-timeout", type=float, default=60.0, metavar="SECONDS",
+                help="a kernel call with no result after this long is marked hung and not called again")
     g.addoption("--meta-seeds", type=int, default=1, help="global seeds each correct planted variant is certified under")
 
 
@@ -181,6 +184,8 @@ class Suite:
         from normcert.properties import certificate  # noqa: PLC0415 - no torch: usage errors come fast
 
         certificate.check_failures_dir(config.getoption("--failures-dir"))
+        if not config.getoption("--kernel-timeout") > 0:
+            raise pytest.UsageError(f"--kernel-timeout {config.getoption('--kernel-timeout')}: expected seconds > 0")
         if config.getoption("--certificate"):
             certificate.check_writable(config.getoption("--certificate"))
         device = _device(config)
@@ -188,7 +193,8 @@ class Suite:
         from normcert.properties import harness  # noqa: PLC0415
 
         harness.CONFIG.update(seed=config.getoption("--seed"), device=device, bitwise=config.getoption("--bitwise"),
-                              failures_dir=config.getoption("--failures-dir"))
+                              failures_dir=config.getoption("--failures-dir"),
+                              kernel_timeout=config.getoption("--kernel-timeout"))
         try:
             plugins = [impls.plugin(s) for s in config.getoption("--impl")]
             registry = impls.registry()

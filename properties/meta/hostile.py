@@ -2,10 +2,13 @@
 
 Each dodges the harness rather than computing a wrong number: refusing cases
 with NotImplementedError after passing the probe, exiting the interpreter,
-raising from backward, returning a tensor subclass that runs code of its own.
+raising from backward, returning a tensor subclass that runs code of its own,
+hanging.
 ``test_hostile.py`` asserts the verdict the suite gives each one.
 """
 from __future__ import annotations
+
+import threading
 
 import torch
 
@@ -68,3 +71,10 @@ class _Hostile(torch.Tensor):
 def rms_hostile_output(x, weight, eps):
     """A correct result wrapped in a tensor subclass whose every method raises."""
     return _rms(x, weight, eps).as_subclass(_Hostile)
+
+
+def rms_hangs_on_long_rows(x, weight, eps):
+    """Correct on rows up to 64 elements; never returns on longer ones."""
+    if x.shape[-1] > 64:
+        threading.Event().wait()
+    return _rms(x, weight, eps)

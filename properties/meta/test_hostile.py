@@ -73,3 +73,21 @@ def test_an_exception_while_checking_is_an_error_not_a_pass(tmp_path, monkeypatc
     with pytest.raises(PropertyFailure, match="ValueError while checking"):
         _accuracy(hostile.rms_refuses_long_rows, tmp_path, monkeypatch, check=broken_check)
     assert harness.RESULTS[-1].outcome == "error"
+
+
+def test_a_hanging_kernel_is_cut_once_then_fails_fast(tmp_path, monkeypatch):
+    monkeypatch.setitem(harness.CONFIG, "kernel_timeout", 1.0)
+    monkeypatch.setattr(harness, "HUNG", {})
+    calls = []
+
+    def rms_hangs_on_long_rows(x, weight, eps):
+        calls.append(x.shape)
+        return hostile.rms_hangs_on_long_rows(x, weight, eps)
+
+    with pytest.raises(PropertyFailure, match="hung: no result after 1 s"):
+        _accuracy(rms_hangs_on_long_rows, tmp_path, monkeypatch)
+    assert harness.RESULTS[-1].outcome == "fail"
+    before = len(calls)
+    with pytest.raises(PropertyFailure, match="hung: no result after 1 s"):
+        _accuracy(rms_hangs_on_long_rows, tmp_path, monkeypatch)
+    assert len(calls) == before, "a hung kernel must not be called again"
