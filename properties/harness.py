@@ -83,6 +83,8 @@ def kernel_code(impl, what: str, thunk):
     after T s" (the thread cannot be killed; it is left behind and dies with the
     process).  Any exception but KeyboardInterrupt is a ``ContractViolation``
     naming the kernel; NotImplementedError is ``NotSupported`` (a refusal).
+    torch's global state (``global_state``) is restored after the call, and a
+    kernel that changed it is a ``ContractViolation`` too.
     """
     if impl.id in HUNG:
         raise KernelHung(HUNG[impl.id])
@@ -96,13 +98,18 @@ def kernel_code(impl, what: str, thunk):
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below
             box["error"] = e
 
+    before, rng = global_state(), torch.get_rng_state()
     worker = threading.Thread(target=call, name=f"normcert kernel {impl.id}", daemon=True)
     worker.start()
     worker.join(CONFIG["kernel_timeout"])
     if worker.is_alive():
         HUNG[impl.id] = f"{impl.id}{what} hung: no result after {CONFIG['kernel_timeout']:g} s"
         raise KernelHung(HUNG[impl.id])
+    changed = restore_global_state(before)
+    torch.set_rng_state(rng)  # a kernel that draws random numbers must not shift later draws
     e = box.get("error")
+    if e is None and changed:
+        raise ContractViolation(f"{impl.id}{what} changed torch's global state: {changed} (restored)")
     if e is None:
         return box["value"]
     if isinstance(e, NotImplementedError):
@@ -110,6 +117,36 @@ def kernel_code(impl, what: str, thunk):
     if isinstance(e, KeyboardInterrupt):
         raise e
     raise ContractViolation(f"{impl.id}{what} raised {type(e).__name__}: {_first_line(e)}") from None
+
+
+def _flushes_denormals() -> bool:
+    return torch.tensor([2.0 ** -1070], dtype=torch.float64).mul(1.0).item() == 0.0
+
+
+def global_state() -> dict:
+    """torch's process-wide settings a kernel could change under the suite's feet.
+
+    Grad mode is per thread, and a kernel runs in a thread of its own
+    (``kernel_code``), so it cannot leak; the RNG is restored without blame.
+    """
+    return {"default dtype": torch.get_default_dtype(),
+            "deterministic algorithms": (torch.are_deterministic_algorithms_enabled(),
+                                         torch.is_deterministic_algorithms_warn_only_enabled()),
+            "float32 matmul precision": torch.get_float32_matmul_precision(),
+            "flush denormal": _flushes_denormals()}
+
+
+def restore_global_state(before: dict) -> str:
+    """Put back what changed since ``before``; returns "what: old -> new, ..." or ""."""
+    now = global_state()
+    changed = [f"{k}: {before[k]} -> {now[k]}" for k in before if now[k] != before[k]]
+    if changed:
+        torch.set_default_dtype(before["default dtype"])
+        on, warn_only = before["deterministic algorithms"]
+        torch.use_deterministic_algorithms(on, warn_only=warn_only)
+        torch.set_float32_matmul_precision(before["float32 matmul precision"])
+        torch.set_flush_denormal(before["flush denormal"])
+    return ", ".join(changed)
 
 
 def _first_line(e: BaseException) -> str:

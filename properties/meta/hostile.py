@@ -78,3 +78,15 @@ def rms_hangs_on_long_rows(x, weight, eps):
     if x.shape[-1] > 64:
         threading.Event().wait()
     return _rms(x, weight, eps)
+
+
+def rms_sets_default_dtype(x, weight, eps):
+    """A correct result, but it leaves torch's default dtype at float64."""
+    torch.set_default_dtype(torch.float64)
+    return _rms(x, weight, eps)
+
+
+def rms_disables_grad(x, weight, eps):
+    """A correct result, computed after switching autograd off for good."""
+    torch.set_grad_enabled(False)
+    return _rms(x, weight, eps)

@@ -91,3 +91,19 @@ def test_a_hanging_kernel_is_cut_once_then_fails_fast(tmp_path, monkeypatch):
     with pytest.raises(PropertyFailure, match="hung: no result after 1 s"):
         _accuracy(rms_hangs_on_long_rows, tmp_path, monkeypatch)
     assert len(calls) == before, "a hung kernel must not be called again"
+
+
+def test_a_kernel_that_changes_global_state_fails_and_the_state_is_restored(tmp_path, monkeypatch):
+    with pytest.raises(PropertyFailure, match="changed torch's global state: default dtype: torch.float32 -> "
+                                              "torch.float64"):
+        _accuracy(hostile.rms_sets_default_dtype, tmp_path, monkeypatch)
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_a_kernel_that_switches_grad_off_does_not_break_the_next_one(tmp_path, monkeypatch):
+    _accuracy(hostile.rms_disables_grad, tmp_path, monkeypatch)
+    assert torch.is_grad_enabled()
+    good = make("rms_norm", "eager", "plugin", hostile._rms, target="normcert.properties.meta.hostile:_rms")
+    res = harness.run("gradients", good, F32, gradient_cases("rms_norm", F32, "cpu"), check_gradients,
+                      max_examples=5)
+    assert res.outcome == "pass"
