@@ -55,14 +55,32 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.detach().view(ints[t.element_size()]).clone() if t.dtype != torch.bool else t.detach().clone()
 
 
+def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    """Every byte of the storage ``t`` views, not just the elements in its view."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage()).clone()
+
+
 def snapshot(case: Case) -> dict:
-    return {k: _bits(t) for k, t in case.tensors.items() if t is not None}
+    return {k: _storage_bytes(t) for k, t in case.tensors.items() if t is not None}
 
 
 def check_unmutated(impl, case: Case, before: dict) -> None:
-    for k, bits in before.items():
-        if not torch.equal(_bits(case.tensors[k]), bits):
-            raise ContractViolation(f"{impl.id} mutated its input {k!r} (its bits changed)")
+    for k, raw in before.items():
+        if not torch.equal(_storage_bytes(case.tensors[k]), raw):
+            raise ContractViolation(f"{impl.id} mutated its input {k!r} (bits changed in its storage)")
+
+
+def check_fresh(impl, case: Case, names, outs) -> None:
+    """Outputs live in storage of their own: not an input's, not each other's."""
+    owners = {t.untyped_storage().data_ptr(): f"input {k!r}" for k, t in case.tensors.items()
+              if t is not None and t.numel()}
+    for name, o in zip(names, outs):
+        if o.numel() == 0:
+            continue
+        ptr = o.untyped_storage().data_ptr()
+        if ptr in owners:
+            raise ContractViolation(f"{impl.id} returned {name} in the storage of its {owners[ptr]}")
+        owners[ptr] = f"output {name!r}"
 
 
 def expected_shapes(case: Case):
@@ -169,6 +187,7 @@ def invoke(impl, case: Case) -> tuple[torch.Tensor, ...]:
         if o.device != device:
             raise ContractViolation(f"{impl.id} returned {name} on {o.device}, expected {device}")
     check_unmutated(impl, case, before)
+    check_fresh(impl, case, info.outputs, outs)
     return outs
 
 

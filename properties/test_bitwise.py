@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from .harness import CONFIG, PropertyFailure, certify, invoke
+from .harness import CONFIG, ContractViolation, PropertyFailure, certify, invoke
 from .opinfo import INFO
 from .strategies import cases
 
@@ -25,8 +25,16 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def check_determinism(impl, case, worst):
-    first, second = invoke(impl, case), invoke(impl, case)
+    """Two calls, the first call's outputs copied before the second (a kernel that hands back one
+    reused buffer would otherwise compare its second answer with itself)."""
+    first = invoke(impl, case)
+    kept = [o.clone() for o in first]
+    second = invoke(impl, case)
     for name, a, b in zip(INFO[case.op].outputs, first, second):
+        if a.numel() and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
+            raise ContractViolation(f"{impl.id} returned {name} in the same buffer on two calls "
+                                    f"(the first caller's result was overwritten)")
+    for name, a, b in zip(INFO[case.op].outputs, kept, second):
         if not _same_bits(a, b):
             raise PropertyFailure(f"{name}: two calls on the same input differ in their bits")
 

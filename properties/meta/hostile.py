@@ -90,3 +90,34 @@ def rms_disables_grad(x, weight, eps):
     """A correct result, computed after switching autograd off for good."""
     torch.set_grad_enabled(False)
     return _rms(x, weight, eps)
+
+
+_BUFFER: dict = {}
+
+
+def rms_reused_buffer(x, weight, eps):
+    """Writes every result into one static buffer, and its last bit depends on the call count."""
+    y = _rms(x, weight, eps)
+    buf = _BUFFER.get((y.shape, y.dtype))
+    if buf is None:
+        buf = _BUFFER[(y.shape, y.dtype)] = torch.empty_like(y)
+    _BUFFER["calls"] = _BUFFER.get("calls", 0) + 1
+    buf.copy_(y)
+    if _BUFFER["calls"] % 2 and buf.numel():
+        buf.view(-1)[0] = torch.nextafter(buf.view(-1)[0], torch.tensor(float("inf"), dtype=buf.dtype))
+    return buf
+
+
+def rms_writes_beside_its_view(x, weight, eps):
+    """A correct result, but it scribbles on the input's storage just past the view."""
+    y = _rms(x, weight, eps)
+    storage = torch.empty(0, dtype=torch.uint8).set_(x.untyped_storage())
+    end = (x.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride()))) * x.element_size()
+    if storage.numel() > end:
+        storage[-1] ^= 1
+    return y
+
+
+def rms_returns_input_view(x, weight, eps):
+    """Returns a view of its input (the caller's x and y would share memory)."""
+    return x.view_as(x)

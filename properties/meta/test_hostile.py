@@ -12,6 +12,7 @@ from normcert.impls import make
 from normcert.properties import harness, strategies
 from normcert.properties.harness import PropertyFailure
 from normcert.properties.test_accuracy import check_accuracy
+from normcert.properties.test_bitwise import check_determinism
 from normcert.properties.test_gradients import check_gradients, gradient_cases
 
 from . import hostile
@@ -107,3 +108,21 @@ def test_a_kernel_that_switches_grad_off_does_not_break_the_next_one(tmp_path, m
     res = harness.run("gradients", good, F32, gradient_cases("rms_norm", F32, "cpu"), check_gradients,
                       max_examples=5)
     assert res.outcome == "pass"
+
+
+def test_a_reused_output_buffer_fails_determinism(tmp_path, monkeypatch):
+    monkeypatch.setitem(harness.CONFIG, "failures_dir", str(tmp_path))
+    strategy = strategies.cases("rms_norm", F32, "cpu", profiles=("normal",), hostile=False)
+    with pytest.raises(PropertyFailure, match="same buffer on two calls"):
+        harness.run("determinism", _impl(hostile.rms_reused_buffer), F32, strategy, check_determinism,
+                    max_examples=10)
+
+
+def test_writes_beside_an_inputs_view_are_seen(tmp_path, monkeypatch):
+    with pytest.raises(PropertyFailure, match="mutated its input 'x'"):
+        _accuracy(hostile.rms_writes_beside_its_view, tmp_path, monkeypatch)
+
+
+def test_an_output_in_an_inputs_storage_is_a_contract_failure(tmp_path, monkeypatch):
+    with pytest.raises(PropertyFailure, match="returned y in the storage of its input 'x'"):
+        _accuracy(hostile.rms_returns_input_view, tmp_path, monkeypatch)
