@@ -10,12 +10,13 @@ import pytest
 
 
 def pytest_configure(config):
-    try:
-        import normcert  # noqa: PLC0415
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:  # the subpackages too: `normcert` itself may come from the current folder, the rest from an install
+        import normcert.properties  # noqa: PLC0415
     except ImportError:
         raise pytest.UsageError('normcert is not installed: run  pip install -e ".[test]"  in this clone') from None
-    here = os.path.dirname(os.path.abspath(__file__))
-    installed = os.path.dirname(os.path.dirname(os.path.abspath(normcert.__file__)))
-    if installed != here:
-        raise pytest.UsageError(f"normcert is imported from {installed}, not from this clone ({here}): "
-                                f'run  pip install -e ".[test]"  here')
+    for module, folder in ((normcert, "normcert"), (normcert.properties, "properties")):
+        found = os.path.dirname(os.path.abspath(module.__file__))
+        if found != os.path.join(here, folder):
+            raise pytest.UsageError(f"{module.__name__} is imported from {found}, not from this clone ({here}): "
+                                    f'run  pip install -e ".[test]"  here')

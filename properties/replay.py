@@ -22,6 +22,7 @@ import zipfile
 import numpy as np
 import torch
 
+from normcert import oracle
 from normcert.oracle.formats import BY_NAME, DTYPE_NAMES
 
 from . import CHECKS
@@ -84,47 +85,119 @@ def save_failure(impl, prop: str, case: Case, directory: str | None = None) -> s
     return f"normcert replay {shlex.quote(path)}"
 
 
+MAX_ELEMENTS = 1 << 26  # per tensor, declared or stored: 64 Mi elements (the suite's cases are far smaller)
+MAX_META_BYTES = 1 << 20
+_NPY_HEADER = 4096  # an .npy member is its raw bytes plus a header of at most this much
+
+
+def _fail(path: str, problem: str):
+    raise ReplayError(f"{path}: {problem}")
+
+
+def _members(path: str) -> dict[str, int]:
+    """Member name -> uncompressed size, read from the zip directory (no member is inflated)."""
+    if not os.path.exists(path):
+        _fail(path, "no such file")
+    if not os.path.isfile(path) or not zipfile.is_zipfile(path):
+        _fail(path, "not a replay file (expected a .npz archive written by normcert)")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return {i.filename.removesuffix(".npy"): i.file_size for i in zf.infolist()}
+    except (OSError, zipfile.BadZipFile, EOFError) as e:
+        _fail(path, f"not a readable replay file ({e})")
+
+
+def _int_list(path, k, field, value, *, minimum=None) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        _fail(path, f"tensor {k!r}: {field} must be a list of integers")
+    if minimum is not None and any(v < minimum for v in value):
+        _fail(path, f"tensor {k!r}: {field} {value} has an entry below {minimum}"
+              + (" (negative strides are not replayable)" if field == "stride" else ""))
+    return value
+
+
+def _tensor_meta(path, k, m, sizes) -> tuple[torch.dtype, list, list, int, int]:
+    """Validated (dtype, shape, stride, offset, span) of one tensor, before any byte is read."""
+    if not isinstance(m, dict):
+        _fail(path, f"tensor {k!r}: expected an object")
+    if m.get("dtype") != _BOOL and m.get("dtype") not in BY_NAME:
+        _fail(path, f"tensor {k!r}: dtype {m.get('dtype')!r}, expected one of {', '.join(BY_NAME)} or bool")
+    dtype = torch.bool if m["dtype"] == _BOOL else BY_NAME[m["dtype"]]
+    shape = _int_list(path, k, "shape", m.get("shape"), minimum=0)
+    stride = _int_list(path, k, "stride", m.get("stride"), minimum=0)
+    offset = m.get("offset")
+    if len(stride) != len(shape) or not isinstance(offset, int) or offset < 0:
+        _fail(path, f"tensor {k!r}: shape, stride and offset do not fit together")
+    numel = int(np.prod(shape, dtype=object)) if shape else 1
+    span = (offset + 1 + sum((n - 1) * st for n, st in zip(shape, stride))) if numel else 0
+    if numel > MAX_ELEMENTS or span > MAX_ELEMENTS:
+        _fail(path, f"tensor {k!r} declares {max(numel, span)} elements, more than the {MAX_ELEMENTS} a replay "
+              f"file may hold")
+    stored = sizes.get(f"t_{k}")
+    if stored is None:
+        _fail(path, f"tensor {k!r} has no data member")
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if stored > span * itemsize + _NPY_HEADER:
+        _fail(path, f"tensor {k!r}: its member holds {stored} bytes, more than the {span * itemsize} it needs")
+    if stored < span * itemsize:
+        _fail(path, f"tensor {k!r} is truncated")
+    return dtype, shape, stride, offset, span
+
+
+def _check_meta(path: str, meta) -> None:
+    if not isinstance(meta, dict):
+        _fail(path, "metadata is not an object")
+    if meta.get("format") != FORMAT:
+        _fail(path, f"format {meta.get('format')!r}, expected {FORMAT!r}")
+    if meta.get("op") not in INFO:
+        _fail(path, f"unknown op {meta.get('op')!r}")
+    if meta.get("property") not in CHECKS:
+        _fail(path, f"unknown property {meta.get('property')!r}, expected one of {', '.join(CHECKS)}")
+    if not isinstance(meta.get("impl"), str):
+        _fail(path, "'impl' must be a string OP=MODULE:ATTR")
+    for field in ("scalars", "params", "notes", "tensors"):
+        if not isinstance(meta.get(field), dict):
+            _fail(path, f"{field!r} must be an object")
+    for k, v in {**meta["scalars"], **meta["params"]}.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v):
+            _fail(path, f"scalar {k!r} = {v!r}, expected a finite number")
+    if "eps" in meta["scalars"] and not meta["scalars"]["eps"] > 0:
+        _fail(path, f"eps = {meta['scalars']['eps']!r}, expected eps > 0")
+    expected = set(oracle.OPS[meta["op"]].tensors)
+    if set(meta["tensors"]) != expected:
+        _fail(path, f"tensors {sorted(meta['tensors'])}, expected {sorted(expected)} for {meta['op']}")
+
+
 def load(path: str, device: str) -> tuple[dict, Case]:
-    """(meta, case) from a replay file; ReplayError says what is wrong with it."""
-    if os.path.isfile(path) and not zipfile.is_zipfile(path):
-        raise ReplayError(f"{path}: not a replay file (expected a .npz archive written by normcert)")
+    """(meta, case) from a replay file; ReplayError says, in one line, what is wrong with it.
+
+    Validated before anything is built: the format, op, property, target,
+    scalars (finite; eps > 0) and every tensor's dtype (one of the four, or
+    bool), shape, strides (no negative ones) and offset.  Each tensor may
+    declare and store at most ``MAX_ELEMENTS`` elements; member sizes are read
+    from the zip directory and checked before a member is inflated, and only
+    the members the metadata names are read.
+    """
+    sizes = _members(path)
+    if sizes.get("meta", MAX_META_BYTES + 1) > MAX_META_BYTES:
+        _fail(path, "missing or oversized metadata")
     try:
         with np.load(path, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
-    except FileNotFoundError:
-        raise ReplayError(f"{path}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise ReplayError(f"{path}: not a readable replay file ({e})") from None
-    try:
-        meta = json.loads(bytes(data["meta"]).decode())
-    except (KeyError, ValueError, UnicodeDecodeError):
-        raise ReplayError(f"{path}: missing or corrupt metadata") from None
-    if meta.get("format") != FORMAT:
-        raise ReplayError(f"{path}: format {meta.get('format')!r}, expected {FORMAT!r}")
-    if meta.get("op") not in INFO:
-        raise ReplayError(f"{path}: unknown op {meta.get('op')!r}")
-    if meta.get("property") not in CHECKS:
-        raise ReplayError(f"{path}: unknown property {meta.get('property')!r}, expected one of {', '.join(CHECKS)}")
-    if not isinstance(meta.get("impl"), str):
-        raise ReplayError(f"{path}: 'impl' must be a string OP=MODULE:ATTR")
-    tensors = {}
-    try:
-        for k, m in meta["tensors"].items():
-            if m is None:
-                tensors[k] = None
-                continue
-            dtype = torch.bool if m["dtype"] == _BOOL else BY_NAME[m["dtype"]]
-            raw = data[f"t_{k}"]
-            flat = torch.from_numpy(raw.copy()).view(dtype) if raw.size else torch.empty(0, dtype=dtype)
-            flat = flat.to(device)
-            needed = 1 + sum((s - 1) * st for s, st in zip(m["shape"], m["stride"])) if all(m["shape"]) else 0
-            if flat.numel() < needed:
-                raise ReplayError(f"{path}: tensor {k!r} is truncated")
-            t = torch.as_strided(flat, m["shape"], m["stride"], m["offset"]) if needed else flat.reshape(m["shape"])
-            tensors[k] = t
-        case = Case(meta["op"], tensors, dict(meta["scalars"]), dict(meta["notes"]), dict(meta["params"]))
+            meta = json.loads(bytes(z["meta"]).decode())
+            _check_meta(path, meta)
+            layout = {k: _tensor_meta(path, k, m, sizes) for k, m in meta["tensors"].items() if m is not None}
+            raw = {k: z[f"t_{k}"] for k in layout}
     except ReplayError:
         raise
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise ReplayError(f"{path}: corrupt tensor data ({type(e).__name__}: {e})") from None
+    except (OSError, ValueError, KeyError, UnicodeDecodeError, zipfile.BadZipFile, EOFError) as e:
+        _fail(path, f"not a readable replay file ({type(e).__name__}: {e})")
+    tensors = {k: None for k, m in meta["tensors"].items() if m is None}
+    for k, (dtype, shape, stride, offset, span) in layout.items():
+        data = raw[k]
+        if data.dtype != np.uint8 or data.ndim != 1 or data.size < span * torch.empty(0, dtype=dtype).element_size():
+            _fail(path, f"tensor {k!r} is truncated")
+        flat = torch.from_numpy(data.copy()).view(dtype) if data.size else torch.empty(0, dtype=dtype)
+        flat = flat.to(device)
+        tensors[k] = torch.as_strided(flat, shape, stride, offset) if span else flat[:0].reshape(shape)
+    case = Case(meta["op"], tensors, dict(meta["scalars"]), dict(meta["notes"]), dict(meta["params"]))
     return meta, case

@@ -6,7 +6,7 @@
 * a finished run records its verdict and pytest's exit status;
 * ``--certificate`` that is a folder, ends in ``.md`` or has a folder for its
   ``.md``; ``--failures-dir`` that is a file; a kernel module that raises at
-  import; an unknown ``--hypothesis-profile``: one line, exit status 4.
+  import; an unknown ``--hypothesis-profile``; a bad replay file: one line, exit status 4.
 * a replay file naming a kernel outside the registry is refused unless ``--impl``
   names it.
 """
@@ -85,8 +85,10 @@ def test_bad_paths_are_refused(tmp_path, monkeypatch, option, value, says):
     (["--impl", "rms_norm=boom:rms"], "importing module 'boom' raised SystemExit"),
     (["--impl", GOOD, "--hypothesis-profile", "nope"], "unknown profile"),
     (["--impl", GOOD, "--certificate", "folder"], "is a folder"),
+    (["--replay", "bad.npz"], "bad.npz: not a replay file"),
 ])
 def test_bad_module_or_profile_is_a_usage_error(tmp_path, args, says):
+    (tmp_path / "bad.npz").write_text("not an archive")
     (tmp_path / "folder").mkdir()
     (tmp_path / "boom.py").write_text("raise SystemExit('no')\n")
     r = _run(["-m", "pytest", "-p", "no:xdist", "--pyargs", "normcert.properties", *args], tmp_path)

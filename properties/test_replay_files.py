@@ -70,6 +70,55 @@ def _saved(tmp_path):
     return shlex.split(cmd)[-1]
 
 
+def _rewrite(path, meta_change=None, **members):
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(bytes(arrays["meta"]).decode())
+    if meta_change:
+        meta_change(meta)
+    arrays.update(members)
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez_compressed(path, **arrays)
+
+
+def _set(field, value):
+    def change(meta):
+        target = meta
+        *keys, last = field.split(".")
+        for k in keys:
+            target = target[k]
+        target[last] = value
+    return change
+
+
+@pytest.mark.parametrize("change, says", [
+    (_set("tensors.x.stride", [0, 0]), None),  # filled in below: a huge shape over one element
+    (_set("tensors.x.stride", [-4, 1]), "negative strides are not replayable"),
+    (_set("tensors.x.dtype", "float8"), "dtype 'float8'"),
+    (_set("scalars.eps", 0.0), "expected eps > 0"),
+    (_set("property", "speed"), "unknown property 'speed'"),
+    (_set("tensors.extra", None), "expected ['bias', 'sub_bias', 'sub_weight', 'weight', 'x']"),
+])
+def test_hostile_metadata_is_refused_before_anything_is_built(tmp_path, change, says):
+    path = _saved(tmp_path)
+    if says is None:
+        def change(meta):  # noqa: F811 - 10^12 elements declared over one stored element
+            meta["tensors"]["x"].update(shape=[10 ** 6, 10 ** 6], stride=[0, 0])
+        says = "declares 1000000000000 elements"
+    _rewrite(path, change)
+    with pytest.raises(ReplayError) as e:
+        load(path, "cpu")
+    assert str(e.value).startswith(path) and says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_zip_bomb_member_is_refused_before_it_is_inflated(tmp_path):
+    path = _saved(tmp_path)
+    _rewrite(path, t_x=np.zeros(1 << 26, dtype=np.uint8))  # 64 MiB of zeros, a few KiB compressed
+    assert os.path.getsize(path) < 1 << 20
+    with pytest.raises(ReplayError, match="more than the .* it needs"):
+        load(path, "cpu")
+
+
 @pytest.mark.parametrize("damage, says", [
     ("text", "not a replay file"),
     ("truncate", "not a replay file"),
