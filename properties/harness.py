@@ -21,6 +21,7 @@ becomes ``pass`` only when the search completed with every case checked.
 from __future__ import annotations
 
 import hashlib
+import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -88,6 +89,45 @@ def expected_shapes(case: Case):
     return [info.out_shape(case)] * len(info.outputs)
 
 
+class _Worker:
+    """One long-lived daemon thread that runs kernel calls; abandoned when a call hangs in it.
+
+    A thread per call would cost ~0.5 ms a call (thread start plus torch's
+    per-thread set-up).  A daemon thread, not a ThreadPoolExecutor: the
+    executor's threads are joined at interpreter exit, so a hung kernel would
+    keep the process alive for ever.
+    """
+
+    def __init__(self):
+        self.tasks = None
+
+    def _start(self) -> None:
+        tasks = queue.SimpleQueue()
+
+        def loop():
+            while True:
+                fn, done = tasks.get()
+                fn()  # never raises: kernel_code's call() keeps the exception
+                done.set()
+
+        threading.Thread(target=loop, name="normcert-kernel", daemon=True).start()
+        self.tasks = tasks
+
+    def run(self, fn, timeout: float) -> bool:
+        """Run ``fn`` in the worker; False if it is still running after ``timeout`` seconds."""
+        if self.tasks is None:
+            self._start()
+        done = threading.Event()
+        self.tasks.put((fn, done))
+        if done.wait(timeout):
+            return True
+        self.tasks = None  # its thread is stuck in the kernel; the next call starts a new one
+        return False
+
+
+_WORKER = _Worker()
+
+
 class KernelHung(ContractViolation):
     """The kernel gave no result within --kernel-timeout; it is not called again in this process."""
 
@@ -95,7 +135,7 @@ class KernelHung(ContractViolation):
 def kernel_code(impl, what: str, thunk):
     """``thunk()`` (a call into kernel code) under the watchdog; its failures are the kernel's.
 
-    The call runs in a daemon thread, with the caller's grad mode, and is given
+    The call runs in a worker thread (``_Worker``), with the caller's grad mode, and is given
     ``CONFIG["kernel_timeout"]`` seconds.  Past that the kernel is marked hung in
     ``HUNG``: this call and every later one fail at once with "hung: no result
     after T s" (the thread cannot be killed; it is left behind and dies with the
@@ -117,10 +157,7 @@ def kernel_code(impl, what: str, thunk):
             box["error"] = e
 
     before, rng = global_state(), torch.get_rng_state()
-    worker = threading.Thread(target=call, name=f"normcert kernel {impl.id}", daemon=True)
-    worker.start()
-    worker.join(CONFIG["kernel_timeout"])
-    if worker.is_alive():
+    if not _WORKER.run(call, CONFIG["kernel_timeout"]):
         HUNG[impl.id] = f"{impl.id}{what} hung: no result after {CONFIG['kernel_timeout']:g} s"
         raise KernelHung(HUNG[impl.id])
     changed = restore_global_state(before)
