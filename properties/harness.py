@@ -51,11 +51,6 @@ class NotSupported(Exception):
 
 
 # ------------------------------------------------------------------ invoking
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    ints = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
-    return t.detach().view(ints[t.element_size()]).clone() if t.dtype != torch.bool else t.detach().clone()
-
-
 def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
     """Every byte of the storage ``t`` views, not just the elements in its view."""
     return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage()).clone()
