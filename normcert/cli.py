@@ -19,6 +19,8 @@ from collections import defaultdict
 
 import pytest
 
+from normcert.properties.plugin import PROFILES
+
 USAGE = 4
 
 
@@ -40,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("certify", help="certify kernels: OP=MODULE:ATTR ...")
     c.add_argument("impls", nargs="+", metavar="OP=MODULE:ATTR")
     c.add_argument("--device", choices=("cpu", "cuda"))
-    c.add_argument("--profile", choices=("dev", "ci", "thorough"), default="ci")
+    c.add_argument("--profile", choices=tuple(PROFILES), default="ci")
     c.add_argument("--certificate", metavar="PATH")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--bitwise", action="store_true")

@@ -35,11 +35,17 @@ from pathlib import Path
 import hypothesis.core
 import pytest
 from hypothesis import settings
-from hypothesis.errors import InvalidArgument
 
-settings.register_profile("dev", max_examples=4, deadline=None)
-settings.register_profile("ci", max_examples=12, deadline=None)
-settings.register_profile("thorough", max_examples=300, deadline=None)
+PROFILES = {"dev": 4, "ci": 12, "thorough": 300}  # examples per property and dtype
+
+
+def _register_profiles():
+    """normcert's Hypothesis profiles, registered only in a run that collects normcert's tests:
+    ``ci`` replaces Hypothesis's built-in profile of that name, which Hypothesis loads by itself
+    when the environment says CI (``CI=true``), so registering at import would change the
+    examples of every other project's tests on a CI machine."""
+    for name, examples in PROFILES.items():
+        settings.register_profile(name, max_examples=examples, deadline=None)
 
 _PACKAGE = "normcert.properties"
 
@@ -122,13 +128,11 @@ def pytest_configure(config):
             raise pytest.UsageError(f"{used[0]} needs normcert's tests in the run: add --pyargs normcert.properties "
                                     f"(or use the normcert command)")
         return
+    _register_profiles()
     profile = config.getoption("hypothesis_profile", None)
-    if profile is not None:
-        try:
-            settings.get_profile(profile)
-        except InvalidArgument:
-            raise pytest.UsageError(f"--hypothesis-profile {profile}: unknown profile, expected one of "
-                                    f"dev, ci, thorough") from None
+    if profile is not None and profile not in PROFILES:
+        raise pytest.UsageError(f"--hypothesis-profile {profile}: unknown profile, expected one of "
+                                f"{', '.join(PROFILES)}")
     config.pluginmanager.register(Suite(config), "normcert-suite")
 
 

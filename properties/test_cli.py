@@ -18,8 +18,9 @@ import sys
 from normcert.cli import verdict_table
 
 
-def _run(args, cwd):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_"))}
+def _run(args, cwd, extra_env=()):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_")) and k != "CI"}
+    env.update(extra_env)
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -53,14 +54,21 @@ def test_verdict_table():
 
 
 def test_plugin_is_inert_in_other_runs(tmp_path):
+    # CI=true makes Hypothesis load its own built-in "ci" profile; normcert's profile of the same
+    # name must not replace it in somebody else's run (a CI run once caught exactly that)
     (tmp_path / "test_theirs.py").write_text(
         "import os\nfrom hypothesis import settings\n\n"
         "def test_untouched():\n"
-        "    assert settings.default.max_examples == 100\n"
-        "    assert 'TRITON_INTERPRET' not in os.environ\n")
-    theirs = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider"], tmp_path)
-    assert theirs.returncode == 0, theirs.stdout[-2000:]
-    assert "1 passed" in theirs.stdout
+        "    print('PROFILE', settings._current_profile, settings.default.max_examples,\n"
+        "          os.environ.get('TRITON_INTERPRET'))\n")
+    for ci in ({}, {"CI": "true"}):
+        args = ["-m", "pytest", "-q", "-s", "-p", "no:cacheprovider"]
+        theirs = _run(args, tmp_path, ci)
+        alone = _run([*args, "-p", "no:normcert"], tmp_path, ci)
+        assert theirs.returncode == alone.returncode == 0, theirs.stdout[-2000:]
+        seen = [ln for ln in theirs.stdout.splitlines() if ln.startswith("PROFILE")]
+        assert seen and seen == [ln for ln in alone.stdout.splitlines() if ln.startswith("PROFILE")]
+        assert seen[0].split()[3] == "None"
     misused = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--impl", "rms_norm=m:f"], tmp_path)
     assert misused.returncode == 4
     assert "--pyargs normcert.properties" in misused.stderr
