@@ -23,6 +23,7 @@ import time
 import torch
 
 from normcert import impls
+from normcert.oracle import OPS
 from normcert.properties.certificate import cpu_name
 
 DEFAULT_SHAPES = ((4096, 4096), (32, 8192))
@@ -30,42 +31,22 @@ BACKENDS = ("eager", "compiled", "triton")
 
 
 def inputs(op: str, rows: int, n: int, dtype, device, grad: bool) -> dict:
-    """Random inputs for one call, in the contract's argument order (weights in dtype)."""
-    g = torch.Generator(device="cpu").manual_seed(0)
-
-    def t(*shape, scale=1.0):
-        v = (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=dtype)
-        return v.requires_grad_(grad)
-
-    if op in ("swiglu",):
-        return {"gate": t(rows, n), "up": t(rows, n)}
-    if op == "silu_and_mul":
-        return {"x": t(rows, 2 * n)}
-    a = {"x": t(rows, n), "weight": t(n, scale=0.1).detach().add_(1).requires_grad_(grad)}
-    if op == "add_rms_norm":
-        a["residual"] = t(rows, n)
-    if op in ("layer_norm", "batch_norm", "deep_norm"):
-        a["bias"] = t(n, scale=0.1)
-    if op == "deep_norm":
-        a["sub_weight"] = (torch.randn(n, n, generator=g) / n ** 0.5).to(device=device, dtype=dtype)
-        a["sub_bias"] = torch.zeros(n, device=device, dtype=dtype)
+    """The op record's sample input (rows x n; 2n wide where the op splits its rows in halves);
+    the inputs that get gradients require them when ``grad``."""
+    rec = OPS[op]
+    a = rec.sample(dtype, device, rows=rows, width=2 * n if rec.halves else n)
+    for k in rec.grads:
+        a[k].requires_grad_(grad)
     return a
 
 
 def call(impl, a: dict):
-    from normcert.properties.opinfo import INFO, Case  # noqa: PLC0415
-
-    tensors = {k: v for k, v in a.items()}
-    if impl.op == "batch_norm":
-        tensors["mask"] = None
-    scalars = {"eps": 1e-6} if "weight" in a else {}
-    if impl.op == "deep_norm":
-        scalars["alpha"] = 2.0
-    return INFO[impl.op].call(impl.fn, Case(impl.op, tensors, scalars))
+    return OPS[impl.op].call(impl.fn, a)
 
 
 def bytes_moved(a: dict, outs) -> int:
-    return sum(v.numel() * v.element_size() for v in a.values()) + sum(o.numel() * o.element_size() for o in outs)
+    tensors = [v for v in a.values() if isinstance(v, torch.Tensor)]
+    return sum(v.numel() * v.element_size() for v in tensors) + sum(o.numel() * o.element_size() for o in outs)
 
 
 def timed(fn, device, reps: int) -> float:
@@ -123,7 +104,7 @@ def main() -> None:
                 if impl.backend == "triton" and device == "cpu":
                     print(f"{label} {'not timed: Triton interpreter on CPU is a correctness path, not a fast one':>60}")
                     continue
-                if op == "deep_norm" and rows * n * n > 2 ** 32 and device == "cpu":
+                if "matrix" in [a.kind for a in OPS[op].args] and rows * n * n > 2 ** 32 and device == "cpu":
                     print(f"{label} {'skipped: n x n sublayer matmul dominates on CPU':>60}")
                     continue
                 a = inputs(op, rows, n, dtype, device, grad=False)
@@ -138,8 +119,8 @@ def main() -> None:
 
                     def fwd_bwd():
                         torch.autograd.backward(as_tuple(call(impl, ag)), cot)
-                        for v in ag.values():
-                            v.grad = None
+                        for k in OPS[op].grads:
+                            ag[k].grad = None
 
                     cells[1] = timed(fwd_bwd, device, args.reps)
                 base.setdefault("eager", cells)

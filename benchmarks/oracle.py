@@ -64,28 +64,10 @@ def machine() -> list[str]:
 
 
 def make_args(op: str, rows: int, n: int, seed: int = 0) -> dict:
-    """float64 arguments of ``op`` at rows x n (silu_and_mul: x is rows x 2n)."""
-    g = torch.Generator().manual_seed(seed)
-
-    def randn(*shape):
-        return torch.randn(*shape, generator=g, dtype=torch.float64)
-
-    if op == "rms_norm":
-        return dict(x=randn(rows, n), weight=randn(n), eps=1e-6)
-    if op == "add_rms_norm":
-        return dict(x=randn(rows, n), residual=randn(rows, n), weight=randn(n), eps=1e-6)
-    if op == "layer_norm":
-        return dict(x=randn(rows, n), weight=randn(n), bias=randn(n), eps=1e-5)
-    if op == "batch_norm":
-        return dict(x=randn(rows, n), weight=randn(n), bias=randn(n), eps=1e-5, mask=None)
-    if op == "deep_norm":
-        return dict(x=randn(rows, n), sub_weight=randn(n, n) / math.sqrt(n), sub_bias=randn(n),
-                    alpha=2.0, weight=randn(n), bias=randn(n), eps=1e-5)
-    if op == "swiglu":
-        return dict(gate=randn(rows, n), up=randn(rows, n))
-    if op == "silu_and_mul":
-        return dict(x=randn(rows, 2 * n))
-    raise ValueError(op)
+    """float64 arguments of ``op`` at rows x n (2n wide where the op splits rows in halves):
+    the op record's sample input."""
+    rec = oracle.OPS[op]
+    return rec.sample(torch.float64, rows=rows, width=2 * n if rec.halves else n, seed=seed)
 
 
 # ------------------------------------------------------------------ torch's own float64 eager ops

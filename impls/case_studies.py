@@ -1,7 +1,7 @@
 """Case studies: normalisation / activation designs taken from published tutorials.
 
 Each function below re-implements one design from a seed tutorial
-(``shared/seeds/*.txt``) to the kernel contract -- same design decisions, same
+(``../shared/seeds/*.txt``, beside the repository) to the kernel contract -- same design decisions, same
 order of operations, same precisions -- so that the suite can say what is
 wrong with it.  They are *not* implementations to use.  Every one is
 registered with the one-line reason the suite rejects it (``expected_failure``);

@@ -1,22 +1,22 @@
-"""torch.compile (dynamic shapes) of every eager implementation.
+"""torch.compile (dynamic shapes) of every eager implementation, one per op record.
 
 On CPU this is inductor's C++ backend; on a GPU, inductor's Triton backend.
+Each is importable by its op's name (``normcert.impls.compiled:rms_norm``).
 """
 from __future__ import annotations
 
 import torch
 
+from normcert.oracle import OPS
+
 from . import eager, make
 
-rms_norm = torch.compile(eager.rms_norm, dynamic=True)
-add_rms_norm = torch.compile(eager.add_rms_norm, dynamic=True)
-layer_norm = torch.compile(eager.layer_norm, dynamic=True)
-batch_norm = torch.compile(eager.batch_norm, dynamic=True)
-deep_norm = torch.compile(eager.deep_norm, dynamic=True)
-swiglu = torch.compile(eager.swiglu, dynamic=True)
-silu_and_mul = torch.compile(eager.silu_and_mul, dynamic=True)
+COMPILED = {op: torch.compile(getattr(eager, op), dynamic=True) for op in OPS}
 
-IMPLS = [
-    make(op, "compiled", "compiled", globals()[op], target=f"normcert.impls.compiled:{op}")
-    for op in ("rms_norm", "add_rms_norm", "layer_norm", "batch_norm", "deep_norm", "swiglu", "silu_and_mul")
-]
+IMPLS = [make(op, "compiled", "compiled", fn, target=f"normcert.impls.compiled:{op}") for op, fn in COMPILED.items()]
+
+
+def __getattr__(name: str):
+    if name in COMPILED:
+        return COMPILED[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

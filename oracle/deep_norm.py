@@ -69,3 +69,20 @@ def vjp(B, cot, x, sub_weight, sub_bias, alpha, weight, bias, eps):
     dw, db = affine_grads(B, xhat, dy)
     dx = _affine(B, dz, sub_weight.T, alpha, np.zeros(x.shape[-1]))
     return {"x": dx, "weight": dw, "bias": db}
+
+
+def affine_sublayer(weight, bias):
+    """The sublayer the suite hands a deep_norm kernel: t -> t @ weight.T + bias, in t's dtype.
+
+    Computed in float32 (float64 for float64) and rounded once.  Not F.linear in
+    bfloat16 directly: on CPU (torch 2.13) that leaks NaN/inf from one row of t
+    into the outputs of other rows, which would blame the kernel for the sublayer.
+    """
+    import torch  # noqa: PLC0415 - the maths above is backend-generic; only the kernel's sublayer is torch
+    import torch.nn.functional as F  # noqa: PLC0415
+
+    def sublayer(t):
+        c = torch.float64 if t.dtype == torch.float64 else torch.float32
+        return F.linear(t.to(c), weight.to(c), bias.to(c)).to(t.dtype)
+
+    return sublayer

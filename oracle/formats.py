@@ -37,15 +37,11 @@ class Format:
         return 2.0 ** self.emin
 
     @property
-    def tiny(self) -> float:
-        return 2.0 ** (self.emin - self.p + 1)
-
-    @property
     def max(self) -> float:
         return (2.0 - 2.0 ** (1 - self.p)) * 2.0 ** self.emax
 
     def ulp(self, v: np.ndarray) -> np.ndarray:
-        """ulp of each |v| in this format (``tiny`` for zero and subnormals)."""
+        """ulp of each |v| in this format (the subnormal spacing ``tiny`` for zero and subnormals)."""
         v = np.abs(np.asarray(v, dtype=np.float64))
         _, e = np.frexp(np.where(np.isfinite(v), v, 1.0))  # frexp(0) gives e = 0
         e = np.where(v > 0, e - 1, self.emin)

@@ -33,7 +33,6 @@ import pytest
 import normcert
 
 SCHEMA = "normcert-certificate/2"
-CORE = ("accuracy", "extremes", "contract", "gradients")
 
 
 def check_writable(path: str) -> None:
@@ -67,6 +66,9 @@ def markdown_path(path: str) -> str:
 
 def unexpected_passes(results: list[dict]) -> list[str]:
     """Case studies that ran their core properties and failed none of them."""
+    from normcert.properties.families import FAMILIES  # noqa: PLC0415 - torch only once results exist
+
+    core = {f.name for f in FAMILIES if f.core}
     by_impl: dict[str, list[dict]] = {}
     for r in results:
         if r["backend"] == "case-study":
@@ -74,7 +76,7 @@ def unexpected_passes(results: list[dict]) -> list[str]:
     bad = []
     for impl, rs in by_impl.items():
         ran = {r["prop"] for r in rs}
-        if set(CORE) <= ran and not any(r["outcome"] in ("expected-fail", "fail") for r in rs):
+        if core <= ran and not any(r["outcome"] in ("expected-fail", "fail") for r in rs):
             bad.append(impl)
     return bad
 
@@ -168,13 +170,12 @@ def markdown(cert: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-FIRST = ("accuracy", "contract", "extremes", "fusion", "padding", "row-independence", "invariance", "gradients",
-         "gradcheck", "determinism", "batch-invariance")  # which failure a verdict names first
-
-
 def case_studies(cert: dict) -> list[str]:
     """The verdict on each case study: per dtype, the first property that rejected it, what the
     suite saw and the shrunk case; the design's registered reason stands on its first row."""
+    from normcert.properties.families import FAMILIES  # noqa: PLC0415
+
+    first = [f.name for f in FAMILIES]  # which failure a verdict names first
     by_impl: dict[str, list[dict]] = {}
     for r in cert["results"]:
         if r["backend"] == "case-study":
@@ -194,7 +195,7 @@ def case_studies(cert: dict) -> list[str]:
             continue
         for dtype in ("float64", "float32", "float16", "bfloat16"):
             rs = sorted((r for r in failed if r["dtype"] == dtype),
-                        key=lambda r: FIRST.index(r["property"]) if r["property"] in FIRST else len(FIRST))
+                        key=lambda r: first.index(r["property"]) if r["property"] in first else len(first))
             if rs:
                 r = rs[0]
                 others = len(rs) - 1

@@ -35,7 +35,7 @@ from normcert import oracle
 from normcert.oracle import error_model
 from normcert.oracle.formats import DTYPE_NAMES
 
-from .opinfo import INFO, Case
+from .case import Case
 
 
 class ContractViolation(AssertionError):
@@ -80,8 +80,7 @@ def check_fresh(impl, case: Case, names, outs) -> None:
 
 
 def expected_shapes(case: Case):
-    info = INFO[case.op]
-    return [info.out_shape(case)] * len(info.outputs)
+    return [case.record.out_shape(tuple(case.main.shape))] * len(case.record.outputs)
 
 
 class _Worker:
@@ -206,9 +205,10 @@ def _first_line(e: BaseException) -> str:
 
 def invoke(impl, case: Case) -> tuple[torch.Tensor, ...]:
     """Call the kernel on ``case`` and enforce the output contract; returns its outputs."""
-    info = INFO[case.op]
+    info = case.record
     before = snapshot(case)
-    out = kernel_code(impl, "", lambda: info.call(impl.fn, case))
+    args = case.oracle_args()
+    out = kernel_code(impl, "", lambda: info.call(impl.fn, args))
     outs = _normalise_outputs(impl, info, out)
     device = case.main.device
     for name, o, shape in zip(info.outputs, outs, expected_shapes(case)):
@@ -274,9 +274,10 @@ def check_against_oracle(outs, case: Case, worst: Worst, where=None, label="") -
     """Every output within the error model's bound of the exact value."""
     args = case.oracle_args()
     exact = oracle.forward(case.op, **args)
-    bounds = error_model.forward_bounds(case.op, args, exact)
-    nan_ok = error_model.indeterminate(case.op, args)
-    for name, o, e, b in zip(INFO[case.op].outputs, outs, exact, bounds):
+    rec = case.record
+    bounds = rec.forward_bound(args, exact)
+    nan_ok = rec.indeterminate(args) if rec.indeterminate else None
+    for name, o, e, b in zip(rec.outputs, outs, exact, bounds):
         a = error_model.assess(label + name, o, e, b, case.dtype, where=where, nan_ok=nan_ok)
         record_assessment(a, case, worst)
 
@@ -321,21 +322,10 @@ def derive_seed(*parts) -> int:
 
 def probe(impl, dtype, device) -> bool:
     """Does the kernel accept this dtype at all? (tiny ordinary case)"""
-    from .strategies import layout_tensor  # noqa: PLC0415 - avoid a cycle at import
-
-    rng = np.random.default_rng(0)
-    shape = (2, 4)
-    v = lambda: layout_tensor(rng.standard_normal(shape), dtype, "contiguous", device)  # noqa: E731
-    w = torch.ones(4, dtype=dtype, device=device)
-    b = torch.zeros(4, dtype=dtype, device=device)
-    t = {"rms_norm": {"x": v(), "weight": w}, "add_rms_norm": {"x": v(), "residual": v(), "weight": w},
-         "layer_norm": {"x": v(), "weight": w, "bias": b}, "batch_norm": {"x": v(), "weight": w, "bias": b, "mask": None},
-         "deep_norm": {"x": v(), "sub_weight": torch.eye(4, dtype=dtype, device=device), "sub_bias": b, "weight": w,
-                       "bias": b},
-         "swiglu": {"gate": v(), "up": v()}, "silu_and_mul": {"x": v()}}[impl.op]
-    scalars = {"eps": 1e-5, "alpha": 1.0} if impl.op == "deep_norm" else ({"eps": 1e-5} if "weight" in t else {})
+    rec = oracle.OPS[impl.op]
+    args = rec.sample(dtype, device, rows=2, width=4)
     try:
-        kernel_code(impl, "", lambda: INFO[impl.op].call(impl.fn, Case(impl.op, t, scalars)))
+        kernel_code(impl, "", lambda: rec.call(impl.fn, args))
     except NotSupported:
         return False
     except ContractViolation:  # raised, hung: reported by the properties themselves
@@ -449,12 +439,17 @@ def run(prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=Tr
     return res
 
 
-def certify(prop: str, impl, dtype, strategy, check, *, gating=True) -> Result:
-    """``run`` as a pytest test: not-supported skips, a case study's failure is expected."""
+def certify(family, impl, dtype) -> Result:
+    """``run`` of a property family (``families.Family``) as a pytest test: not-supported
+    skips, a case study's failure is expected, a bitwise family gates only under --bitwise."""
     import warnings  # noqa: PLC0415
 
     import pytest  # noqa: PLC0415
 
+    prop = family.name
+    strategy = family.strategy(impl.op, dtype, CONFIG["device"])
+    check = family.check_fn()
+    gating = CONFIG["bitwise"] if family.bitwise else True
     try:
         res = run(prop, impl, dtype, strategy, check, gating=gating)
     except PropertyFailure as e:

@@ -224,15 +224,18 @@ class Suite:
             hypothesis.core.global_force_seed = config.getoption("--seed")
 
     def pytest_generate_tests(self, metafunc):
+        from normcert.oracle import OPS  # noqa: PLC0415
         from normcert.oracle.formats import DTYPE_NAMES  # noqa: PLC0415
         from normcert.properties import harness  # noqa: PLC0415
+        from normcert.properties.families import BY_TEST  # noqa: PLC0415
 
         if not metafunc.module.__name__.startswith(_PACKAGE + "."):
             return
         if "impl" in metafunc.fixturenames:
-            applies = getattr(metafunc.module, "APPLIES", {}).get(metafunc.function.__name__, lambda impl: True)
+            family = BY_TEST.get(metafunc.function.__name__)
             device = harness.CONFIG["device"]
-            chosen = [i for i in harness.CONFIG["impls"] if applies(i) and device in i.devices]
+            chosen = [i for i in harness.CONFIG["impls"]
+                      if device in i.devices and (family is None or family.applies(OPS[i.op]))]
             metafunc.parametrize("impl", chosen, ids=[i.id for i in chosen])
         if "dtype" in metafunc.fixturenames:
             metafunc.parametrize("dtype", list(DTYPE_NAMES), ids=list(DTYPE_NAMES.values()))

@@ -25,8 +25,9 @@ import torch
 from normcert import oracle
 from normcert.oracle.formats import BY_NAME, DTYPE_NAMES
 
-from . import CHECKS
-from .opinfo import INFO, Case
+from .families import CASE_CHECKS
+
+from .case import Case
 
 FORMAT = "normcert-replay/1"
 _BOOL = "bool"
@@ -149,10 +150,11 @@ def _check_meta(path: str, meta) -> None:
         _fail(path, "metadata is not an object")
     if meta.get("format") != FORMAT:
         _fail(path, f"format {meta.get('format')!r}, expected {FORMAT!r}")
-    if meta.get("op") not in INFO:
+    if meta.get("op") not in oracle.OPS:
         _fail(path, f"unknown op {meta.get('op')!r}")
-    if meta.get("property") not in CHECKS:
-        _fail(path, f"unknown property {meta.get('property')!r}, expected one of {', '.join(CHECKS)}")
+    names = [f.name for f in CASE_CHECKS]
+    if meta.get("property") not in names:
+        _fail(path, f"unknown property {meta.get('property')!r}, expected one of {', '.join(names)}")
     if not isinstance(meta.get("impl"), str):
         _fail(path, "'impl' must be a string OP=MODULE:ATTR")
     for field in ("scalars", "params", "notes", "tensors"):

@@ -1,4 +1,8 @@
-"""Every Hypothesis strategy of the suite, in one module.
+"""The suite's Hypothesis strategies: shapes, values, masks, and ``cases`` of any op.
+
+``cases`` draws every argument of an op by its kind (``oracle.record``); the
+property families narrow it (profiles, hostile rows, row counts) in their own
+``*_cases`` functions, which compose these.
 
 A case is drawn as a handful of *structural* choices -- shape, layout, value
 profile per tensor, eps, mask kind, which rows are hostile -- plus one integer
@@ -30,12 +34,12 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from normcert.oracle.formats import DTYPES, fmt
+from normcert.oracle import OPS
+from normcert.oracle.formats import fmt
 
-from .opinfo import Case
+from .case import Case
 
 PROFILES = ("normal", "lattice", "offset", "constant", "zeros", "near_max", "subnormal", "wide")
-ORDINARY = ("normal", "lattice")
 EXTREME = ("offset", "constant", "zeros", "near_max", "subnormal", "wide")
 ROW_KINDS = ("zeros", "constant", "near_max", "nan", "posinf", "neginf")
 LAYOUTS = ("contiguous", "transposed", "sliced", "offset")
@@ -47,10 +51,6 @@ PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191)
 POWERS = tuple(2 ** k for k in range(0, 14))
 ODD = (96, 100, 768, 1000, 3000, 5000, 6144, 12288)
 MAX_ELEMS = 1 << 15
-
-
-def dtypes():
-    return st.sampled_from(DTYPES)
 
 
 def row_lengths(max_n=16384):
@@ -238,52 +238,48 @@ def pad_values(x, mask, fill_kind, rng):
 @st.composite
 def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MAX_ELEMS, max_n=16384,
           min_rows=0, padded=False):
-    """A Case for ``op`` with the given dtype on the given device.
+    """A Case for ``op`` with the given dtype on the given device, every argument drawn by its kind.
 
-    min_rows: at least this many rows (positions, for batch_norm); padded
-    (batch_norm): a mask with at least one padded position.
+    rows tensors from ``profiles`` (with hostile rows if asked); weight and bias
+    vectors; an n x n sublayer scaled by 1/sqrt(n) and a small bias; a mask with
+    padded positions overwritten (NaN, huge, zeros) to prove they are never read;
+    eps; alpha = (2N)^(1/4) for N layers.  min_rows: at least this many rows
+    (positions, for a masked op); padded: a mask with at least one padded position.
     """
+    rec = OPS[op]
     if padded:
         min_rows = max(min_rows, 2)
     seed = draw(st.integers(0, 2 ** 32 - 1))
     rng = np.random.default_rng(seed)
     notes = {"seed": str(seed)}
-
-    def x_like(shape, name):
-        return draw(tensors(rng, dtype, shape, device, profiles=profiles, hostile=hostile, notes=notes, name=name))
-
-    if op in ("swiglu", "silu_and_mul"):
-        shape = draw(shapes(max_elems=max_elems, max_n=max_n, even=op == "silu_and_mul", min_rows=min_rows))
-        if op == "swiglu":
-            return Case(op, {"gate": x_like(shape, "gate"), "up": x_like(shape, "up")}, {}, notes)
-        return Case(op, {"x": x_like(shape, "x")}, {}, notes)
-
-    if op == "deep_norm":
-        shape = draw(shapes(max_elems=max_elems, max_n=min(max_n, 128), max_rank=3, min_rows=min_rows))
-    else:
-        shape = draw(shapes(max_elems=max_elems, max_n=max_n, min_rows=min_rows))
+    f = fmt(dtype)
+    shape = draw(shapes(max_elems=max_elems, max_n=min(max_n, rec.max_width), max_rank=rec.max_rank,
+                        even=rec.halves, min_rows=min_rows))
     n = shape[-1]
-    t = {"x": x_like(shape, "x")}
-    if op == "add_rms_norm":
-        t["residual"] = x_like(shape, "residual")
-    t["weight"] = draw(vectors(rng, n, dtype, device, "weight"))
-    if op in ("layer_norm", "batch_norm", "deep_norm"):
-        t["bias"] = draw(vectors(rng, n, dtype, device, "bias"))
-    scalars = {"eps": draw(eps())}
-    if op == "batch_norm":
-        t["mask"], notes["mask"] = draw(masks(rng, shape[:-1], device, padded=padded))
-        fill_kind = draw(st.sampled_from(PAD_FILLS))
-        if t["mask"] is not None and fill_kind != "keep":
-            notes["padding"] = fill_kind
-            t["x"] = pad_values(t["x"], t["mask"], fill_kind, rng)
-    if op == "deep_norm":
-        f = fmt(dtype)
-        t["sub_weight"] = torch.from_numpy(f.round(rng.standard_normal((n, n)) / math.sqrt(n))).to(dtype).to(device)
-        t["sub_bias"] = torch.from_numpy(f.round(0.1 * rng.standard_normal(n))).to(dtype).to(device)
-        n_layers = draw(st.sampled_from([1, 6, 12, 24, 100]))
-        scalars["alpha"] = float((2 * n_layers) ** 0.25)
-        notes["alpha"] = f"(2N)^1/4, N={n_layers}"
-    # Keep the tensor order of the oracle record (x first), then the scalars.
+    t, scalars = {}, {}
+    for arg in rec.args:
+        kind = arg.kind
+        if kind == "rows":
+            t[arg.name] = draw(tensors(rng, dtype, shape, device, profiles=profiles, hostile=hostile, notes=notes,
+                                       name=arg.name))
+        elif kind in ("weight", "bias"):
+            t[arg.name] = draw(vectors(rng, n, dtype, device, kind))
+        elif kind == "matrix":
+            t[arg.name] = torch.from_numpy(f.round(rng.standard_normal((n, n)) / math.sqrt(n))).to(dtype).to(device)
+        elif kind == "vector":
+            t[arg.name] = torch.from_numpy(f.round(0.1 * rng.standard_normal(n))).to(dtype).to(device)
+        elif kind == "mask":
+            t[arg.name], notes[arg.name] = draw(masks(rng, shape[:-1], device, padded=padded))
+            fill_kind = draw(st.sampled_from(PAD_FILLS))
+            if t[arg.name] is not None and fill_kind != "keep":
+                notes["padding"] = fill_kind
+                t[rec.main] = pad_values(t[rec.main], t[arg.name], fill_kind, rng)
+        elif kind == "eps":
+            scalars[arg.name] = draw(eps())
+        else:  # alpha
+            n_layers = draw(st.sampled_from([1, 6, 12, 24, 100]))
+            scalars[arg.name] = float((2 * n_layers) ** 0.25)
+            notes[arg.name] = f"(2N)^1/4, N={n_layers}"
     return Case(op, t, scalars, notes)
 
 

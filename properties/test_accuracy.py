@@ -8,13 +8,14 @@
 """
 from __future__ import annotations
 
-from .harness import CONFIG, check_against_oracle, certify, invoke
+from .families import BY_NAME
+from .harness import check_against_oracle, certify, invoke
 from .strategies import EXTREME, cases
 
 
 def valid_positions(case):
-    """batch_norm checks only positions where the mask is True."""
-    m = case.tensors.get("mask")
+    """Where a masked op's outputs are claimed: the positions its mask marks valid (None: all)."""
+    m = case.tensors.get(case.record.mask) if case.record.mask else None
     return None if m is None else m.cpu().numpy()[..., None]
 
 
@@ -23,12 +24,17 @@ def check_accuracy(impl, case, worst):
     check_against_oracle(outs, case, worst, where=valid_positions(case))
 
 
+def accuracy_cases(op, dtype, device):
+    return cases(op, dtype, device, profiles=("normal", "lattice", "offset", "constant"), hostile=False)
+
+
+def extreme_cases(op, dtype, device):
+    return cases(op, dtype, device, profiles=EXTREME, hostile=True)
+
+
 def test_accuracy(impl, dtype):
-    strategy = cases(impl.op, dtype, CONFIG["device"], profiles=("normal", "lattice", "offset", "constant"),
-                     hostile=False)
-    certify("accuracy", impl, dtype, strategy, check_accuracy)
+    certify(BY_NAME["accuracy"], impl, dtype)
 
 
 def test_extremes(impl, dtype):
-    strategy = cases(impl.op, dtype, CONFIG["device"], profiles=EXTREME, hostile=True)
-    certify("extremes", impl, dtype, strategy, check_accuracy)
+    certify(BY_NAME["extremes"], impl, dtype)

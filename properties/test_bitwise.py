@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from .harness import CONFIG, ContractViolation, PropertyFailure, certify, invoke
-from .opinfo import INFO
+from .families import BY_NAME
+from .harness import ContractViolation, PropertyFailure, certify, invoke
 from .strategies import cases
 
 
@@ -30,11 +30,11 @@ def check_determinism(impl, case, worst):
     first = invoke(impl, case)
     kept = [o.clone() for o in first]
     second = invoke(impl, case)
-    for name, a, b in zip(INFO[case.op].outputs, first, second):
+    for name, a, b in zip(case.record.outputs, first, second):
         if a.numel() and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
             raise ContractViolation(f"{impl.id} returned {name} in the same buffer on two calls "
                                     f"(the first caller's result was overwritten)")
-    for name, a, b in zip(INFO[case.op].outputs, kept, second):
+    for name, a, b in zip(case.record.outputs, kept, second):
         if not _same_bits(a, b):
             raise PropertyFailure(f"{name}: two calls on the same input differ in their bits")
 
@@ -48,7 +48,7 @@ def batch_cases(draw, op, dtype, device):
 
 
 def check_batch_invariance(impl, case, worst):
-    info = INFO[case.op]
+    info = case.record
     r = int(case.params["row"])
     batch = invoke(impl, case)
     alone = case.replace(**{k: case.tensors[k].reshape(-1, case.tensors[k].shape[-1])[r : r + 1]
@@ -59,14 +59,13 @@ def check_batch_invariance(impl, case, worst):
             raise PropertyFailure(f"{name}: row {r} computed alone differs in its bits from the same row in the batch")
 
 
-APPLIES = {"test_batch_invariance": lambda impl: INFO[impl.op].rowwise}
+def determinism_cases(op, dtype, device):
+    return cases(op, dtype, device, profiles=("normal", "lattice"), hostile=False)
 
 
 def test_determinism(impl, dtype):
-    strategy = cases(impl.op, dtype, CONFIG["device"], profiles=("normal", "lattice"), hostile=False)
-    certify("determinism", impl, dtype, strategy, check_determinism, gating=CONFIG["bitwise"])
+    certify(BY_NAME["determinism"], impl, dtype)
 
 
 def test_batch_invariance(impl, dtype):
-    certify("batch-invariance", impl, dtype, batch_cases(impl.op, dtype, CONFIG["device"]),
-                   check_batch_invariance, gating=CONFIG["bitwise"])
+    certify(BY_NAME["batch-invariance"], impl, dtype)

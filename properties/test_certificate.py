@@ -22,7 +22,7 @@ import torch
 
 from normcert.impls import plugin
 from normcert.properties.certificate import check_failures_dir, check_writable, to_json
-from normcert.properties.opinfo import Case
+from normcert.properties.case import Case
 from normcert.properties.replay import save_failure
 
 GOOD = "rms_norm=normcert.impls.eager:rms_norm"

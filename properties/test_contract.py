@@ -15,8 +15,8 @@ from normcert import oracle
 from normcert.oracle import error_model
 from normcert.oracle.formats import DTYPES, to_float64
 
+from .families import BY_NAME
 from .harness import CONFIG, certify, invoke, probe, record_assessment
-from .opinfo import INFO
 from .strategies import cases
 from .test_accuracy import valid_positions
 
@@ -30,16 +30,19 @@ def check_contract(impl, case, worst):
     ref = invoke(impl, plain)
     args = case.oracle_args()
     exact = oracle.forward(case.op, **args)
-    bounds = error_model.forward_bounds(case.op, args, exact)
-    for name, o, r, b in zip(INFO[case.op].outputs, outs, ref, bounds):
+    bounds = case.record.forward_bound(args, exact)
+    for name, o, r, b in zip(case.record.outputs, outs, ref, bounds):
         a = error_model.assess(f"{name} (strided vs contiguous)", o, to_float64(r), 2 * b, case.dtype,
                                where=valid_positions(case))
         record_assessment(a, case, worst)
 
 
+def contract_cases(op, dtype, device):
+    return cases(op, dtype, device, profiles=("normal", "lattice"), hostile=False)
+
+
 def test_contract(impl, dtype):
-    strategy = cases(impl.op, dtype, CONFIG["device"], profiles=("normal", "lattice"), hostile=False)
-    certify("contract", impl, dtype, strategy, check_contract)
+    certify(BY_NAME["contract"], impl, dtype)
 
 
 def test_supports_some_dtype(impl):

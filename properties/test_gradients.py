@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 from normcert import oracle
 from normcert.oracle import error_model
 
+from .case import Case
+from .families import BY_NAME
 from .harness import (CONFIG, RESULTS, ContractViolation, NotSupported, Result, certify, invoke, kernel_code,
                       record_assessment)
-from .opinfo import INFO, Case
 from .strategies import cases, cotangents
 
 
@@ -38,12 +39,12 @@ def gradient_cases(draw, op, dtype, device):
 
 def _leaves(case):
     """The case with fresh leaf tensors (same values and dtype) for the inputs that get gradients."""
-    leaves = {k: case.tensors[k].detach().clone().requires_grad_(True) for k in INFO[case.op].grads}
+    leaves = {k: case.tensors[k].detach().clone().requires_grad_(True) for k in case.record.grads}
     return case.replace(**leaves), leaves
 
 
 def check_gradients(impl, case, worst):
-    info = INFO[case.op]
+    info = case.record
     live, leaves = _leaves(case)
     with torch.enable_grad():
         outs = invoke(impl, live)
@@ -56,7 +57,7 @@ def check_gradients(impl, case, worst):
         raise ContractViolation(f"{impl.id}: only some outputs carry a grad_fn ({dict(zip(info.outputs, carrying))})")
     rng = np.random.default_rng(int(case.params["cot_seed"]))
     cot = cotangents(rng, [(o.shape, o.dtype) for o in outs], case.main.device)
-    mask = case.tensors.get("mask")
+    mask = case.tensors.get(info.mask) if info.mask else None
     if mask is not None:
         cot = tuple(c * mask.unsqueeze(-1).to(c.dtype) for c in cot)
     names = list(leaves)
@@ -64,7 +65,7 @@ def check_gradients(impl, case, worst):
                         lambda: torch.autograd.grad(outs, [leaves[k] for k in names], cot, allow_unused=True))
     args = case.oracle_args()
     exact = oracle.vjp(case.op, cot, **args)
-    bounds = error_model.grad_bounds(case.op, args, cot, exact)
+    bounds = case.record.grad_bound(args, cot, exact)
     for k, g in zip(names, grads):
         if g is None:
             raise ContractViolation(f"{impl.id} returned no gradient for {k!r}")
@@ -78,19 +79,13 @@ def check_gradients(impl, case, worst):
 def test_gradients(impl, dtype):
     if not impl.backward:
         pytest.skip(f"{impl.id} is registered without backward")
-    certify("gradients", impl, dtype, gradient_cases(impl.op, dtype, CONFIG["device"]), check_gradients)
+    certify(BY_NAME["gradients"], impl, dtype)
 
 
 def _gradcheck_case(op, device):
-    gen = torch.Generator().manual_seed(0)
-    r = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64).to(device)  # noqa: E731
-    t = {"rms_norm": {"x": r(3, 5), "weight": r(5)}, "add_rms_norm": {"x": r(3, 5), "residual": r(3, 5), "weight": r(5)},
-         "layer_norm": {"x": r(3, 5), "weight": r(5), "bias": r(5)},
-         "batch_norm": {"x": r(4, 5), "weight": r(5), "bias": r(5), "mask": None},
-         "deep_norm": {"x": r(3, 5), "sub_weight": r(5, 5) / 3, "sub_bias": r(5), "weight": r(5), "bias": r(5)},
-         "swiglu": {"gate": r(3, 5), "up": r(3, 5)}, "silu_and_mul": {"x": r(3, 6)}}[op]
-    scalars = {"eps": 1e-5, "alpha": 2.0} if op == "deep_norm" else ({"eps": 1e-5} if "weight" in t else {})
-    return Case(op, t, scalars)
+    rec = oracle.OPS[op]
+    args = rec.sample(torch.float64, device, rows=4, width=6)
+    return Case(op, {k: args[k] for k in rec.tensors}, {k: args[k] for k in rec.scalars})
 
 
 def test_gradcheck(impl):
@@ -103,7 +98,7 @@ def test_gradcheck(impl):
 
     def fn(*tensors):
         c = case.replace(**dict(zip(names, tensors)))
-        return INFO[case.op].call(impl.fn, c)
+        return c.record.call(impl.fn, c.oracle_args())
 
     res = Result(impl.id, impl.op, impl.backend, "gradcheck", "float64", "error", examples=1)
     RESULTS.append(res)

@@ -17,19 +17,16 @@ from normcert import oracle
 from normcert.oracle import error_model
 from normcert.oracle.formats import fmt, to_float64
 
-from .harness import CONFIG, certify, invoke, record_assessment
-from .opinfo import INFO
+from .families import BY_NAME
+from .harness import certify, invoke, record_assessment
 from .strategies import cases, scales
 from .test_accuracy import valid_positions
-
-
-APPLIES = {"test_invariance": lambda impl: INFO[impl.op].scale_invariant or INFO[impl.op].shift_invariant}
 
 
 @st.composite
 def invariance_cases(draw, op, dtype, device):
     case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset"), hostile=False))
-    info = INFO[op]
+    info = oracle.OPS[op]
     kinds = [k for k, ok in (("scale", info.scale_invariant), ("shift", info.shift_invariant)) if ok]
     case.params["transform"] = draw(st.sampled_from(kinds))
     case.params["c"] = draw(scales())
@@ -39,7 +36,7 @@ def invariance_cases(draw, op, dtype, device):
 
 def transformed(case):
     """The case after its transform; inputs are rounded to the dtype if they must be."""
-    info = INFO[case.op]
+    info = case.record
     f = fmt(case.dtype)
     out = case.replace()
     if case.params["transform"] == "scale":
@@ -47,7 +44,9 @@ def transformed(case):
         for k in info.row_inputs:
             out.tensors[k] = torch.from_numpy(f.round(to_float64(case.tensors[k]) * c)).to(case.dtype).to(
                 case.main.device)
-        out.scalars["eps"] = case.scalars["eps"] * c * c
+        for a in info.args:
+            if a.kind == "eps":
+                out.scalars[a.name] = case.scalars[a.name] * c * c
     else:
         x = to_float64(case.main)
         finite = np.abs(x[np.isfinite(x)])
@@ -62,8 +61,8 @@ def check_invariance(impl, case, worst):
     where = valid_positions(case)
     args0, args1 = case.oracle_args(), other.oracle_args()
     ex0, ex1 = oracle.forward(case.op, **args0), oracle.forward(case.op, **args1)
-    bd0, bd1 = error_model.forward_bounds(case.op, args0, ex0), error_model.forward_bounds(case.op, args1, ex1)
-    for i, name in enumerate(INFO[case.op].outputs):
+    bd0, bd1 = case.record.forward_bound(args0, ex0), case.record.forward_bound(args1, ex1)
+    for i, name in enumerate(case.record.outputs):
         if name == "residual_out":
             continue  # scaled residuals are a different value; accuracy checks them bit for bit
         e0, e1 = ex0[i], ex1[i]
@@ -75,4 +74,4 @@ def check_invariance(impl, case, worst):
 
 
 def test_invariance(impl, dtype):
-    certify("invariance", impl, dtype, invariance_cases(impl.op, dtype, CONFIG["device"]), check_invariance)
+    certify(BY_NAME["invariance"], impl, dtype)

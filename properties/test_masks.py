@@ -1,6 +1,6 @@
 """Padding masks and row independence.
 
-* padding (batch_norm)   outputs at valid positions do not move when the padded
+* padding (masked ops)   outputs at valid positions do not move when the padded
   positions change value -- to NaN, to the dtype's max, to other numbers.
 * row independence (row-wise ops)   a row's output does not move when every
   *other* row is replaced -- by NaN, ±inf, near-max values or fresh numbers.
@@ -19,8 +19,8 @@ from normcert import oracle
 from normcert.oracle import error_model
 from normcert.oracle.formats import fmt, to_float64
 
-from .harness import CONFIG, certify, invoke, record_assessment
-from .opinfo import INFO
+from .families import BY_NAME
+from .harness import certify, invoke, record_assessment
 from .strategies import cases, layout_tensor
 from .test_accuracy import valid_positions
 
@@ -39,15 +39,15 @@ def _self_check(impl, case, other, where, worst, label):
     y0, y1 = invoke(impl, case), invoke(impl, other)
     args = case.oracle_args()
     exact = oracle.forward(case.op, **args)
-    bounds = error_model.forward_bounds(case.op, args, exact)
-    for name, a0, a1, b in zip(INFO[case.op].outputs, y0, y1, bounds):
+    bounds = case.record.forward_bound(args, exact)
+    for name, a0, a1, b in zip(case.record.outputs, y0, y1, bounds):
         a = error_model.assess(f"{name} ({label})", a1, to_float64(a0), 2 * b, case.dtype, where=where)
         record_assessment(a, case, worst)
 
 
 @st.composite
-def padded_cases(draw, dtype, device):
-    case = draw(cases("batch_norm", dtype, device, profiles=("normal", "lattice", "offset"), hostile=False,
+def padded_cases(draw, op, dtype, device):
+    case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset"), hostile=False,
                       padded=True))
     case.params["fill"] = draw(st.sampled_from(FILLS))
     case.params["fill_seed"] = draw(st.integers(0, 2 ** 16))
@@ -55,11 +55,11 @@ def padded_cases(draw, dtype, device):
 
 
 def check_padding(impl, case, worst):
-    m = case.tensors["mask"]
-    x = to_float64(case.tensors["x"])
+    m = case.tensors[case.record.mask]
+    x = to_float64(case.main)
     rng = np.random.default_rng(int(case.params["fill_seed"]))
     x = _fill(x, ~m.cpu().numpy(), case.params["fill"], rng, fmt(case.dtype))
-    other = case.replace(x=layout_tensor(x, case.dtype, "contiguous", case.main.device))
+    other = case.replace(**{case.record.main: layout_tensor(x, case.dtype, "contiguous", case.main.device)})
     _self_check(impl, case, other, valid_positions(case), worst, f"padding -> {case.params['fill']}")
 
 
@@ -75,7 +75,7 @@ def row_cases(draw, op, dtype, device):
 
 
 def check_row_independence(impl, case, worst):
-    info = INFO[case.op]
+    info = case.record
     keep = int(case.params["row"])
     rng = np.random.default_rng(int(case.params["fill_seed"]))
     f = fmt(case.dtype)
@@ -88,23 +88,16 @@ def check_row_independence(impl, case, worst):
         flat = _fill(flat, others, case.params["fill"], rng, f)
         replaced[k] = layout_tensor(flat.reshape(v.shape), case.dtype, "contiguous", case.main.device)
     other = case.replace(**replaced)
-    where = np.zeros(info.out_shape(case)[:-1], bool).reshape(-1)
+    where = np.zeros(info.out_shape(tuple(case.main.shape))[:-1], bool).reshape(-1)
     where[keep] = True
-    where = where.reshape(info.out_shape(case)[:-1])[..., None]
+    where = where.reshape(info.out_shape(tuple(case.main.shape))[:-1])[..., None]
     _self_check(impl, case, other, where, worst, f"row {keep} after the other rows -> {case.params['fill']}")
 
 
-APPLIES = {
-    "test_padding": lambda impl: impl.op == "batch_norm",
-    "test_row_independence": lambda impl: INFO[impl.op].rowwise,
-}
-
-
 def test_padding(impl, dtype):
-    certify("padding", impl, dtype, padded_cases(dtype, CONFIG["device"]), check_padding)
+    certify(BY_NAME["padding"], impl, dtype)
 
 
 def test_row_independence(impl, dtype):
-    certify("row-independence", impl, dtype, row_cases(impl.op, dtype, CONFIG["device"]),
-                   check_row_independence)
+    certify(BY_NAME["row-independence"], impl, dtype)
 

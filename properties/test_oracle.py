@@ -28,14 +28,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from normcert import oracle
-from normcert.oracle import error_model
 from normcert.oracle.formats import to_float64
 
 from .strategies import PROFILES, cases, cotangents
 from .test_accuracy import valid_positions
 
 U64 = 2.0 ** -53
-ELEMENTWISE = ("swiglu", "silu_and_mul")
 
 
 def scale(op, name, mp, args):
@@ -46,15 +44,17 @@ def scale(op, name, mp, args):
     for batch_norm the positions of a channel), and its last step, xhat w + b,
     to |xhat w| + |b|: so max over the group of |y - b|, plus |b|.
     """
+    rec = oracle.OPS[op]
     finite = np.isfinite(mp)
-    if op in ELEMENTWISE or name == "residual_out" or mp.ndim == 0 or mp.size == 0:
+    if rec.elementwise or name in rec.rounded or mp.ndim == 0 or mp.size == 0:
         return np.where(finite, np.abs(mp), 0.0)
     bias = to_float64(args["bias"]) if name == "y" and "bias" in args else 0.0
     with np.errstate(all="ignore"):
         mag = np.where(finite, np.abs(mp - bias), 0.0)
-    if op == "batch_norm" and args.get("mask") is not None and name in ("y", "dx"):
-        mag = np.where(args["mask"].cpu().numpy()[..., None], mag, 0.0)
-    group = tuple(range(mp.ndim - 1)) if op == "batch_norm" else (-1,)
+    mask = next((args.get(a.name) for a in rec.args if a.kind == "mask"), None)
+    if mask is not None and (name in rec.outputs or name[1:] in rec.row_inputs):  # over the positions
+        mag = np.where(mask.cpu().numpy()[..., None], mag, 0.0)
+    group = (-1,) if rec.rowwise else tuple(range(mp.ndim - 1))
     return np.broadcast_to(mag.max(axis=group, keepdims=True), mag.shape) + np.abs(bias)
 
 
@@ -92,7 +92,7 @@ def test_paths_agree(op, dtype, data):
     g64 = oracle.vjp(op, cot, path="float64", **args)
     gmp = oracle.vjp(op, cot, path="mpmath", **args)
     wide = {k: (v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in args.items()}
-    bounds = error_model.grad_bounds(op, wide, tuple(c.double() for c in cot), gmp)
+    bounds = oracle.OPS[op].grad_bound(wide, tuple(c.double() for c in cot), gmp)
     for k in g64:
         agree(op, "d" + k, g64[k], gmp[k], scale(op, "d" + k, gmp[k], args), bounds[k], where=where if k == "x" else None)
 

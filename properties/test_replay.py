@@ -7,19 +7,16 @@ still fails, 0 if it holds.  Needs no Hypothesis database.
 """
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
-from normcert.properties import CHECKS
+from normcert.properties.families import BY_NAME
 from normcert.properties.harness import CONFIG, Worst
 
 
 def test_replay():
     meta, case = CONFIG["replay"]
     impl = CONFIG["replay_impl"]
-    module, _, fn = CHECKS[meta["property"]].partition(":")
-    check = getattr(importlib.import_module(module), fn)
+    check = BY_NAME[meta["property"]].check_fn()
     print(f"replaying {meta['property']} for {impl.id} on {case.describe()}")
     try:
         check(impl, case, Worst())

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from normcert.impls import plugin
-from normcert.properties.opinfo import Case
+from normcert.properties.case import Case
 from normcert.properties.replay import ReplayError, load, save_failure
 
 

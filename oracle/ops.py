@@ -1,0 +1,49 @@
+"""The ops normcert knows: one ``Op`` record each (see ``record``).
+
+The call conventions are the contract in the README: out-of-place, tensors
+positional in the order below, eps last; batch_norm takes ``mask=`` by keyword;
+deep_norm takes its sublayer as a callable (the suite's affine one).
+"""
+from __future__ import annotations
+
+from . import batch_norm, deep_norm, error_model, layer_norm, rms_norm, swiglu
+from .record import Arg, Op
+
+X, RESIDUAL, WEIGHT, BIAS, EPS = Arg("x", "rows"), Arg("residual", "rows"), Arg("weight", "weight"), \
+    Arg("bias", "bias"), Arg("eps", "eps")
+
+OPS: dict[str, Op] = {
+    op.name: op
+    for op in [
+        Op("rms_norm", (X, WEIGHT, EPS), ("y",), ("x", "weight"),
+           rms_norm.forward, rms_norm.vjp, error_model.rms_norm_fwd, error_model.rms_norm_bwd,
+           call=lambda fn, a: fn(a["x"], a["weight"], a["eps"]),
+           rowwise=True, scale_invariant=True),
+        Op("add_rms_norm", (X, RESIDUAL, WEIGHT, EPS), ("y", "residual_out"), ("x", "residual", "weight"),
+           rms_norm.add_forward, rms_norm.add_vjp, error_model.add_rms_norm_fwd, error_model.rms_norm_bwd,
+           call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"]),
+           rowwise=True, scale_invariant=True, rounded=("residual_out",), unfused="rms_norm"),
+        Op("layer_norm", (X, WEIGHT, BIAS, EPS), ("y",), ("x", "weight", "bias"),
+           layer_norm.forward, layer_norm.vjp, error_model.layer_norm_fwd, error_model.layer_norm_bwd,
+           call=lambda fn, a: fn(a["x"], a["weight"], a["bias"], a["eps"]),
+           rowwise=True, scale_invariant=True, shift_invariant=True),
+        Op("batch_norm", (X, WEIGHT, BIAS, Arg("mask", "mask"), EPS), ("y",), ("x", "weight", "bias"),
+           batch_norm.forward, batch_norm.vjp, error_model.batch_norm_fwd, error_model.batch_norm_bwd,
+           call=lambda fn, a: fn(a["x"], a["weight"], a["bias"], a["eps"], mask=a["mask"]),
+           rowwise=False, scale_invariant=True, shift_invariant=True),
+        Op("deep_norm", (X, Arg("sub_weight", "matrix"), Arg("sub_bias", "vector"), WEIGHT, BIAS,
+                         Arg("alpha", "alpha"), EPS), ("y",), ("x", "weight", "bias"),
+           deep_norm.forward, deep_norm.vjp, error_model.deep_norm_fwd, error_model.deep_norm_bwd,
+           call=lambda fn, a: fn(a["x"], deep_norm.affine_sublayer(a["sub_weight"], a["sub_bias"]), a["alpha"],
+                                 a["weight"], a["bias"], a["eps"]),
+           rowwise=True, max_width=128, max_rank=3),
+        Op("swiglu", (Arg("gate", "rows"), Arg("up", "rows")), ("y",), ("gate", "up"),
+           swiglu.forward, swiglu.vjp, error_model.swiglu_fwd, error_model.swiglu_bwd,
+           call=lambda fn, a: fn(a["gate"], a["up"]),
+           rowwise=True, elementwise=True, indeterminate=error_model.swiglu_indeterminate),
+        Op("silu_and_mul", (X,), ("y",), ("x",),
+           swiglu.mul_forward, swiglu.mul_vjp, error_model.silu_and_mul_fwd, error_model.silu_and_mul_bwd,
+           call=lambda fn, a: fn(a["x"]),
+           rowwise=True, elementwise=True, halves=True, indeterminate=error_model.silu_and_mul_indeterminate),
+    ]
+}

@@ -1,0 +1,156 @@
+"""The op record: everything the suite knows about one op, in one place.
+
+Modelled on PyTorch's OpInfo.  An ``Op`` owns its signature (named arguments,
+each of a *kind*), its oracle (forward and VJP, the maths in its module's
+docstring), its error-model bounds (the formulas live in ``error_model``; the
+record names which apply), how a kernel is called, and its flags.  Every
+consumer (validation, strategies, probe, gradcheck, replay, benchmarks, the
+properties) loops over records and reads these fields; none of them names an op.
+
+Argument kinds (n is the main tensor's last dim, the normalised length):
+
+    rows     a tensor of the main tensor's shape and dtype; the op's first rows
+             argument is its *main* tensor (its dtype, device and rows define a case)
+    weight   a length-n vector in the main dtype or float32, drawn around 1
+    bias     a length-n vector in the main dtype or float32, drawn around 0
+    matrix   an n x n matrix in the main dtype (a sublayer's weight)
+    vector   a length-n vector in the main dtype or float32 (a sublayer's bias), drawn small
+    mask     a bool tensor of shape main.shape[:-1], or None: the valid positions
+    eps      a positive finite float
+    alpha    a finite float (DeepNorm's residual scale, (2N)^(1/4) for N layers)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from . import validate as v
+
+TENSOR_KINDS = ("rows", "weight", "bias", "matrix", "vector", "mask")
+SCALAR_KINDS = ("eps", "alpha")
+
+
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    kind: str
+
+    def __post_init__(self):
+        if self.kind not in TENSOR_KINDS + SCALAR_KINDS:
+            raise ValueError(f"Arg {self.name}: kind must be one of {', '.join(TENSOR_KINDS + SCALAR_KINDS)}, "
+                             f"got {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op.
+
+    args:        the oracle's arguments in call order, tensors then scalars
+    outputs:     output names, in the order the kernel returns them
+    grads:       the arguments that get a gradient
+    forward:     oracle forward, ``forward(B, **args) -> outputs`` on backend B
+    vjp:         oracle VJP, ``vjp(B, cotangents, **args) -> {arg: gradient}``
+    forward_bound, grad_bound: the error model's bound functions for this op
+    call:        ``call(kernel, args) -> outputs``: how a kernel is called, args by name
+    rowwise:     output row r depends on input row r only
+    scale_invariant: y(c x, c^2 eps) = y(x, eps);  shift_invariant: y(x + d) = y(x)
+    elementwise: each output element depends on the input elements at its own position only
+    halves:      the main tensor's last dim is [gate | up]: even, outputs n/2 wide
+    max_width, max_rank: the largest cases drawn (the oracle's cost, e.g. an n x n sublayer per row)
+    rounded:     outputs defined as the exact value rounded (nearest even) to the main dtype
+    unfused:     the op this one fuses with the residual add: ``self(x, residual, ...)`` is
+                 ``(unfused(x + residual, ...), residual_out = x + residual)``
+    indeterminate: where an infinite exact output may come back NaN (``error_model``), or None
+    """
+
+    name: str
+    args: tuple[Arg, ...]
+    outputs: tuple[str, ...]
+    grads: tuple[str, ...]
+    forward: Callable
+    vjp: Callable
+    forward_bound: Callable
+    grad_bound: Callable
+    call: Callable[[Callable, dict], object]
+    rowwise: bool
+    scale_invariant: bool = False
+    shift_invariant: bool = False
+    elementwise: bool = False
+    halves: bool = False
+    max_width: int = 16384
+    max_rank: int = 4
+    rounded: tuple[str, ...] = ()
+    unfused: str | None = None
+    indeterminate: Callable | None = None
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.args if a.kind in TENSOR_KINDS)
+
+    @property
+    def scalars(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.args if a.kind in SCALAR_KINDS)
+
+    @property
+    def row_inputs(self) -> tuple[str, ...]:
+        """The tensors that share the main tensor's rows (perturbed together)."""
+        return tuple(a.name for a in self.args if a.kind == "rows")
+
+    @property
+    def main(self) -> str:
+        return self.row_inputs[0]
+
+    @property
+    def mask(self) -> str | None:
+        """The mask argument's name (None: the op has none)."""
+        return next((a.name for a in self.args if a.kind == "mask"), None)
+
+    def kind(self, name: str) -> str:
+        return next(a.kind for a in self.args if a.name == name)
+
+    def out_shape(self, shape: tuple) -> tuple:
+        return tuple(shape[:-1]) + (shape[-1] // 2,) if self.halves else tuple(shape)
+
+    def check(self, args: dict) -> None:
+        """ValueError naming the op and the argument unless ``args`` fit the signature."""
+        x = args[self.main]
+        v.tensor(self.name, self.main, x)
+        if self.halves:
+            v.even_last_dim(self.name, x)
+        n = x.shape[-1]
+        for a in self.args:
+            t = args.get(a.name)
+            if a.name == self.main:
+                continue
+            if a.kind == "rows":
+                v.same_as(self.name, a.name, t, x)
+            elif a.kind in ("weight", "bias", "vector"):
+                v.vector(self.name, a.name, t, n, x.dtype)
+            elif a.kind == "matrix":
+                v.square(self.name, a.name, t, n, x.dtype)
+            elif a.kind == "mask":
+                v.mask(self.name, t, x)
+            elif a.kind == "eps":
+                v.positive(self.name, a.name, t)
+            else:
+                v.finite(self.name, a.name, t)
+
+    def sample(self, dtype: torch.dtype, device="cpu", rows: int = 3, width: int = 6, seed: int = 0) -> dict:
+        """A small ordinary input, the same for every consumer that needs one (the dtype probe,
+        gradcheck, benchmarks): standard normal rows, weight 1 + N(0, 1/16), bias N(0, 1/16), a
+        sublayer scaled by 1/sqrt(n), no mask, eps = 1e-5, alpha = 2.  ``width`` must be even
+        for ``halves`` ops."""
+        gen = torch.Generator().manual_seed(seed)
+        normal = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
+        value = {"rows": lambda: normal(rows, width), "weight": lambda: 1 + normal(width) / 4,
+                 "bias": lambda: normal(width) / 4, "matrix": lambda: normal(width, width) / math.sqrt(width),
+                 "vector": lambda: normal(width) / 10, "mask": lambda: None, "eps": lambda: 1e-5,
+                 "alpha": lambda: 2.0}
+        out = {}
+        for a in self.args:
+            val = value[a.kind]()
+            out[a.name] = val.to(dtype).to(device) if isinstance(val, torch.Tensor) else val
+        return out

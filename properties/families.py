@@ -1,0 +1,72 @@
+"""One record per property family: what it checks, on which cases, for which ops, how it gates.
+
+``FAMILIES`` is the one list: its order is the certificate's (a verdict names a
+kernel's first failure in this order), and the pytest tests, ``--replay``, the
+meta-tests and the certificate all read it.  A family's check and strategy
+live in its test module (``test_<module>.py``, one file per family or pair):
+
+    check(impl, case, worst)          checks one case, raises PropertyFailure
+    cases(op, dtype, device)          the Hypothesis strategy of cases it checks
+
+and its test is ``test_<name>`` there (dashes as underscores).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+from normcert.oracle import Op
+
+
+def _every_op(op: Op) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Family:
+    """name: as the certificate writes it; module: the test module holding check and cases
+    (None where the family is not a per-case check: gradcheck runs torch's own);
+    applies: the ops it has a claim about; bitwise: a bitwise claim, failing the run only
+    under --bitwise (else a warning); core: a case study must run it to count as checked."""
+
+    name: str
+    module: str
+    check: str | None
+    cases: str | None
+    applies: Callable[[Op], bool] = _every_op
+    bitwise: bool = False
+    core: bool = False
+
+    @property
+    def test(self) -> str:
+        return "test_" + self.name.replace("-", "_")
+
+    def _attr(self, attr: str) -> Callable:
+        return getattr(importlib.import_module(f"normcert.properties.{self.module}"), attr)
+
+    def check_fn(self) -> Callable:
+        return self._attr(self.check)
+
+    def strategy(self, op: str, dtype, device):
+        return self._attr(self.cases)(op, dtype, device)
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("accuracy", "test_accuracy", "check_accuracy", "accuracy_cases", core=True),
+    Family("contract", "test_contract", "check_contract", "contract_cases", core=True),
+    Family("extremes", "test_accuracy", "check_accuracy", "extreme_cases", core=True),
+    Family("fusion", "test_fusion", "check_fusion", "fusion_cases", applies=lambda op: op.unfused is not None),
+    Family("padding", "test_masks", "check_padding", "padded_cases", applies=lambda op: op.mask is not None),
+    Family("row-independence", "test_masks", "check_row_independence", "row_cases", applies=lambda op: op.rowwise),
+    Family("invariance", "test_invariance", "check_invariance", "invariance_cases",
+           applies=lambda op: op.scale_invariant or op.shift_invariant),
+    Family("gradients", "test_gradients", "check_gradients", "gradient_cases", core=True),
+    Family("gradcheck", "test_gradients", None, None),
+    Family("determinism", "test_bitwise", "check_determinism", "determinism_cases", bitwise=True),
+    Family("batch-invariance", "test_bitwise", "check_batch_invariance", "batch_cases",
+           applies=lambda op: op.rowwise, bitwise=True),
+)
+BY_NAME = {f.name: f for f in FAMILIES}
+BY_TEST = {f.test: f for f in FAMILIES}
+CASE_CHECKS = tuple(f for f in FAMILIES if f.check)  # the families a replay file can name

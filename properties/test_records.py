@@ -1,0 +1,61 @@
+"""The records agree with the code that uses them.
+
+* every op record: its sample input passes its own validation and the oracle
+  runs on it, forward and VJP, with outputs of the shape ``out_shape`` says;
+  every registry kernel of the op accepts it;
+* every property family: its module holds the check, the strategy and the
+  test ``test_<name>``; every property test (a test taking ``impl``) in the
+  suite belongs to a family, so no test escapes ``applies`` and the certificate.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+import torch
+
+from normcert import impls, oracle, properties
+from normcert.properties.families import FAMILIES
+
+from .harness import CONFIG
+
+
+@pytest.mark.parametrize("op", list(oracle.OPS))
+def test_op_record_is_consistent(op):
+    rec = oracle.OPS[op]
+    args = rec.sample(torch.float64, rows=3, width=6)
+    assert set(args) == set(rec.tensors) | set(rec.scalars)
+    rec.check(args)
+    outs = oracle.forward(op, **args)
+    shape = rec.out_shape(tuple(args[rec.main].shape))
+    assert len(outs) == len(rec.outputs) and all(o.shape == shape for o in outs)
+    grads = oracle.vjp(op, tuple(torch.ones(shape, dtype=torch.float64) for _ in rec.outputs), **args)
+    assert set(grads) == set(rec.grads)
+    assert set(rec.row_inputs) <= set(rec.tensors) and set(rec.grads) <= set(rec.tensors)
+    for impl in impls.registry():
+        if impl.op == op and impl.backend in ("eager", "compiled") and CONFIG["device"] in impl.devices:
+            got = rec.call(impl.fn, rec.sample(torch.float32, CONFIG["device"]))
+            got = got if isinstance(got, tuple) else (got,)
+            assert [tuple(o.shape) for o in got] == [rec.out_shape((3, 6))] * len(rec.outputs), impl.id
+
+
+def test_every_family_has_its_check_strategy_and_test():
+    for family in FAMILIES:
+        module = importlib.import_module(f"normcert.properties.{family.module}")
+        assert callable(getattr(module, family.test, None)), f"{family.name}: no {family.test} in {family.module}"
+        if family.check:
+            assert callable(family.check_fn()) and callable(getattr(module, family.cases))
+
+
+def test_every_property_test_belongs_to_a_family():
+    tests = {f.test for f in FAMILIES}
+    for info in pkgutil.iter_modules(properties.__path__):
+        if not info.name.startswith("test_"):
+            continue
+        module = importlib.import_module(f"normcert.properties.{info.name}")
+        for name, fn in inspect.getmembers(module, inspect.isfunction):
+            if name.startswith("test_") and fn.__module__ == module.__name__ \
+                    and "impl" in inspect.signature(fn).parameters and name != "test_supports_some_dtype":
+                assert name in tests, f"{info.name}.{name} tests a kernel but belongs to no property family"
