@@ -81,19 +81,18 @@ def unexpected_passes(results: list[dict]) -> list[str]:
     return bad
 
 
-def environment(config) -> dict:
+def environment(session, config) -> dict:
     import torch  # noqa: PLC0415
 
-    from normcert.properties.harness import CONFIG  # noqa: PLC0415
     from normcert.properties.replay import versions  # noqa: PLC0415
 
-    device = CONFIG["device"]
+    device = session.device
     cuda = device == "cuda" and torch.cuda.is_available()
     env = {"normcert": normcert.__version__, "commit": normcert.source_revision(), **versions(), "device": device,
            "device_name": torch.cuda.get_device_name() if cuda else cpu_name(),
            "driver": torch.version.cuda if cuda else None,
            "profile": config.getoption("hypothesis_profile", None) or "ci",
-           "seed": CONFIG["seed"], "bitwise": CONFIG["bitwise"]}
+           "seed": session.seed, "bitwise": session.bitwise}
     return env
 
 
@@ -116,16 +115,15 @@ def _row(r: dict) -> dict:
             "replay": r["replay"]}
 
 
-def build(results: list[dict], config, run: dict) -> dict:
-    """The certificate; ``run`` = {"run", "verdict", "pytest_exit_status", "deselected", "crashed"}."""
+def build(session, results: list[dict], config, run: dict) -> dict:
+    """The certificate of ``session``'s run; ``results`` as gathered from every worker;
+    ``run`` = {"run", "verdict", "pytest_exit_status", "deselected", "crashed"}."""
     rows = [_row(r) for r in results]
-    from normcert.properties.harness import CONFIG  # noqa: PLC0415
-
     impls = {i.id: {"op": i.op, "backend": i.backend, "target": i.target, "expected_failure": i.expected_failure}
-             for i in CONFIG.get("impls", ())}
+             for i in session.impls}
     return {"run": run["run"], "schema": SCHEMA, "verdict": run["verdict"],
             "pytest_exit_status": run["pytest_exit_status"], "deselected": run["deselected"],
-            "crashed": run["crashed"], "environment": environment(config),
+            "crashed": run["crashed"], "environment": environment(session, config),
             "summary": dict(Counter(r["outcome"] for r in rows)), "implementations": impls, "results": rows}
 
 
@@ -205,8 +203,8 @@ def case_studies(cert: dict) -> list[str]:
     return lines
 
 
-def write(path: str, results: list[dict], config, run: dict) -> None:
-    cert = finite_json(build(results, config, run))
+def write(path: str, session, results: list[dict], config, run: dict) -> None:
+    cert = finite_json(build(session, results, config, run))
     for target, text in ((path, to_json(cert)), (markdown_path(path), markdown(cert))):
         tmp = target + ".tmp"
         with open(tmp, "w") as f:

@@ -5,7 +5,7 @@ kernel's first failure in this order), and the pytest tests, ``--replay``, the
 meta-tests and the certificate all read it.  A family's check and strategy
 live in its test module (``test_<module>.py``, one file per family or pair):
 
-    check(impl, case, worst)          checks one case, raises PropertyFailure
+    check(session, impl, case, worst) checks one case, raises PropertyFailure
     cases(op, dtype, device)          the Hypothesis strategy of cases it checks
 
 and its test is ``test_<name>`` there (dashes as underscores).

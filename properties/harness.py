@@ -15,12 +15,13 @@ property and dtype where every case was refused fails.
 calls the property's check, keeps the worst error seen (and steers Hypothesis
 towards it with ``target``), and on failure re-raises with the shrunk case,
 the property, the dtype and the replay command.  Every run leaves a
-``Result`` in ``RESULTS`` for the certificate; it starts as ``error`` and
-becomes ``pass`` only when the search completed with every case checked.
+``Result`` in its session's ``results`` for the certificate; it starts as ``error``
+and becomes ``pass`` only when the search completed with every case checked.
+Everything here takes the run's ``Session`` (settings, results, hung kernels)
+as its first argument; the module holds no run state.
 """
 from __future__ import annotations
 
-import hashlib
 import queue
 import threading
 import time
@@ -36,6 +37,7 @@ from normcert.oracle import error_model
 from normcert.oracle.formats import DTYPE_NAMES
 
 from .case import Case
+from .replay import save_failure
 
 
 class ContractViolation(AssertionError):
@@ -126,20 +128,20 @@ class KernelHung(ContractViolation):
     """The kernel gave no result within --kernel-timeout; it is not called again in this process."""
 
 
-def kernel_code(impl, what: str, thunk):
+def kernel_code(session, impl, what: str, thunk):
     """``thunk()`` (a call into kernel code) under the watchdog; its failures are the kernel's.
 
     The call runs in a worker thread (``_Worker``), with the caller's grad mode, and is given
-    ``CONFIG["kernel_timeout"]`` seconds.  Past that the kernel is marked hung in
-    ``HUNG``: this call and every later one fail at once with "hung: no result
+    ``session.kernel_timeout`` seconds.  Past that the kernel is marked hung in
+    ``session.hung``: this call and every later one fail at once with "hung: no result
     after T s" (the thread cannot be killed; it is left behind and dies with the
     process).  Any exception but KeyboardInterrupt is a ``ContractViolation``
     naming the kernel; NotImplementedError is ``NotSupported`` (a refusal).
     torch's global state (``global_state``) is restored after the call, and a
     kernel that changed it is a ``ContractViolation`` too.
     """
-    if impl.id in HUNG:
-        raise KernelHung(HUNG[impl.id])
+    if impl.id in session.hung:
+        raise KernelHung(session.hung[impl.id])
     box: dict = {}
     grad = torch.is_grad_enabled()
 
@@ -151,9 +153,9 @@ def kernel_code(impl, what: str, thunk):
             box["error"] = e
 
     before, rng = global_state(), torch.get_rng_state()
-    if not _WORKER.run(call, CONFIG["kernel_timeout"]):
-        HUNG[impl.id] = f"{impl.id}{what} hung: no result after {CONFIG['kernel_timeout']:g} s"
-        raise KernelHung(HUNG[impl.id])
+    if not _WORKER.run(call, session.kernel_timeout):
+        session.hung[impl.id] = f"{impl.id}{what} hung: no result after {session.kernel_timeout:g} s"
+        raise KernelHung(session.hung[impl.id])
     changed = restore_global_state(before)
     torch.set_rng_state(rng)  # a kernel that draws random numbers must not shift later draws
     e = box.get("error")
@@ -203,12 +205,12 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def invoke(impl, case: Case) -> tuple[torch.Tensor, ...]:
+def invoke(session, impl, case: Case) -> tuple[torch.Tensor, ...]:
     """Call the kernel on ``case`` and enforce the output contract; returns its outputs."""
     info = case.record
     before = snapshot(case)
     args = case.oracle_args()
-    out = kernel_code(impl, "", lambda: info.call(impl.fn, args))
+    out = kernel_code(session, impl, "", lambda: info.call(impl.fn, args))
     outs = _normalise_outputs(impl, info, out)
     device = case.main.device
     for name, o, shape in zip(info.outputs, outs, expected_shapes(case)):
@@ -309,23 +311,12 @@ class Result:
     replay: str = ""
 
 
-RESULTS: list[Result] = []
-CONFIG = {"seed": 0, "device": "cpu", "failures_dir": "failures", "bitwise": False, "kernel_timeout": 60.0}
-HUNG: dict[str, str] = {}  # impl id -> "hung" message: kernels the watchdog gave up on in this process
-
-
-def derive_seed(*parts) -> int:
-    """A per-test seed from the global seed: the same whatever the worker split."""
-    h = hashlib.sha256(":".join(str(p) for p in (CONFIG["seed"],) + parts).encode()).digest()
-    return int.from_bytes(h[:8], "little")
-
-
-def probe(impl, dtype, device) -> bool:
-    """Does the kernel accept this dtype at all? (tiny ordinary case)"""
+def probe(session, impl, dtype) -> bool:
+    """Does the kernel accept this dtype at all? (the op record's small sample input)"""
     rec = oracle.OPS[impl.op]
-    args = rec.sample(dtype, device, rows=2, width=4)
+    args = rec.sample(dtype, session.device, rows=2, width=4)
     try:
-        kernel_code(impl, "", lambda: rec.call(impl.fn, args))
+        kernel_code(session, impl, "", lambda: rec.call(impl.fn, args))
     except NotSupported:
         return False
     except ContractViolation:  # raised, hung: reported by the properties themselves
@@ -362,12 +353,11 @@ class Coverage:
         return text
 
 
-def run(prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=True) -> Result:
-    """Run ``check(impl, case, worst)`` over ``strategy``; record and raise on failure."""
-    device = CONFIG["device"]
+def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=True) -> Result:
+    """Run ``check(session, impl, case, worst)`` over ``strategy``; record and raise on failure."""
     res = Result(impl.id, impl.op, impl.backend, prop, DTYPE_NAMES[dtype], "error")
-    RESULTS.append(res)
-    if not probe(impl, dtype, device):
+    session.results.append(res)
+    if not probe(session, impl, dtype):
         res.outcome = "not-supported"
         return res
     worst = Worst()
@@ -381,14 +371,14 @@ def run(prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=Tr
     if max_examples is not None:
         overrides["max_examples"] = max_examples
 
-    @seed(derive_seed(impl.id, prop, DTYPE_NAMES[dtype]))
+    @seed(session.derive_seed(impl.id, prop, DTYPE_NAMES[dtype]))
     @settings(**overrides)
     @given(case=strategy)
     def body(case):
         cover.examples += 1
         worst.example_units = 0.0
         try:
-            check(impl, case, worst)
+            check(session, impl, case, worst)
         except NotSupported as e:
             cover.refuse(case, str(e))
             return
@@ -420,11 +410,9 @@ def run(prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=Tr
             res.message = f"nondeterministic: failed once, then passed on the same case ({res.message})"
         elif not failure:
             res.message = f"{type(e).__name__} while checking: {res.message}"
-        from .replay import save_failure  # noqa: PLC0415 - replay needs the harness
-
         if case is not None:
             res.worst_where = case.describe()
-            res.replay = save_failure(impl, prop, case)
+            res.replay = save_failure(impl, prop, case, session.failures_dir)
         if gating or not failure:
             raise PropertyFailure(
                 f"{prop} fails for {impl.id} ({impl.backend}) in {DTYPE_NAMES[dtype]}: {res.message}\n"
@@ -439,7 +427,7 @@ def run(prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=Tr
     return res
 
 
-def certify(family, impl, dtype) -> Result:
+def certify(session, family, impl, dtype) -> Result:
     """``run`` of a property family (``families.Family``) as a pytest test: not-supported
     skips, a case study's failure is expected, a bitwise family gates only under --bitwise."""
     import warnings  # noqa: PLC0415
@@ -447,14 +435,14 @@ def certify(family, impl, dtype) -> Result:
     import pytest  # noqa: PLC0415
 
     prop = family.name
-    strategy = family.strategy(impl.op, dtype, CONFIG["device"])
+    strategy = family.strategy(impl.op, dtype, session.device)
     check = family.check_fn()
-    gating = CONFIG["bitwise"] if family.bitwise else True
+    gating = session.bitwise if family.bitwise else True
     try:
-        res = run(prop, impl, dtype, strategy, check, gating=gating)
+        res = run(session, prop, impl, dtype, strategy, check, gating=gating)
     except PropertyFailure as e:
         if impl.expected_failure:
-            RESULTS[-1].outcome = "expected-fail"
+            session.results[-1].outcome = "expected-fail"
             pytest.xfail(f"{impl.expected_failure} | {e}")
         pytest.fail(str(e), pytrace=False)  # the message is the report; the suite's frames are noise
     if res.outcome == "not-supported":

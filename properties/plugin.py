@@ -194,11 +194,11 @@ class Suite:
             certificate.check_writable(config.getoption("--certificate"))
         device = _device(config)
         impls.ensure_triton_mode(device)  # before anything imports triton
-        from normcert.properties import harness  # noqa: PLC0415
+        from normcert.properties.session import Session  # noqa: PLC0415
 
-        harness.CONFIG.update(seed=config.getoption("--seed"), device=device, bitwise=config.getoption("--bitwise"),
-                              failures_dir=config.getoption("--failures-dir"),
-                              kernel_timeout=config.getoption("--kernel-timeout"))
+        self.session = Session(device=device, seed=config.getoption("--seed"), bitwise=config.getoption("--bitwise"),
+                               failures_dir=config.getoption("--failures-dir"),
+                               kernel_timeout=config.getoption("--kernel-timeout"))
         try:
             plugins = [impls.plugin(s) for s in config.getoption("--impl")]
             registry = impls.registry()
@@ -206,36 +206,35 @@ class Suite:
             if replay:
                 from normcert.properties import replay as rp  # noqa: PLC0415
 
-                harness.CONFIG["replay"] = meta, _ = rp.load(replay, device)
-                harness.CONFIG["replay_impl"] = _replay_target(replay, meta, registry, plugins)
+                self.session.replay = meta, _ = rp.load(replay, device)
+                self.session.replay_impl = _replay_target(replay, meta, registry, plugins)
         except (impls.UsageError, ValueError) as e:
             raise pytest.UsageError(str(e)) from None
-        harness.CONFIG["eager"] = {i.op: i for i in registry if i.backend == "eager"}
-        harness.CONFIG["impls"] = plugins or registry
+        self.session.eager = {i.op: i for i in registry if i.backend == "eager"}
+        self.session.impls = plugins or registry
         path = config.getoption("--certificate")
         if path and self.controller:  # replaced when the run ends; a crash leaves it saying so
-            certificate.write(path, [], config, certificate.incomplete(time.strftime("%Y-%m-%d %H:%M:%S")))
+            certificate.write(path, self.session, [], config,
+                              certificate.incomplete(time.strftime("%Y-%m-%d %H:%M:%S")))
         _torch_threads()
         if config.getoption("hypothesis_profile", None) is None:
             settings.load_profile("ci")
         if config.getoption("hypothesis_seed", None) is None:
             # plain @given tests (the oracle's own) draw from --seed too; the
-            # properties set a per-test seed of their own (harness.derive_seed)
+            # properties set a per-test seed of their own (Session.derive_seed)
             hypothesis.core.global_force_seed = config.getoption("--seed")
 
     def pytest_generate_tests(self, metafunc):
         from normcert.oracle import OPS  # noqa: PLC0415
         from normcert.oracle.formats import DTYPE_NAMES  # noqa: PLC0415
-        from normcert.properties import harness  # noqa: PLC0415
         from normcert.properties.families import BY_TEST  # noqa: PLC0415
 
         if not metafunc.module.__name__.startswith(_PACKAGE + "."):
             return
         if "impl" in metafunc.fixturenames:
             family = BY_TEST.get(metafunc.function.__name__)
-            device = harness.CONFIG["device"]
-            chosen = [i for i in harness.CONFIG["impls"]
-                      if device in i.devices and (family is None or family.applies(OPS[i.op]))]
+            chosen = [i for i in self.session.impls
+                      if self.session.device in i.devices and (family is None or family.applies(OPS[i.op]))]
             metafunc.parametrize("impl", chosen, ids=[i.id for i in chosen])
         if "dtype" in metafunc.fixturenames:
             metafunc.parametrize("dtype", list(DTYPE_NAMES), ids=list(DTYPE_NAMES.values()))
@@ -259,15 +258,18 @@ class Suite:
 
         items[:] = [it for it in items if keep(it)]
 
+    @pytest.fixture
+    def normcert_session(self):
+        """The run's ``Session``: settings, kernels under test, results."""
+        return self.session
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):
-        from normcert.properties import harness  # noqa: PLC0415
-
-        start = len(harness.RESULTS)
+        start = len(self.session.results)
         yield
         if item.module.__name__.startswith(_PACKAGE + ".meta"):
             return  # the suite's self-test runs planted kernels: not part of any certificate
-        for r in harness.RESULTS[start:]:
+        for r in self.session.results[start:]:
             item.user_properties.append(("normcert", dataclasses.asdict(r)))
 
     def pytest_runtest_logreport(self, report):
@@ -299,4 +301,4 @@ class Suite:
             run = {"run": state,
                    "verdict": "certified" if status == 0 and not self.crashed else "not certified",
                    "pytest_exit_status": status, "deselected": self.deselected, "crashed": self.crashed}
-            certificate.write(path, self.results, session.config, run)
+            certificate.write(path, self.session, self.results, session.config, run)

@@ -61,11 +61,8 @@ def _span(t: torch.Tensor):
     return raw, 0, list(t.stride())
 
 
-def save_failure(impl, prop: str, case: Case, directory: str | None = None) -> str:
-    """Write ``case`` as a replay file; returns the command that replays it."""
-    from .harness import CONFIG  # noqa: PLC0415
-
-    directory = directory or CONFIG["failures_dir"]
+def save_failure(impl, prop: str, case: Case, directory: str) -> str:
+    """Write ``case`` as a replay file in ``directory``; returns the command that replays it."""
     os.makedirs(directory, exist_ok=True)
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{impl.op}-{impl.name}-{prop}-{DTYPE_NAMES[case.dtype]}") + ".npz"
     path = os.path.join(directory, name)

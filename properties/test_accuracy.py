@@ -19,8 +19,8 @@ def valid_positions(case):
     return None if m is None else m.cpu().numpy()[..., None]
 
 
-def check_accuracy(impl, case, worst):
-    outs = invoke(impl, case)
+def check_accuracy(session, impl, case, worst):
+    outs = invoke(session, impl, case)
     check_against_oracle(outs, case, worst, where=valid_positions(case))
 
 
@@ -32,9 +32,9 @@ def extreme_cases(op, dtype, device):
     return cases(op, dtype, device, profiles=EXTREME, hostile=True)
 
 
-def test_accuracy(impl, dtype):
-    certify(BY_NAME["accuracy"], impl, dtype)
+def test_accuracy(normcert_session, impl, dtype):
+    certify(normcert_session, BY_NAME["accuracy"], impl, dtype)
 
 
-def test_extremes(impl, dtype):
-    certify(BY_NAME["extremes"], impl, dtype)
+def test_extremes(normcert_session, impl, dtype):
+    certify(normcert_session, BY_NAME["extremes"], impl, dtype)

@@ -24,12 +24,12 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a.contiguous().view(ints[a.element_size()]), b.contiguous().view(ints[b.element_size()]))
 
 
-def check_determinism(impl, case, worst):
+def check_determinism(session, impl, case, worst):
     """Two calls, the first call's outputs copied before the second (a kernel that hands back one
     reused buffer would otherwise compare its second answer with itself)."""
-    first = invoke(impl, case)
+    first = invoke(session, impl, case)
     kept = [o.clone() for o in first]
-    second = invoke(impl, case)
+    second = invoke(session, impl, case)
     for name, a, b in zip(case.record.outputs, first, second):
         if a.numel() and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
             raise ContractViolation(f"{impl.id} returned {name} in the same buffer on two calls "
@@ -47,13 +47,13 @@ def batch_cases(draw, op, dtype, device):
     return case
 
 
-def check_batch_invariance(impl, case, worst):
+def check_batch_invariance(session, impl, case, worst):
     info = case.record
     r = int(case.params["row"])
-    batch = invoke(impl, case)
+    batch = invoke(session, impl, case)
     alone = case.replace(**{k: case.tensors[k].reshape(-1, case.tensors[k].shape[-1])[r : r + 1]
                             for k in info.row_inputs})
-    single = invoke(impl, alone)
+    single = invoke(session, impl, alone)
     for name, a, b in zip(info.outputs, batch, single):
         if not _same_bits(a.reshape(-1, a.shape[-1])[r : r + 1], b):
             raise PropertyFailure(f"{name}: row {r} computed alone differs in its bits from the same row in the batch")
@@ -63,9 +63,9 @@ def determinism_cases(op, dtype, device):
     return cases(op, dtype, device, profiles=("normal", "lattice"), hostile=False)
 
 
-def test_determinism(impl, dtype):
-    certify(BY_NAME["determinism"], impl, dtype)
+def test_determinism(normcert_session, impl, dtype):
+    certify(normcert_session, BY_NAME["determinism"], impl, dtype)
 
 
-def test_batch_invariance(impl, dtype):
-    certify(BY_NAME["batch-invariance"], impl, dtype)
+def test_batch_invariance(normcert_session, impl, dtype):
+    certify(normcert_session, BY_NAME["batch-invariance"], impl, dtype)

@@ -16,18 +16,18 @@ from normcert.oracle import error_model
 from normcert.oracle.formats import DTYPES, to_float64
 
 from .families import BY_NAME
-from .harness import CONFIG, certify, invoke, probe, record_assessment
+from .harness import certify, invoke, probe, record_assessment
 from .strategies import cases
 from .test_accuracy import valid_positions
 
 
-def check_contract(impl, case, worst):
-    outs = invoke(impl, case)
+def check_contract(session, impl, case, worst):
+    outs = invoke(session, impl, case)
     strided = {k: t for k, t in case.tensors.items() if t is not None and not t.is_contiguous()}
     if not strided or case.main.numel() == 0:
         return
     plain = case.replace(**{k: t.contiguous() for k, t in strided.items()})
-    ref = invoke(impl, plain)
+    ref = invoke(session, impl, plain)
     args = case.oracle_args()
     exact = oracle.forward(case.op, **args)
     bounds = case.record.forward_bound(args, exact)
@@ -41,12 +41,12 @@ def contract_cases(op, dtype, device):
     return cases(op, dtype, device, profiles=("normal", "lattice"), hostile=False)
 
 
-def test_contract(impl, dtype):
-    certify(BY_NAME["contract"], impl, dtype)
+def test_contract(normcert_session, impl, dtype):
+    certify(normcert_session, BY_NAME["contract"], impl, dtype)
 
 
-def test_supports_some_dtype(impl):
-    supported = [d for d in DTYPES if probe(impl, d, CONFIG["device"])]
+def test_supports_some_dtype(normcert_session, impl):
+    supported = [d for d in DTYPES if probe(normcert_session, impl, d)]
     assert supported, f"{impl.id} raises NotImplementedError for every dtype ({', '.join(map(str, DTYPES))})"
 
 

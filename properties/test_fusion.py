@@ -21,25 +21,25 @@ from normcert.oracle import error_model
 from normcert.oracle.formats import to_float64
 
 from .families import BY_NAME
-from .harness import CONFIG, certify, invoke, record_assessment
+from .harness import certify, invoke, record_assessment
 from .case import Case
 from .strategies import cases
 
 
-def partner(impl):
+def partner(session, impl):
     """The unfused kernel this fused kernel is compared with."""
     op = oracle.OPS[impl.op].unfused
-    pool = [i for i in CONFIG["impls"] if i.op == op]
+    pool = [i for i in session.impls if i.op == op]
     for pick in (lambda i: i.backend == "plugin", lambda i: i.name == impl.name, lambda i: i.name == "eager"):
         found = [i for i in pool if pick(i)]
         if found:
             return found[0]
-    return CONFIG["eager"][op]
+    return session.eager[op]
 
 
-def check_fusion(impl, case, worst):
+def check_fusion(session, impl, case, worst):
     rec = case.record
-    y, res = invoke(impl, case)
+    y, res = invoke(session, impl, case)
     args = case.oracle_args()
     exact_y, exact_res = oracle.forward(case.op, **args)
     a = error_model.assess("residual_out", res, exact_res, np.zeros_like(exact_res), case.dtype)
@@ -47,8 +47,8 @@ def check_fusion(impl, case, worst):
     g = oracle.OPS[rec.unfused]
     unfused = Case(g.name, {k: res.detach().clone() if k == g.main else case.tensors[k] for k in g.tensors},
                    {k: case.scalars[k] for k in g.scalars}, dict(case.notes))
-    other = partner(impl)
-    (y_u,) = invoke(other, unfused)
+    other = partner(session, impl)
+    (y_u,) = invoke(session, other, unfused)
     g_args = unfused.oracle_args()
     exact_u = oracle.forward(g.name, **g_args)
     with np.errstate(all="ignore"):
@@ -63,5 +63,5 @@ def fusion_cases(op, dtype, device):
     return cases(op, dtype, device, profiles=("normal", "lattice", "offset"), hostile=True)
 
 
-def test_fusion(impl, dtype):
-    certify(BY_NAME["fusion"], impl, dtype)
+def test_fusion(normcert_session, impl, dtype):
+    certify(normcert_session, BY_NAME["fusion"], impl, dtype)

@@ -24,7 +24,7 @@ from normcert.oracle import error_model
 
 from .case import Case
 from .families import BY_NAME
-from .harness import (CONFIG, RESULTS, ContractViolation, NotSupported, Result, certify, invoke, kernel_code,
+from .harness import (ContractViolation, NotSupported, Result, certify, invoke, kernel_code,
                       record_assessment)
 from .strategies import cases, cotangents
 
@@ -43,11 +43,11 @@ def _leaves(case):
     return case.replace(**leaves), leaves
 
 
-def check_gradients(impl, case, worst):
+def check_gradients(session, impl, case, worst):
     info = case.record
     live, leaves = _leaves(case)
     with torch.enable_grad():
-        outs = invoke(impl, live)
+        outs = invoke(session, impl, live)
     carrying = [o.grad_fn is not None for o in outs]
     if not any(carrying):
         if impl.backward:
@@ -61,7 +61,7 @@ def check_gradients(impl, case, worst):
     if mask is not None:
         cot = tuple(c * mask.unsqueeze(-1).to(c.dtype) for c in cot)
     names = list(leaves)
-    grads = kernel_code(impl, " backward",
+    grads = kernel_code(session, impl, " backward",
                         lambda: torch.autograd.grad(outs, [leaves[k] for k in names], cot, allow_unused=True))
     args = case.oracle_args()
     exact = oracle.vjp(case.op, cot, **args)
@@ -76,10 +76,10 @@ def check_gradients(impl, case, worst):
         record_assessment(a, case, worst)
 
 
-def test_gradients(impl, dtype):
+def test_gradients(normcert_session, impl, dtype):
     if not impl.backward:
         pytest.skip(f"{impl.id} is registered without backward")
-    certify(BY_NAME["gradients"], impl, dtype)
+    certify(normcert_session, BY_NAME["gradients"], impl, dtype)
 
 
 def _gradcheck_case(op, device):
@@ -88,11 +88,12 @@ def _gradcheck_case(op, device):
     return Case(op, {k: args[k] for k in rec.tensors}, {k: args[k] for k in rec.scalars})
 
 
-def test_gradcheck(impl):
+def test_gradcheck(normcert_session, impl):
     """torch.autograd.gradcheck in float64 (skipped where float64 is not supported)."""
     if not impl.backward:
         pytest.skip(f"{impl.id} is registered without backward")
-    case = _gradcheck_case(impl.op, CONFIG["device"])
+    session = normcert_session
+    case = _gradcheck_case(impl.op, session.device)
     live, leaves = _leaves(case)
     names = list(leaves)
 
@@ -101,9 +102,9 @@ def test_gradcheck(impl):
         return c.record.call(impl.fn, c.oracle_args())
 
     res = Result(impl.id, impl.op, impl.backend, "gradcheck", "float64", "error", examples=1)
-    RESULTS.append(res)
+    session.results.append(res)
     try:
-        ok = kernel_code(impl, "", lambda: torch.autograd.gradcheck(fn, [leaves[k] for k in names],
+        ok = kernel_code(session, impl, "", lambda: torch.autograd.gradcheck(fn, [leaves[k] for k in names],
                                                                      raise_exception=False))
         message = "" if ok else f"gradcheck fails for {impl.id} in float64 on {case.describe()}"
     except NotSupported:

@@ -55,9 +55,9 @@ def transformed(case):
     return out
 
 
-def check_invariance(impl, case, worst):
+def check_invariance(session, impl, case, worst):
     other = transformed(case)
-    y0, y1 = invoke(impl, case), invoke(impl, other)
+    y0, y1 = invoke(session, impl, case), invoke(session, impl, other)
     where = valid_positions(case)
     args0, args1 = case.oracle_args(), other.oracle_args()
     ex0, ex1 = oracle.forward(case.op, **args0), oracle.forward(case.op, **args1)
@@ -73,5 +73,5 @@ def check_invariance(impl, case, worst):
         record_assessment(a, case, worst)
 
 
-def test_invariance(impl, dtype):
-    certify(BY_NAME["invariance"], impl, dtype)
+def test_invariance(normcert_session, impl, dtype):
+    certify(normcert_session, BY_NAME["invariance"], impl, dtype)

@@ -35,8 +35,8 @@ def _fill(values, rows, kind, rng, f):
     return values
 
 
-def _self_check(impl, case, other, where, worst, label):
-    y0, y1 = invoke(impl, case), invoke(impl, other)
+def _self_check(session, impl, case, other, where, worst, label):
+    y0, y1 = invoke(session, impl, case), invoke(session, impl, other)
     args = case.oracle_args()
     exact = oracle.forward(case.op, **args)
     bounds = case.record.forward_bound(args, exact)
@@ -54,13 +54,13 @@ def padded_cases(draw, op, dtype, device):
     return case
 
 
-def check_padding(impl, case, worst):
+def check_padding(session, impl, case, worst):
     m = case.tensors[case.record.mask]
     x = to_float64(case.main)
     rng = np.random.default_rng(int(case.params["fill_seed"]))
     x = _fill(x, ~m.cpu().numpy(), case.params["fill"], rng, fmt(case.dtype))
     other = case.replace(**{case.record.main: layout_tensor(x, case.dtype, "contiguous", case.main.device)})
-    _self_check(impl, case, other, valid_positions(case), worst, f"padding -> {case.params['fill']}")
+    _self_check(session, impl, case, other, valid_positions(case), worst, f"padding -> {case.params['fill']}")
 
 
 @st.composite
@@ -74,7 +74,7 @@ def row_cases(draw, op, dtype, device):
     return case
 
 
-def check_row_independence(impl, case, worst):
+def check_row_independence(session, impl, case, worst):
     info = case.record
     keep = int(case.params["row"])
     rng = np.random.default_rng(int(case.params["fill_seed"]))
@@ -91,13 +91,13 @@ def check_row_independence(impl, case, worst):
     where = np.zeros(info.out_shape(tuple(case.main.shape))[:-1], bool).reshape(-1)
     where[keep] = True
     where = where.reshape(info.out_shape(tuple(case.main.shape))[:-1])[..., None]
-    _self_check(impl, case, other, where, worst, f"row {keep} after the other rows -> {case.params['fill']}")
+    _self_check(session, impl, case, other, where, worst, f"row {keep} after the other rows -> {case.params['fill']}")
 
 
-def test_padding(impl, dtype):
-    certify(BY_NAME["padding"], impl, dtype)
+def test_padding(normcert_session, impl, dtype):
+    certify(normcert_session, BY_NAME["padding"], impl, dtype)
 
 
-def test_row_independence(impl, dtype):
-    certify(BY_NAME["row-independence"], impl, dtype)
+def test_row_independence(normcert_session, impl, dtype):
+    certify(normcert_session, BY_NAME["row-independence"], impl, dtype)
 

@@ -19,11 +19,10 @@ import torch
 from normcert import impls, oracle, properties
 from normcert.properties.families import FAMILIES
 
-from .harness import CONFIG
-
 
 @pytest.mark.parametrize("op", list(oracle.OPS))
-def test_op_record_is_consistent(op):
+def test_op_record_is_consistent(normcert_session, op):
+    device = normcert_session.device
     rec = oracle.OPS[op]
     args = rec.sample(torch.float64, rows=3, width=6)
     assert set(args) == set(rec.tensors) | set(rec.scalars)
@@ -35,8 +34,8 @@ def test_op_record_is_consistent(op):
     assert set(grads) == set(rec.grads)
     assert set(rec.row_inputs) <= set(rec.tensors) and set(rec.grads) <= set(rec.tensors)
     for impl in impls.registry():
-        if impl.op == op and impl.backend in ("eager", "compiled") and CONFIG["device"] in impl.devices:
-            got = rec.call(impl.fn, rec.sample(torch.float32, CONFIG["device"]))
+        if impl.op == op and impl.backend in ("eager", "compiled") and device in impl.devices:
+            got = rec.call(impl.fn, rec.sample(torch.float32, device))
             got = got if isinstance(got, tuple) else (got,)
             assert [tuple(o.shape) for o in got] == [rec.out_shape((3, 6))] * len(rec.outputs), impl.id
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 import pytest
 
 from normcert.properties.families import BY_NAME
-from normcert.properties.harness import CONFIG, Worst
+from normcert.properties.harness import Worst
 
 
-def test_replay():
-    meta, case = CONFIG["replay"]
-    impl = CONFIG["replay_impl"]
+def test_replay(normcert_session):
+    meta, case = normcert_session.replay
+    impl = normcert_session.replay_impl
     check = BY_NAME[meta["property"]].check_fn()
     print(f"replaying {meta['property']} for {impl.id} on {case.describe()}")
     try:
-        check(impl, case, Worst())
+        check(normcert_session, impl, case, Worst())
     except AssertionError as e:
         pytest.fail(f"{meta['property']} still fails for {impl.id}: {e}", pytrace=False)

@@ -11,6 +11,7 @@ import torch
 from normcert.impls import make
 from normcert.properties import harness, strategies
 from normcert.properties.harness import PropertyFailure
+from normcert.properties.session import Session
 from normcert.properties.test_accuracy import check_accuracy
 from normcert.properties.test_bitwise import check_determinism
 from normcert.properties.test_gradients import check_gradients, gradient_cases
@@ -24,61 +25,64 @@ def _impl(fn):
     return make("rms_norm", fn.__name__, "plugin", fn, target=f"normcert.properties.meta.hostile:{fn.__name__}")
 
 
-def _accuracy(fn, tmp_path, monkeypatch, check=check_accuracy):
-    monkeypatch.setitem(harness.CONFIG, "failures_dir", str(tmp_path))
+@pytest.fixture
+def session(tmp_path):
+    """A session of the test's own: CPU, seed 0, replay files in tmp_path."""
+    return Session(failures_dir=str(tmp_path))
+
+
+def _accuracy(session, fn, check=check_accuracy):
     strategy = strategies.cases("rms_norm", F32, "cpu", profiles=("normal",), hostile=False)
-    return harness.run("accuracy", _impl(fn), F32, strategy, check, max_examples=30)
+    return harness.run(session, "accuracy", _impl(fn), F32, strategy, check, max_examples=30)
 
 
-def test_refusing_every_case_after_the_probe_fails(tmp_path, monkeypatch):
+def test_refusing_every_case_after_the_probe_fails(session):
     with pytest.raises(PropertyFailure, match="refused every case"):
-        _accuracy(hostile.rms_refuses_after_probe, tmp_path, monkeypatch)
-    res = harness.RESULTS[-1]
+        _accuracy(session, hostile.rms_refuses_after_probe)
+    res = session.results[-1]
     assert res.outcome == "fail" and res.domain == "nothing checked" and res.refused == res.examples > 0
 
 
-def test_refused_cases_do_not_hide_a_wrong_kernel(tmp_path, monkeypatch):
+def test_refused_cases_do_not_hide_a_wrong_kernel(session):
     with pytest.raises(PropertyFailure, match="accuracy fails"):
-        _accuracy(hostile.rms_refuses_long_rows_and_wrong, tmp_path, monkeypatch)
+        _accuracy(session, hostile.rms_refuses_long_rows_and_wrong)
 
 
-def test_a_partly_refusing_kernel_states_the_domain_it_was_checked_on(tmp_path, monkeypatch):
-    res = _accuracy(hostile.rms_refuses_long_rows, tmp_path, monkeypatch)
+def test_a_partly_refusing_kernel_states_the_domain_it_was_checked_on(session):
+    res = _accuracy(session, hostile.rms_refuses_long_rows)
     assert res.outcome == "pass" and res.refused > 0, res
     width = int(res.domain.split("row length <= ")[1].split(",")[0])
     assert width <= 64 and f"refused {res.refused} of {res.examples} cases, e.g. " in res.domain
 
 
-def test_system_exit_is_a_contract_failure(tmp_path, monkeypatch):
+def test_system_exit_is_a_contract_failure(session):
     with pytest.raises(PropertyFailure, match="rms_exits raised SystemExit"):
-        _accuracy(hostile.rms_exits, tmp_path, monkeypatch)
-    assert harness.RESULTS[-1].outcome == "fail" and harness.RESULTS[-1].replay.startswith("normcert replay ")
+        _accuracy(session, hostile.rms_exits)
+    assert session.results[-1].outcome == "fail" and session.results[-1].replay.startswith("normcert replay ")
 
 
-def test_a_raising_backward_is_a_contract_failure(tmp_path, monkeypatch):
-    monkeypatch.setitem(harness.CONFIG, "failures_dir", str(tmp_path))
+def test_a_raising_backward_is_a_contract_failure(session):
     with pytest.raises(PropertyFailure, match="backward raised RuntimeError: backward exploded"):
-        harness.run("gradients", _impl(hostile.rms_backward_raises), F32, gradient_cases("rms_norm", F32, "cpu"),
+        harness.run(session, "gradients", _impl(hostile.rms_backward_raises), F32, gradient_cases("rms_norm", F32, "cpu"),
                     check_gradients, max_examples=10)
 
 
-def test_a_tensor_subclass_output_is_a_contract_failure(tmp_path, monkeypatch):
+def test_a_tensor_subclass_output_is_a_contract_failure(session):
     with pytest.raises(PropertyFailure, match="torch.Tensor subclass"):
-        _accuracy(hostile.rms_hostile_output, tmp_path, monkeypatch)
+        _accuracy(session, hostile.rms_hostile_output)
 
 
-def test_an_exception_while_checking_is_an_error_not_a_pass(tmp_path, monkeypatch):
-    def broken_check(impl, case, worst):
+def test_an_exception_while_checking_is_an_error_not_a_pass(session):
+    def broken_check(session, impl, case, worst):
         raise ValueError("the assessment broke")
 
     with pytest.raises(PropertyFailure, match="ValueError while checking"):
-        _accuracy(hostile.rms_refuses_long_rows, tmp_path, monkeypatch, check=broken_check)
-    assert harness.RESULTS[-1].outcome == "error"
+        _accuracy(session, hostile.rms_refuses_long_rows, check=broken_check)
+    assert session.results[-1].outcome == "error"
 
 
-def test_a_hanging_kernel_is_cut_once_then_fails_fast(tmp_path, monkeypatch):
-    monkeypatch.setitem(harness.CONFIG, "kernel_timeout", 1.0)
-    monkeypatch.setattr(harness, "HUNG", {})
+def test_a_hanging_kernel_is_cut_once_then_fails_fast(session):
+    session.kernel_timeout = 1.0
     calls = []
 
     def rms_hangs_on_long_rows(x, weight, eps):
@@ -86,43 +90,42 @@ def test_a_hanging_kernel_is_cut_once_then_fails_fast(tmp_path, monkeypatch):
         return hostile.rms_hangs_on_long_rows(x, weight, eps)
 
     with pytest.raises(PropertyFailure, match="hung: no result after 1 s"):
-        _accuracy(rms_hangs_on_long_rows, tmp_path, monkeypatch)
-    assert harness.RESULTS[-1].outcome == "fail"
+        _accuracy(session, rms_hangs_on_long_rows)
+    assert session.results[-1].outcome == "fail"
     before = len(calls)
     with pytest.raises(PropertyFailure, match="hung: no result after 1 s"):
-        _accuracy(rms_hangs_on_long_rows, tmp_path, monkeypatch)
+        _accuracy(session, rms_hangs_on_long_rows)
     assert len(calls) == before, "a hung kernel must not be called again"
 
 
-def test_a_kernel_that_changes_global_state_fails_and_the_state_is_restored(tmp_path, monkeypatch):
+def test_a_kernel_that_changes_global_state_fails_and_the_state_is_restored(session):
     with pytest.raises(PropertyFailure, match="changed torch's global state: default dtype: torch.float32 -> "
                                               "torch.float64"):
-        _accuracy(hostile.rms_sets_default_dtype, tmp_path, monkeypatch)
+        _accuracy(session, hostile.rms_sets_default_dtype)
     assert torch.get_default_dtype() == torch.float32
 
 
-def test_a_kernel_that_switches_grad_off_does_not_break_the_next_one(tmp_path, monkeypatch):
-    _accuracy(hostile.rms_disables_grad, tmp_path, monkeypatch)
+def test_a_kernel_that_switches_grad_off_does_not_break_the_next_one(session):
+    _accuracy(session, hostile.rms_disables_grad)
     assert torch.is_grad_enabled()
     good = make("rms_norm", "eager", "plugin", hostile._rms, target="normcert.properties.meta.hostile:_rms")
-    res = harness.run("gradients", good, F32, gradient_cases("rms_norm", F32, "cpu"), check_gradients,
+    res = harness.run(session, "gradients", good, F32, gradient_cases("rms_norm", F32, "cpu"), check_gradients,
                       max_examples=5)
     assert res.outcome == "pass"
 
 
-def test_a_reused_output_buffer_fails_determinism(tmp_path, monkeypatch):
-    monkeypatch.setitem(harness.CONFIG, "failures_dir", str(tmp_path))
+def test_a_reused_output_buffer_fails_determinism(session):
     strategy = strategies.cases("rms_norm", F32, "cpu", profiles=("normal",), hostile=False)
     with pytest.raises(PropertyFailure, match="same buffer on two calls"):
-        harness.run("determinism", _impl(hostile.rms_reused_buffer), F32, strategy, check_determinism,
+        harness.run(session, "determinism", _impl(hostile.rms_reused_buffer), F32, strategy, check_determinism,
                     max_examples=10)
 
 
-def test_writes_beside_an_inputs_view_are_seen(tmp_path, monkeypatch):
+def test_writes_beside_an_inputs_view_are_seen(session):
     with pytest.raises(PropertyFailure, match="mutated its input 'x'"):
-        _accuracy(hostile.rms_writes_beside_its_view, tmp_path, monkeypatch)
+        _accuracy(session, hostile.rms_writes_beside_its_view)
 
 
-def test_an_output_in_an_inputs_storage_is_a_contract_failure(tmp_path, monkeypatch):
+def test_an_output_in_an_inputs_storage_is_a_contract_failure(session):
     with pytest.raises(PropertyFailure, match="returned y in the storage of its input 'x'"):
-        _accuracy(hostile.rms_returns_input_view, tmp_path, monkeypatch)
+        _accuracy(session, hostile.rms_returns_input_view)

@@ -20,28 +20,35 @@ from normcert.oracle.formats import DTYPES
 from normcert.properties import harness
 from normcert.properties.families import CASE_CHECKS
 from normcert.properties.harness import PropertyFailure
+from normcert.properties.session import Session
 
 from . import planted
 
 DTYPE_ORDER = (DTYPES[3], DTYPES[2], DTYPES[1], DTYPES[0])  # bf16, fp16, fp32, fp64: bugs show soonest in low precision
 
 
-def _run(family, impl, dtype, **kw):
-    strategy = family.strategy(impl.op, dtype, harness.CONFIG["device"])
-    return harness.run(family.name, impl, dtype, strategy, family.check_fn(), **kw)
+@pytest.fixture
+def session(normcert_session, tmp_path):
+    """A session of the meta-test's own: the run's device and seed, replay files in tmp_path."""
+    return Session(device=normcert_session.device, seed=normcert_session.seed, failures_dir=str(tmp_path))
+
+
+def _run(session, family, impl, dtype, **kw):
+    strategy = family.strategy(impl.op, dtype, session.device)
+    return harness.run(session, family.name, impl, dtype, strategy, family.check_fn(), **kw)
 
 
 def _impl(op, fn, backend="plugin"):
     return make(op, fn.__name__, backend, fn, target=f"normcert.properties.meta.planted:{fn.__name__}")
 
 
-def _first_failure(impl, props, max_examples):
+def _first_failure(session, impl, props, max_examples):
     for family in CASE_CHECKS:
         if family.name not in props or not family.applies(OPS[impl.op]):
             continue
         for dtype in DTYPE_ORDER:
             try:
-                res = _run(family, impl, dtype, max_examples=max_examples)
+                res = _run(session, family, impl, dtype, max_examples=max_examples)
             except PropertyFailure as e:
                 return family.name, str(e)
             if res.outcome == "not-supported":
@@ -50,23 +57,22 @@ def _first_failure(impl, props, max_examples):
 
 
 @pytest.mark.parametrize("op, fn, families", planted.BUGS, ids=[f.__name__ for _, f, _ in planted.BUGS])
-def test_planted_bug_is_rejected(op, fn, families, tmp_path, monkeypatch):
-    monkeypatch.setitem(harness.CONFIG, "failures_dir", str(tmp_path))
-    monkeypatch.setitem(harness.CONFIG, "bitwise", True)
-    prop, message = _first_failure(_impl(op, fn), families, max_examples=40)
+def test_planted_bug_is_rejected(op, fn, families, session):
+    session.bitwise = True
+    prop, message = _first_failure(session, _impl(op, fn), families, max_examples=40)
     assert prop is not None, f"planted bug {fn.__name__} ({inspect.getdoc(fn) or op}) survived {sorted(families)}"
     assert prop in message and "shrunk case" in message and "replay: normcert replay " in message
     print(f"{fn.__name__}: rejected by {prop}: {message.splitlines()[0]}")
 
 
 @pytest.mark.parametrize("op, fn", planted.CORRECT, ids=[f.__name__ for _, f in planted.CORRECT])
-def test_correct_variant_is_certified(op, fn, tmp_path, monkeypatch, request):
-    monkeypatch.setitem(harness.CONFIG, "failures_dir", str(tmp_path))
+def test_correct_variant_is_certified(op, fn, session, request):
     impl = _impl(op, fn)
+    base = session.seed
     for k in range(request.config.getoption("--meta-seeds")):
-        monkeypatch.setitem(harness.CONFIG, "seed", harness.CONFIG["seed"] + 1000 * k)
+        session.seed = base + 1000 * k
         for family in CASE_CHECKS:
             if family.bitwise or not family.applies(OPS[op]):  # the bitwise pair is not a correctness claim
                 continue
             for dtype in DTYPES:
-                _run(family, impl, dtype)
+                _run(session, family, impl, dtype)

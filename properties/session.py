@@ -1,0 +1,39 @@
+"""A normcert run's state: its settings, the kernels under test, and what it found.
+
+The plugin makes one ``Session`` per process from the command line and hands it
+to the property tests through the ``normcert_session`` fixture; a meta-test makes
+its own.  Nothing else holds run state: the harness, the certificate and the
+replay writer take the session (or the field they need) as an argument.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Session:
+    """device: where the kernels run; seed: the global seed every per-test seed derives from;
+    bitwise: bitwise families fail the run (else they warn); failures_dir: where replay files go;
+    kernel_timeout: seconds a kernel call may take before it is declared hung;
+    impls: the kernels under test; eager: op -> the registry's eager kernel;
+    replay: (file metadata, case) and replay_impl when the run replays a file;
+    results: a ``harness.Result`` per (kernel, family, dtype) run here;
+    hung: kernel id -> message, for kernels the watchdog gave up on (never called again)."""
+
+    device: str = "cpu"
+    seed: int = 0
+    bitwise: bool = False
+    failures_dir: str = "failures"
+    kernel_timeout: float = 60.0
+    impls: list = field(default_factory=list)
+    eager: dict = field(default_factory=dict)
+    replay: tuple | None = None
+    replay_impl: object = None
+    results: list = field(default_factory=list)
+    hung: dict[str, str] = field(default_factory=dict)
+
+    def derive_seed(self, *parts) -> int:
+        """A per-test seed from the global seed: the same whatever the worker split."""
+        h = hashlib.sha256(":".join(str(p) for p in (self.seed,) + parts).encode()).digest()
+        return int.from_bytes(h[:8], "little")
