@@ -29,8 +29,10 @@ DTYPE_ORDER = (DTYPES[3], DTYPES[2], DTYPES[1], DTYPES[0])  # bf16, fp16, fp32, 
 
 @pytest.fixture
 def session(normcert_session, tmp_path):
-    """A session of the meta-test's own: the run's device and seed, replay files in tmp_path."""
-    return Session(device=normcert_session.device, seed=normcert_session.seed, failures_dir=str(tmp_path))
+    """A session of the meta-test's own: the run's device, seed and eager kernels (the fusion
+    property's partners), replay files in tmp_path, no kernels under test of its own."""
+    return Session(device=normcert_session.device, seed=normcert_session.seed, failures_dir=str(tmp_path),
+                   eager=normcert_session.eager)
 
 
 def _run(session, family, impl, dtype, **kw):
