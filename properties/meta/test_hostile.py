@@ -14,7 +14,7 @@ from normcert.properties.harness import PropertyFailure
 from normcert.properties.session import Session
 from normcert.properties.test_accuracy import check_accuracy
 from normcert.properties.test_bitwise import check_determinism
-from normcert.properties.test_gradients import check_gradients, gradient_cases
+from normcert.properties.test_gradients import check_gradients, finite_differences, gradient_cases
 
 from . import hostile
 
@@ -129,3 +129,26 @@ def test_writes_beside_an_inputs_view_are_seen(session):
 def test_an_output_in_an_inputs_storage_is_a_contract_failure(session):
     with pytest.raises(PropertyFailure, match="returned y in the storage of its input 'x'"):
         _accuracy(session, hostile.rms_returns_input_view)
+
+
+def test_gradcheck_gives_a_compiled_backward_a_fresh_graph_per_call():
+    # torch.autograd.gradcheck reuses one graph (retain_graph=True); a freshly compiled
+    # backward with donated buffers refuses that, so a correct kernel failed or passed by test order
+    fresh = torch.compile(lambda x, w: hostile._rms(x, w, 1e-5), dynamic=True)
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(4, 6, generator=gen, dtype=torch.float64), torch.randn(6, generator=gen, dtype=torch.float64)
+    assert finite_differences(fresh, [x, w]) == ""
+
+
+def test_gradcheck_rejects_a_backward_that_is_not_the_derivative():
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            return 3 * g  # d(x^2)/dx is 2x
+
+    x = torch.linspace(-1, 1, 6, dtype=torch.float64).reshape(2, 3)
+    assert "backward gives 3.0, finite differences" in finite_differences(Square.apply, [x])
