@@ -4,6 +4,8 @@
 * a run that dies (``os._exit`` inside the kernel) leaves a certificate whose
   first line says "incomplete", never the previous run's verdict;
 * a finished run records its verdict and pytest's exit status;
+* an xdist worker that dies under a kernel is named in ``crashed`` and the run is
+  not certified; Ctrl-C leaves a certificate whose first line says "interrupted";
 * ``--certificate`` that is a folder, ends in ``.md`` or has a folder for its
   ``.md``; ``--failures-dir`` that is a file; a kernel module that raises at
   import; an unknown ``--hypothesis-profile``; a bad replay file: one line, exit status 4.
@@ -14,8 +16,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -28,10 +32,24 @@ from normcert.properties.replay import save_failure
 GOOD = "rms_norm=normcert.impls.eager:rms_norm"
 
 
-def _run(args, cwd):
+def _env(cwd):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_"))}
     env["HYPOTHESIS_STORAGE_DIRECTORY"] = str(cwd / ".hyp")
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return env
+
+
+def _run(args, cwd):
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=_env(cwd), capture_output=True, text=True,
+                          timeout=600)
+
+
+# A correct float32 rms_norm that does something drastic on every drawn case (the dtype
+# probe's 2 x 4 input passes, so the kernel counts as supporting float32).
+_DRASTIC = ("import os, pathlib, time\nimport torch\n\n"
+            "def rms(x, weight, eps):\n"
+            "    if tuple(x.shape) != (2, 4):\n"
+            "        {action}\n"
+            "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)\n")
 
 
 def test_json_is_standard_and_starts_with_the_run_state():
@@ -61,6 +79,36 @@ def test_a_finished_run_records_verdict_and_exit_status(tmp_path):
     assert (cert["run"], cert["verdict"], cert["pytest_exit_status"]) == ("complete", "certified", 0)
     assert cert["deselected"] and cert["results"][0]["domain"].startswith("rows <= ")
     assert (tmp_path / "c.md").read_text().startswith("# normcert certificate: certified")
+
+
+def test_a_crashed_xdist_worker_is_recorded_and_not_certified(tmp_path):
+    (tmp_path / "crashy.py").write_text(_DRASTIC.format(action="os._exit(3)"))
+    r = _run(["-m", "normcert", "certify", "rms_norm=crashy:rms", "-n", "1", "--certificate", "c.json",
+              "--", "-k", "test_accuracy and float32"], tmp_path)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    cert = json.loads((tmp_path / "c.json").read_text())
+    assert cert["verdict"] == "not certified" and cert["pytest_exit_status"] == 1
+    # -k selects test_accuracy and test_extremes (both in test_accuracy.py): each kills its worker
+    assert sorted(c.split("::")[-1] for c in cert["crashed"]) == [
+        "test_accuracy[rms_norm:crashy:rms-float32]", "test_extremes[rms_norm:crashy:rms-float32]"]
+    assert "crashed tests: " + ", ".join(cert["crashed"]) in (tmp_path / "c.md").read_text()
+
+
+def test_ctrl_c_leaves_an_interrupted_certificate(tmp_path):
+    (tmp_path / "slow.py").write_text(_DRASTIC.format(action="pathlib.Path('called').touch(); time.sleep(30)"))
+    run = subprocess.Popen([sys.executable, "-m", "normcert", "certify", "rms_norm=slow:rms", "--certificate",
+                            "c.json", "--", "-k", "test_accuracy and float32"],
+                           cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "called").exists() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 2, out[-2000:] + err[-2000:]
+    cert = json.loads((tmp_path / "c.json").read_text())
+    assert (tmp_path / "c.json").read_text().startswith('{"run": "interrupted"')
+    assert (cert["verdict"], cert["pytest_exit_status"]) == ("not certified", 2)
+    assert "run interrupted" in (tmp_path / "c.md").read_text().splitlines()[0]
 
 
 @pytest.mark.parametrize("option, value, says", [
