@@ -15,8 +15,9 @@ evaluated by either backend:
 Where the float64 backend's pieces live: ``eft`` (error-free
 transformations: TwoSum, Veltkamp's split, TwoProduct, extraction), ``sums``
 (certified, correctly rounded row sums), ``exact`` (the exact slow paths, with
-Python integers), ``native`` (an optional compiled helper doing the extraction
-in one pass), ``arrays`` (numpy/torch views and scratch buffers).
+Python integers), ``native`` and ``native.c`` (optional one-pass C kernels for
+the extraction; ``NORMCERT_ORACLE_NATIVE=0`` turns them off), ``arrays``
+(numpy/torch views and scratch buffers).
 
 Interface (``a`` has rows along the last axis; results keep that axis as 1):
 

@@ -1,13 +1,13 @@
 """The float64 backend: numpy float64 arrays whose reductions are correctly rounded.
 
 Values are numpy float64 arrays (the reductions run as torch float64 ops on the
-same memory, or in the compiled helper ``native``).  Each row sum and row dot
-product is the exact sum of its terms rounded once to nearest-even, on every
-finite row, always: a cheap certificate decides when the fast path has the
-answer and otherwise an exact slow path computes it (``sums``, ``exact``).  No
-one-pass variance, no unscaled sum of squares.  Its own error is a few float64
-ulps of each result's natural scale, which the error model adds to every bound.
-The interface is the one in ``oracle.backends``; ``u = 2**-53``.
+same memory, or in ``native.c``).  Each row sum and row dot product is the exact
+sum of its terms rounded once to nearest-even, on every finite row, always: a
+cheap certificate decides when the fast path has the answer and otherwise an
+exact slow path computes it (``sums``, ``exact``).  No one-pass variance, no
+unscaled sum of squares.  Its own error is a few float64 ulps of each result's
+natural scale, which the error model adds to every bound.  The interface is the
+one in ``oracle.backends``; ``u = 2**-53``.
 
 ``row_dot``: ``sum a_i b_i`` first scales rows by powers of two only where
 products could over- or underflow (every |a|, |b| row maximum outside
@@ -28,7 +28,7 @@ exactly; uncertified rows take the slow path (mean of the exactly rounded sum,
 then the exactly rounded mean of the residuals as a correction), accurate to a
 few ``u max|d|`` as well.  ``hi + lo`` is not a correctly rounded sum, so the
 low-order bits of the small ``d_i`` depend on the order in which ``sum_dd``
-summed the remainders (torch's or the compiled helper's), within that bound.
+summed the remainders (torch's or ``native.c``'s), within that bound.
 
 ``inv_rms`` squares the row (pre-scaled by a power of two only where a square
 could over- or underflow) and takes the correctly rounded sum of the squares:

@@ -1,8 +1,46 @@
-"""The optional compiled helper: the same extraction and TwoProduct as the torch path, one pass each.
+"""The optional native kernels (``native.c``): building, loading, self-testing, choosing the path.
 
-``kernels()`` compiles ``_C_SRC`` once per source, compiler and cpu into a
-cache directory, loads it and self-tests it; None where that fails (the torch
-path computes the same sums) or ``NORMCERT_NO_CEXT`` is set.
+The float64 backend's reductions need, per row and for sigma = 2**k,
+
+    minmax    max_i a_i and min_i a_i (NaN if the row has one);
+    extract   tau = sum_i q_i exactly and t = fl(sum_i (v_i - q_i)) in any order,
+              q_i = fl(fl(sigma + v_i) - sigma), v_i = a_i or fl(a_i**2);
+    dot       the same for p_i = fl(a_i b_i), plus te = fl(sum_i e_i) with
+              p_i + e_i = a_i b_i exactly (Dekker's TwoProduct).
+
+The pure path computes these with torch ops, several passes over memory
+(``eft.extract``, ``eft.split_th``); ``native.c`` does each in one pass.  tau
+is exact either way, and the certified reductions (``row_sum``, ``row_dot``,
+``inv_rms``) are correctly rounded on both paths, so bit-identical.  t is not
+(its summation order differs), and ``center`` uses the double-double tau + t
+with an error bound rather than a correctly rounded sum: its low-order bits
+can differ between the paths on rows of wide dynamic range, within the same
+certified bound.
+
+Which path runs: ``NORMCERT_ORACLE_NATIVE=0`` forces the pure path.  Otherwise
+(unset, or 1) the native kernels run where they build, load and pass their
+self-test; where any of that fails the pure path runs and one
+``RuntimeWarning`` says why.  ``status()`` says which path is active and why;
+``pure()`` forces the pure path inside a ``with`` block (the tests compare the
+two paths in one process).
+
+The build is reproducible: the flags are fixed (``FLAGS``).  No
+``-march=native``: it makes machine-specific code, so the cache key would have
+to name the CPU (its /proc/cpuinfo flags), a library built on one machine could
+die of SIGILL on another that shares the cache (a network home directory), and
+the same source would give different binaries on different machines.  The
+baseline instruction set of the target is enough for these memory-bound loops.
+``-ffp-contract=off`` and no ``-ffast-math`` are essential: an FMA contraction
+or a reassociation breaks the error-free transformations (``(s + v) - s`` is
+no longer the grid part of v, Dekker's e no longer exact).  ``native.c``
+refuses to compile where binary64 expressions carry excess precision (x87).
+The library goes to ``NORMCERT_CACHE`` (default ``~/.cache/normcert``; a
+private folder in the temp dir when that cannot be created), named by a hash of
+the source, the flags, the compiler command and its ``--version`` output, and
+the platform.  It is compiled in a temporary folder under the cache, from the
+fixed relative name ``native.c``, and moved into place with ``os.replace``
+(atomic), so two processes building at once (xdist workers) each install a
+complete file and load one.
 """
 from __future__ import annotations
 
@@ -10,172 +48,43 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from fractions import Fraction
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from .eft import exps, pow2
-from .exact import py_dot, py_sum
 
-_C_SRC = r"""
-/* normcert: one-pass error-free extraction kernels for oracle/sums.py and oracle/float64_backend.py.
-   Built with -ffp-contract=off and without -ffast-math: every + - * below is
-   one IEEE binary64 operation, rounded to nearest, in the order written. */
-#include <string.h>
+ENV = "NORMCERT_ORACLE_NATIVE"
+SOURCE = "native.c"
+FLAGS = ("-O2", "-std=c99", "-fPIC", "-shared", "-fno-fast-math", "-ffp-contract=off", "-Wno-psabi")
 
-typedef long long i64;
-typedef double v4 __attribute__((vector_size(32)));
 
-static inline __attribute__((always_inline)) v4 ld4(const double *p) { v4 v; memcpy(&v, p, sizeof v); return v; }
-static inline __attribute__((always_inline)) double hsum(v4 v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+class BuildError(Exception):
+    """The native kernels could not be built: no compiler, or it failed (the message says how)."""
 
-/* Row r of x is x[r*rs + j*cs], j < n.  For every row, with s = sigma[r]:
-   q_j = (s + v_j) - s, tau[r] = sum q_j (exact: the q_j lie on one grid),
-   t[r] = fl(sum (v_j - q_j)); v_j = x_j, or x_j * x_j when SQ. */
-#define EXTRACT(NAME, SQ)                                                         \
-void NAME(const double *x, i64 rows, i64 n, i64 rs, i64 cs, const double *sigma,  \
-          double *tau, double *t)                                                 \
-{                                                                                 \
-    if (cs != 1 && rs == 1) { /* rows are adjacent in memory: sweep columns */    \
-        for (i64 r = 0; r < rows; r++) tau[r] = t[r] = 0.0;                       \
-        for (i64 j = 0; j < n; j++) {                                             \
-            const double *p = x + j * cs;                                         \
-            for (i64 r = 0; r < rows; r++) {                                      \
-                double v = p[r]; if (SQ) v = v * v;                               \
-                double s = sigma[r];                                              \
-                double q = (s + v) - s;                                           \
-                tau[r] += q; t[r] += v - q;                                       \
-            }                                                                     \
-        }                                                                         \
-        return;                                                                   \
-    }                                                                             \
-    for (i64 r = 0; r < rows; r++) {                                              \
-        const double *p = x + r * rs;                                             \
-        double s = sigma[r];                                                      \
-        v4 S = {s, s, s, s}, Q0 = {0}, Q1 = {0}, R0 = {0}, R1 = {0};              \
-        i64 j = 0;                                                                \
-        if (cs == 1) {                                                            \
-            for (; j + 8 <= n; j += 8) {                                          \
-                v4 a = ld4(p + j), b = ld4(p + j + 4);                            \
-                if (SQ) { a = a * a; b = b * b; }                                 \
-                v4 qa = (S + a) - S, qb = (S + b) - S;                            \
-                Q0 += qa; R0 += a - qa; Q1 += qb; R1 += b - qb;                   \
-            }                                                                     \
-        }                                                                         \
-        double q = hsum(Q0) + hsum(Q1), rr = hsum(R0) + hsum(R1);                 \
-        for (; j < n; j++) {                                                      \
-            double v = p[j * cs]; if (SQ) v = v * v;                              \
-            double a = (s + v) - s;                                               \
-            q += a; rr += v - a;                                                  \
-        }                                                                         \
-        tau[r] = q; t[r] = rr;                                                    \
-    }                                                                             \
-}
 
-EXTRACT(nc_extract, 0)
-EXTRACT(nc_extract_sq, 1)
+@dataclass(frozen=True)
+class Status:
+    native: bool  # True: the native kernels run; False: the pure torch path
+    reason: str  # the library loaded, or why the pure path runs
 
-/* Row maxima and minima (NaN if the row holds one). */
-typedef long long v4i __attribute__((vector_size(32)));
-void nc_minmax(const double *x, i64 rows, i64 n, i64 rs, i64 cs, double *mx, double *mn)
-{
-    const double nan = __builtin_nan("");
-    for (i64 r = 0; r < rows; r++) {
-        const double *p = x + r * rs;
-        double hi = -__builtin_inf(), lo = __builtin_inf();
-        int bad = 0;
-        i64 j = 0;
-        if (cs == 1 && n >= 4) {
-            v4 H = ld4(p), L = H;
-            v4i N = (H != H);
-            for (j = 4; j + 4 <= n; j += 4) {
-                v4 v = ld4(p + j);
-                v4i g = (v > H), l = (v < L);
-                H = (v4)(((v4i)v & g) | ((v4i)H & ~g));
-                L = (v4)(((v4i)v & l) | ((v4i)L & ~l));
-                N |= (v != v);
-            }
-            for (int u = 0; u < 4; u++) {
-                hi = H[u] > hi ? H[u] : hi;
-                lo = L[u] < lo ? L[u] : lo;
-                bad |= (N[u] != 0);
-            }
-        }
-        for (; j < n; j++) {
-            double v = p[j * cs];
-            hi = v > hi ? v : hi;
-            lo = v < lo ? v : lo;
-            bad |= (v != v);
-        }
-        mx[r] = bad ? nan : hi;
-        mn[r] = bad ? nan : lo;
-    }
-}
-
-/* Dot products: p = fl(a b), e = a b - p exactly (Dekker's TwoProduct with
-   Veltkamp's split), then the p are extracted at sigma as above:
-   tau = sum q exactly, tr = fl(sum (p - q)), te = fl(sum e). */
-#define SPLITTER 134217729.0
-#define TWOPROD(A, B, P, E, T)                                                   \
-    do {                                                                         \
-        T ca = SPLITTER * (A), cb = SPLITTER * (B);                              \
-        T ah = ca - (ca - (A)), bh = cb - (cb - (B));                            \
-        T al = (A) - ah, bl = (B) - bh;                                          \
-        P = (A) * (B);                                                           \
-        E = (((ah * bh - P) + ah * bl) + al * bh) + al * bl;                     \
-    } while (0)
-
-void nc_dot(const double *a, i64 ars, i64 acs, const double *b, i64 brs, i64 bcs,
-            i64 rows, i64 n, const double *sigma, double *tau, double *tr, double *te)
-{
-    if (acs != 1 && bcs != 1 && ars == 1 && brs == 1) {
-        for (i64 r = 0; r < rows; r++) tau[r] = tr[r] = te[r] = 0.0;
-        for (i64 j = 0; j < n; j++) {
-            const double *pa = a + j * acs, *pb = b + j * bcs;
-            for (i64 r = 0; r < rows; r++) {
-                double x = pa[r], y = pb[r], p, e, s = sigma[r];
-                TWOPROD(x, y, p, e, double);
-                double q = (s + p) - s;
-                tau[r] += q; tr[r] += p - q; te[r] += e;
-            }
-        }
-        return;
-    }
-    for (i64 r = 0; r < rows; r++) {
-        const double *pa = a + r * ars, *pb = b + r * brs;
-        double s = sigma[r];
-        v4 S = {s, s, s, s}, Q = {0}, R = {0}, E4 = {0};
-        i64 j = 0;
-        if (acs == 1 && bcs == 1) {
-            for (; j + 4 <= n; j += 4) {
-                v4 x = ld4(pa + j), y = ld4(pb + j), p, e;
-                TWOPROD(x, y, p, e, v4);
-                v4 q = (S + p) - S;
-                Q += q; R += p - q; E4 += e;
-            }
-        }
-        double q = hsum(Q), rr = hsum(R), ee = hsum(E4);
-        for (; j < n; j++) {
-            double x = pa[j * acs], y = pb[j * bcs], p, e;
-            TWOPROD(x, y, p, e, double);
-            double qq = (s + p) - s;
-            q += qq; rr += p - qq; ee += e;
-        }
-        tau[r] = q; tr[r] = rr; te[r] = ee;
-    }
-}
-"""
-_CFLAGS = ("-O2", "-std=c99", "-fPIC", "-shared", "-fno-fast-math", "-ffp-contract=off", "-Wno-psabi")
-_NATIVE = ("-march=native",)  # only where the cache key can name the cpu (its /proc/cpuinfo flags)
-_clib_state: list = []  # [] not tried yet; [None] unavailable; [Kernels] loaded
+    def __str__(self) -> str:
+        return f"{'native' if self.native else 'pure'}: {self.reason}"
 
 
 class Kernels:
-    """ctypes front end of the kernels in ``_C_SRC`` (rows along the last axis)."""
+    """ctypes front end of the kernels in ``native.c`` (rows along the last axis)."""
 
     def __init__(self, path):
         lib = ctypes.CDLL(str(path))
@@ -226,77 +135,188 @@ class Kernels:
         return tau.reshape(shape), tr.reshape(shape), te.reshape(shape)
 
 
-def _build_clib():
-    """Compile ``_C_SRC`` once per source/compiler into a cache directory and load it."""
-    if os.environ.get("NORMCERT_NO_CEXT"):
+# ---------------------------------------------------------------------------
+# choosing the path
+
+_lock = threading.Lock()
+_chosen: list = []  # [] until first use, then [(Kernels or None, reason)]
+_forced_pure = 0  # depth of active ``pure()`` blocks
+
+
+def kernels() -> Kernels | None:
+    """The native kernels, or None where the pure torch path runs (``status()`` says why)."""
+    if _forced_pure:
         return None
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not cc:
-        return None
-    cpu = _cpu_fingerprint()
-    flags = _CFLAGS + (_NATIVE if cpu else ())
-    key = hashlib.sha256("\0".join((_C_SRC, cc, *flags, platform.machine(), platform.system(), cpu)).encode())
-    cache = Path(os.environ.get("NORMCERT_CACHE") or Path.home() / ".cache" / "normcert")
+    if not _chosen:
+        with _lock:
+            if not _chosen:
+                _chosen.append(_choose())
+    return _chosen[0][0]
+
+
+def status() -> Status:
+    """Which path the float64 oracle takes in this process, and why (builds the kernels if not done yet)."""
+    if _forced_pure:
+        return Status(False, "forced by normcert.oracle.native.pure()")
+    lib = kernels()
+    return Status(lib is not None, _chosen[0][1])
+
+
+@contextmanager
+def pure():
+    """Inside this block the float64 oracle takes the pure torch path (process-wide)."""
+    global _forced_pure
+    _forced_pure += 1
     try:
-        cache.mkdir(parents=True, exist_ok=True)
+        yield
+    finally:
+        _forced_pure -= 1
+
+
+def _choose() -> tuple[Kernels | None, str]:
+    setting = os.environ.get(ENV, "")
+    if setting == "0":
+        return None, f"{ENV}=0"
+    if setting not in ("", "1"):
+        raise ValueError(f"{ENV}={setting!r}: expected 0 (the pure torch path) or 1 (the native kernels "
+                         f"where they build; the default)")
+    try:
+        path = build()
+        lib = Kernels(path)
+    except (BuildError, OSError, subprocess.SubprocessError) as e:
+        reason = str(e) or type(e).__name__
+    else:
+        failure = self_test(lib)
+        if failure is None:
+            return lib, f"native kernels from {path}"
+        reason = f"{path} failed its self-test: {failure}"
+    warnings.warn(f"normcert oracle: the native kernels are unavailable ({reason}); the pure torch path runs "
+                  f"instead (slower, same guarantees). Set {ENV}=0 to choose it and silence this warning.",
+                  RuntimeWarning)
+    return None, reason
+
+
+# ---------------------------------------------------------------------------
+# building
+
+
+def compiler() -> list[str] | None:
+    """The C compiler command: $CC (split like a shell would), else the first of cc, gcc, clang on PATH."""
+    if os.environ.get("CC"):
+        return shlex.split(os.environ["CC"])
+    for name in ("cc", "gcc", "clang"):
+        found = shutil.which(name)
+        if found:
+            return [found]
+    return None
+
+
+def cache_dir() -> Path:
+    """$NORMCERT_CACHE, else ~/.cache/normcert; where that cannot be created, a folder of this user's
+    own in the temp dir (a shared one would let another user plant the library this process loads)."""
+    home = Path(os.environ.get("NORMCERT_CACHE") or Path.home() / ".cache" / "normcert")
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        return home
     except OSError:
-        cache = Path(tempfile.gettempdir()) / "normcert"
-        cache.mkdir(parents=True, exist_ok=True)
-    so = cache / f"fastsum-{key.hexdigest()[:20]}.so"
+        pass
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    tmp = Path(tempfile.gettempdir()) / f"normcert-{uid if uid is not None else 'user'}"
+    tmp.mkdir(mode=0o700, exist_ok=True)
+    st = tmp.stat()
+    if uid is not None and (st.st_uid != uid or st.st_mode & 0o022):
+        raise BuildError(f"cannot create {home}, and {tmp} is not this user's private folder: set NORMCERT_CACHE")
+    return tmp
+
+
+def build() -> Path:
+    """The compiled kernels' path: compiled once per source, flags and compiler, then taken from the cache."""
+    cc = compiler()
+    if cc is None:
+        raise BuildError("no C compiler: CC is not set and none of cc, gcc, clang is on PATH")
+    source = resources.files(__package__).joinpath(SOURCE).read_bytes()
+    version = _run([*cc, "--version"], cwd=None)
+    key = hashlib.sha256(b"\0".join([source, *(f.encode() for f in FLAGS), shlex.join(cc).encode(), version,
+                                     platform.machine().encode(), platform.system().encode()]))
+    cache = cache_dir()
+    so = cache / f"native-{key.hexdigest()[:20]}.so"
     if not so.exists():
-        with tempfile.TemporaryDirectory(dir=cache) as tmp:
-            src, out = Path(tmp) / "fastsum.c", Path(tmp) / "fastsum.so"
-            src.write_text(_C_SRC)
-            subprocess.run([cc, *flags, "-o", str(out), str(src)], check=True, capture_output=True, timeout=120)
-            os.replace(out, so)  # atomic: concurrent builders each install a complete file
-    return Kernels(so)
+        with tempfile.TemporaryDirectory(dir=cache, prefix="build-") as tmp:
+            (Path(tmp) / SOURCE).write_bytes(source)
+            _run([*cc, *FLAGS, "-o", "native.so", SOURCE], cwd=tmp)
+            os.replace(Path(tmp) / "native.so", so)  # atomic: concurrent builders each install a complete file
+    return so
 
 
-def _cpu_fingerprint() -> str:
-    """model name + instruction-set flags of this cpu ('' where unknown: no -march=native then)."""
+def _run(cmd: list[str], cwd) -> bytes:
+    """stdout of cmd; a BuildError naming the command and its stderr if it fails."""
     try:
-        with open("/proc/cpuinfo") as f:
-            lines = [ln for ln in f if ln.startswith(("model name", "flags", "Features", "CPU part"))]
-    except OSError:
-        return ""
-    return "".join(sorted(set(lines)))
+        done = subprocess.run(cmd, cwd=cwd, capture_output=True, timeout=120)
+    except FileNotFoundError:
+        raise BuildError(f"compiler not found: {shlex.join(cmd[:1])}") from None
+    if done.returncode != 0:
+        err = done.stderr.decode(errors="replace").strip()[:2000]
+        raise BuildError(f"{shlex.join(cmd)} exited with status {done.returncode}" + (f": {err}" if err else ""))
+    return done.stdout
 
 
-def kernels():
-    """The compiled helper, or None (no compiler, NORMCERT_NO_CEXT set, or it failed its self-test)."""
-    if not _clib_state:
-        lib = None
-        try:
-            lib = _build_clib()
-            if lib is not None and not _self_test(lib):
-                lib = None
-        except Exception:  # no working compiler: the torch path computes the same sums
-            lib = None
-        _clib_state.append(lib)
-    return _clib_state[0]
+# ---------------------------------------------------------------------------
+# the self-test
 
 
-def _self_test(lib) -> bool:
-    """The helper's extraction must be exact and its sums correctly rounded, as the torch path's are."""
+def self_test(k) -> str | None:
+    """None if ``k`` keeps the contract the certified reductions rely on, else what it broke.
+
+    On fixed rows (wide dynamic range, complete cancellation, a tie, a NaN), in
+    both layouts the kernels handle (rows contiguous; rows adjacent, the column
+    sweep), checked against exact rational arithmetic, with n = 37, G =
+    bit_length(n + 1), L = ceil(log2 n) and k per row as the backend picks it:
+
+        minmax   bit-identical to numpy's row max and min
+        extract  tau == sum_i q_i exactly, |tau + t - sum_i v_i| <= 2**(2L - 105 + k)
+                 (v_i = a_i, and v_i = fl(a_i**2))
+        dot      tau == sum_i q(fl(a_i b_i)) exactly,
+                 |tau + tr + te - sum_i a_i b_i| <= 2**(2L - 104 + k)
+
+    (the error bounds ``sums.sum_dd`` and ``Float64Exact.row_dot`` assume).
+    """
     rng = np.random.default_rng(12345)
     a = rng.standard_normal((6, 37)) * 2.0 ** rng.integers(-30, 30, (6, 37))
     a[0, 1:] = -a[0, :-1]  # heavy cancellation
     a[1] = 1.0
     a[1, 0] = 2.0 ** -53  # a tie
     b = rng.standard_normal((6, 37))
-    from .float64_backend import F64  # noqa: PLC0415 - the backend imports this module
+    n = a.shape[1]
+    G, L = (n + 1).bit_length(), (n - 1).bit_length()
 
-    _clib_state.append(lib)
-    try:
-        sums = F64.row_sum(a)[:, 0]
-        dots = F64.row_dot(a, b)[:, 0]
-        sq = F64.row_dot(a, a)[:, 0]
-        ok = all(sums[i] == py_sum(a[i].tolist()) and dots[i] == py_dot(a[i].tolist(), b[i].tolist())
-                 and sq[i] == py_dot(a[i].tolist(), a[i].tolist()) for i in range(a.shape[0]))
-        k = exps(np.max(a * a, axis=1, keepdims=True)) + (a.shape[1] + 1).bit_length()
-        tau, _ = lib.extract(torch.from_numpy(a), k, True)
-        ok = ok and bool(np.all(tau == ((pow2(k) + a * a) - pow2(k)).sum(axis=1, keepdims=True)))
-    finally:
-        _clib_state.clear()
-    return ok
+    def off(parts, exact, k, slack):
+        """Rows i where sum(parts[i]) is further than 2**(2L - slack + k_i) from exact[i]."""
+        return [i for i, (p, e) in enumerate(zip(parts.tolist(), exact))
+                if abs(sum(map(Fraction, p)) - e) > Fraction(2) ** int(2 * L - slack + k[i, 0])]
 
+    for layout, x, y in (("contiguous rows", a, b), ("adjacent rows", np.asfortranarray(a), np.asfortranarray(b))):
+        xn = x.copy(order="K")
+        xn[2, 5] = np.nan
+        mx, mn = k.minmax(torch.from_numpy(xn))
+        if not (np.array_equal(mx[:, 0], xn.max(axis=1), equal_nan=True)
+                and np.array_equal(mn[:, 0], xn.min(axis=1), equal_nan=True)):
+            return f"minmax ({layout}) differs from numpy's row max / min"
+        for square in (False, True):
+            what = f"extract{' of squares' if square else ''} ({layout})"
+            v = x * x if square else x
+            kk = exps(np.abs(v).max(axis=1, keepdims=True)) + G
+            tau, t = k.extract(torch.from_numpy(x), kk, square)
+            if not np.array_equal(tau, ((pow2(kk) + v) - pow2(kk)).sum(axis=1, keepdims=True)):
+                return f"{what}: tau is not the exact sum of the q_i"
+            bad = off(np.hstack([tau, t]), [sum(map(Fraction, row)) for row in v.tolist()], kk, 105)
+            if bad:
+                return f"{what}: tau + t is off the exact sum in rows {bad}"
+        kk = exps(np.abs(x).max(axis=1, keepdims=True)) + exps(np.abs(y).max(axis=1, keepdims=True)) + G
+        tau, tr, te = k.dot(torch.from_numpy(x), torch.from_numpy(y), kk)
+        if not np.array_equal(tau, ((pow2(kk) + x * y) - pow2(kk)).sum(axis=1, keepdims=True)):
+            return f"dot ({layout}): tau is not the exact sum of the q_i"
+        exact = [sum(Fraction(p) * Fraction(r) for p, r in zip(xi, yi)) for xi, yi in zip(x.tolist(), y.tolist())]
+        bad = off(np.hstack([tau, tr, te]), exact, kk, 104)
+        if bad:
+            return f"dot ({layout}): tau + tr + te is off the exact dot product in rows {bad}"
+    return None

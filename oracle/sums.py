@@ -20,7 +20,7 @@ How a row sum is computed (Rump, Ogita & Oishi's error-free extraction,
    Rows still not certified are summed exactly by ``exact.exact_sums``.  Either
    way the result is the exactly rounded sum.
 
-Steps 1 and 2 run in the compiled helper (``native``, one pass) where it is
+Steps 1 and 2 run in ``native.c`` (one pass) where the native kernels are
 loaded, else as torch ops (``eft.extract``); both satisfy the bounds above, so
 the result is the same.  Rows holding a non-finite value are summed in plain
 IEEE arithmetic.
