@@ -62,8 +62,17 @@ void NAME(const double *x, i64 rows, i64 n, i64 rs, i64 cs, const double *sigma,
 EXTRACT(nc_extract, 0)
 EXTRACT(nc_extract_sq, 1)
 
-/* Row maxima and minima (NaN if the row holds one). */
-typedef long long v4i __attribute__((vector_size(32)));
+/* Row maxima and minima (NaN if the row holds one).  Lane u of the vector
+   part keeps the running max / min of the x_j with j = u (mod 4), replacing it
+   only by a strictly greater / smaller value; the lanes are then merged in
+   order u = 0..3, then the tail.  The four lanes are held as two 16-byte
+   vectors: comparisons on 32-byte vectors are split into scalar code where
+   the baseline instruction set has no 32-byte registers (x86-64's SSE2). */
+typedef double v2 __attribute__((vector_size(16)));
+typedef long long v2i __attribute__((vector_size(16)));
+
+static inline __attribute__((always_inline)) v2 ld2(const double *p) { v2 v; memcpy(&v, p, sizeof v); return v; }
+
 void nc_minmax(const double *x, i64 rows, i64 n, i64 rs, i64 cs, double *mx, double *mn)
 {
     const double nan = __builtin_nan("");
@@ -73,19 +82,24 @@ void nc_minmax(const double *x, i64 rows, i64 n, i64 rs, i64 cs, double *mx, dou
         int bad = 0;
         i64 j = 0;
         if (cs == 1 && n >= 4) {
-            v4 H = ld4(p), L = H;
-            v4i N = (H != H);
+            v2 H0 = ld2(p), H1 = ld2(p + 2), L0 = H0, L1 = H1;
+            v2i N0 = (H0 != H0), N1 = (H1 != H1);
             for (j = 4; j + 4 <= n; j += 4) {
-                v4 v = ld4(p + j);
-                v4i g = (v > H), l = (v < L);
-                H = (v4)(((v4i)v & g) | ((v4i)H & ~g));
-                L = (v4)(((v4i)v & l) | ((v4i)L & ~l));
-                N |= (v != v);
+                v2 a = ld2(p + j), b = ld2(p + j + 2);
+                v2i ga = (a > H0), gb = (b > H1), la = (a < L0), lb = (b < L1);
+                H0 = (v2)(((v2i)a & ga) | ((v2i)H0 & ~ga));
+                H1 = (v2)(((v2i)b & gb) | ((v2i)H1 & ~gb));
+                L0 = (v2)(((v2i)a & la) | ((v2i)L0 & ~la));
+                L1 = (v2)(((v2i)b & lb) | ((v2i)L1 & ~lb));
+                N0 |= (a != a);
+                N1 |= (b != b);
             }
+            const double H[4] = {H0[0], H0[1], H1[0], H1[1]}, L[4] = {L0[0], L0[1], L1[0], L1[1]};
+            const int N[4] = {N0[0] != 0, N0[1] != 0, N1[0] != 0, N1[1] != 0};
             for (int u = 0; u < 4; u++) {
                 hi = H[u] > hi ? H[u] : hi;
                 lo = L[u] < lo ? L[u] : lo;
-                bad |= (N[u] != 0);
+                bad |= N[u];
             }
         }
         for (; j < n; j++) {
