@@ -16,6 +16,10 @@ infinities, and
                nothing (a row whose sum of squares overflows float64), its
                formulas overflow too, and only the NaN / inf pattern is compared;
                the forward values there are still held to 16 u_64.
+
+The float64 path runs twice, on its native kernels and on the pure torch path
+(``NORMCERT_ORACLE_NATIVE=0``, or no C compiler): both must meet these bounds.
+``test_oracle_paths.py`` compares the two directly.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from normcert.oracle.formats import to_float64
 
 from .strategies import PROFILES, cases, cotangents
 from .test_accuracy import valid_positions
+from .test_oracle_paths import extraction
 
 U64 = 2.0 ** -53
 
@@ -76,10 +81,16 @@ def agree(op, name, f64, mp, mag, bound=None, where=None):
                            f"({(err[bad] / (U64 * mag[bad] + tiny)).max():.3g} u64 of the scale)")
 
 
+@pytest.mark.parametrize("kernels", ["native", "pure"])
 @pytest.mark.parametrize("op", list(oracle.OPS))
 @settings()  # the profile decides: 12 examples in ci, 300 in thorough
 @given(data=st.data())
-def test_paths_agree(op, dtype, data):
+def test_paths_agree(op, dtype, kernels, data):
+    with extraction(kernels):
+        _paths_agree(op, dtype, data)
+
+
+def _paths_agree(op, dtype, data):
     case = data.draw(cases(op, dtype, "cpu", profiles=PROFILES, hostile=True, max_elems=96, max_n=24))
     args = case.oracle_args()
     f64 = oracle.forward(op, path="float64", **args)
