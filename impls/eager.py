@@ -23,6 +23,11 @@ def rms_norm(x, weight, eps):
     return F.rms_norm(up(x), (x.shape[-1],), up(weight, x), eps).to(x.dtype)
 
 
+def gemma_rms_norm(x, weight, eps):
+    """The offset added in the compute format, after the upcast (not in bfloat16)."""
+    return F.rms_norm(up(x), (x.shape[-1],), up(weight, x) + 1, eps).to(x.dtype)
+
+
 def add_rms_norm(x, residual, weight, eps):
     s = up(x) + up(residual)
     return F.rms_norm(s, (x.shape[-1],), up(weight, x), eps).to(x.dtype), s.to(x.dtype)
@@ -72,6 +77,7 @@ def silu_and_mul(x):
 
 IMPLS = [
     make("rms_norm", "eager", "eager", rms_norm),
+    make("gemma_rms_norm", "eager", "eager", gemma_rms_norm),
     make("add_rms_norm", "eager", "eager", add_rms_norm),
     make("layer_norm", "eager", "eager", layer_norm),
     make("batch_norm", "eager", "eager", batch_norm),

@@ -551,6 +551,13 @@ def rms_norm(x, weight, eps):
     return _RMSNorm.apply(x, weight, eps)
 
 
+def gemma_rms_norm(x, weight, eps):
+    """rms_norm's kernels at weight 1 + w, the offset added in the compute format (float32, or
+    float64 for float64 x) by torch before the kernel; autograd casts dw back to w's dtype."""
+    c = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return _RMSNorm.apply(x, weight.to(c) + 1, eps)
+
+
 def add_rms_norm(x, residual, weight, eps):
     return _AddRMSNorm.apply(x, residual, weight, eps)
 
@@ -569,6 +576,7 @@ def batch_norm(x, weight, bias, eps, mask=None):
 
 IMPLS = [
     make("rms_norm", "triton", "triton", rms_norm, devices=("cpu", "cuda")),
+    make("gemma_rms_norm", "triton", "triton", gemma_rms_norm, devices=("cpu", "cuda")),
     make("add_rms_norm", "triton", "triton", add_rms_norm, devices=("cpu", "cuda")),
     make("layer_norm", "triton", "triton", layer_norm, devices=("cpu", "cuda")),
     make("batch_norm", "triton", "triton", batch_norm, devices=("cpu", "cuda")),

@@ -22,6 +22,7 @@ function below):
 
     rms_norm      |y_i| (2 u_o + gam(n+1)/2 + (FN_ULPS + 2) u_c + n lam_c / (ms + eps) + ORACLE)
                   + lam_o (2 + |w_i|) + lam_c |w_i|     (ms = mean(x^2) of the row)
+    gemma_rms_norm  rms_norm's with w replaced by 1 + w, plus u_c |y_i| (the offset added in c)
     add_rms_norm  as rms_norm at s = x + r, plus 2 u_o |y_i| (the sum may be
                   rounded to x.dtype before normalising; rows where that
                   rounding overflows carry no claim); residual_out: 0 (bit-exact)
@@ -212,15 +213,28 @@ def _rms_claim(ctx, args, s):
     return claim
 
 
-def rms_norm_fwd(args, exact, extra_rel=0.0):
+def rms_norm_fwd(args, exact, extra_rel=0.0, w=None):
+    """w: the multiplier (default: the weight; gemma_rms_norm's is 1 + weight)."""
     ctx = _Ctx(args["x"].dtype)
-    x, w = _f(args["x"]), _f(args["weight"])
+    x, w = _f(args["x"]), _f(args["weight"]) if w is None else w
     if "residual" in args:
         x = x + _f(args["residual"])
     _, rel = _rms(ctx, x, w, args["eps"])
     y = np.abs(exact[0])
     bound = (rel + extra_rel) * y + ctx.round_out(y) + ctx.lam_c * np.abs(w) + ctx.lam_o * np.abs(w)
     return (np.where(_rms_claim(ctx, args, x), bound, np.inf),)
+
+
+def gemma_rms_norm_fwd(args, exact):
+    """rms_norm's bound with the multiplier 1 + w, plus u_c |y_i|: the kernel adds the offset
+    in its compute format, one more rounding of the factor (1 + w_i)."""
+    ctx = _Ctx(args["x"].dtype)
+    return rms_norm_fwd(args, exact, extra_rel=ctx.uc, w=1.0 + _f(args["weight"]))
+
+
+def gemma_rms_norm_bwd(args, cot, exact):
+    """rms_norm's with the multiplier 1 + w, g = dy (1 + w) off by u_c relative (``rms_norm_bwd``)."""
+    return rms_norm_bwd(args, cot, exact, w=1.0 + _f(args["weight"]), w_rel=_Ctx(args["x"].dtype).uc)
 
 
 def add_rms_norm_fwd(args, exact):
@@ -326,14 +340,16 @@ def silu_and_mul_indeterminate(args):
 
 
 # ---------------------------------------------------------------- gradient bounds
-def rms_norm_bwd(args, cot, exact):
+def rms_norm_bwd(args, cot, exact, w=None, w_rel=0.0):
     """dx_i = rho g_i - rho^3 x_i M, M = mean(g x), g = dy w; dw = sum_rows dy x rho.
 
     |d dx_i| <= rho|g_i| (rho_rel + 2u_c) + rho^3 |x_i| (|M| (3 rho_rel + 4 u_c) + gam(n+2) mean|g x|)
                 + 2 u_o |dx_i| + floors, rho_rel = gam(n+1)/2 + (FN_ULPS+2) u_c.
+    w: the multiplier (default: the weight; gemma_rms_norm's is 1 + weight); w_rel: a relative
+    error of it in the kernel (each g_i off by w_rel |g_i|), which adds w_rel (rho |g_i| + rho^3 |x_i| mean|g x|).
     """
     ctx = _Ctx(args["x"].dtype)
-    x, w = _f(args["x"]), _f(args["weight"])
+    x, w = _f(args["x"]), _f(args["weight"]) if w is None else w
     dy = to_float64(cot[0])
     dres = to_float64(cot[1]) if len(cot) > 1 else 0.0
     # add_rms_norm: the kernel may normalise s rounded to x.dtype (u_o |s_i| each)
@@ -350,8 +366,9 @@ def rms_norm_bwd(args, cot, exact):
         m = _mean(g * x)
         m_abs = _mean(np.abs(g * x))
         saved = ROUNDINGS * ctx.uo  # intermediates saved in x.dtype for backward
-        dx_err = (a_t * (rho_rel + saved + 2 * ctx.uc)
-                  + b_t * (np.abs(m) * (3 * rho_rel + us + 4 * ctx.uc) + (ctx.gam(n + 2) + us + saved + ORACLE) * m_abs))
+        dx_err = (a_t * (rho_rel + saved + 2 * ctx.uc + w_rel)
+                  + b_t * (np.abs(m) * (3 * rho_rel + us + 4 * ctx.uc)
+                           + (ctx.gam(n + 2) + us + saved + ORACLE + w_rel) * m_abs))
         # dx = dx_rms + dres is rounded after the add: its magnitude, not |dx|, sets the rounding
         dx_err = dx_err + ctx.round_out(a_t + b_t * np.abs(m) + np.abs(dres)) + ctx.lam_c * (1 + a_t + b_t)
         claim = _rms_claim(ctx, args, x)

@@ -6,7 +6,7 @@ deep_norm takes its sublayer as a callable (the suite's affine one).
 """
 from __future__ import annotations
 
-from . import batch_norm, deep_norm, error_model, layer_norm, rms_norm, swiglu
+from . import batch_norm, deep_norm, error_model, gemma_rms_norm, layer_norm, rms_norm, swiglu
 from .record import Arg, Op
 
 X, RESIDUAL, WEIGHT, BIAS, EPS = Arg("x", "rows"), Arg("residual", "rows"), Arg("weight", "weight"), \
@@ -17,6 +17,10 @@ OPS: dict[str, Op] = {
     for op in [
         Op("rms_norm", (X, WEIGHT, EPS), ("y",), ("x", "weight"),
            rms_norm.forward, rms_norm.vjp, error_model.rms_norm_fwd, error_model.rms_norm_bwd,
+           call=lambda fn, a: fn(a["x"], a["weight"], a["eps"]),
+           rowwise=True, scale_invariant=True),
+        Op("gemma_rms_norm", (X, WEIGHT, EPS), ("y",), ("x", "weight"),
+           gemma_rms_norm.forward, gemma_rms_norm.vjp, error_model.gemma_rms_norm_fwd, error_model.gemma_rms_norm_bwd,
            call=lambda fn, a: fn(a["x"], a["weight"], a["eps"]),
            rowwise=True, scale_invariant=True),
         Op("add_rms_norm", (X, RESIDUAL, WEIGHT, EPS), ("y", "residual_out"), ("x", "residual", "weight"),

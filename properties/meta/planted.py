@@ -267,6 +267,12 @@ def rms_llama_order(x, weight, eps):
     return (up((xf * _rms(xf, eps)).to(x.dtype), x) * up(weight, x)).to(x.dtype)
 
 
+def gemma_llama_order(x, weight, eps):
+    """Gemma in the llama order: round x*rho to x.dtype, times 1 + w formed in fp32, round again."""
+    xf = up(x)
+    return (up((xf * _rms(xf, eps)).to(x.dtype), x) * (up(weight, x) + 1)).to(x.dtype)
+
+
 def rms_reversed_sum(x, weight, eps):
     xf = up(x)
     ms = xf.flip(-1).pow(2).cumsum(-1)[..., -1:] / x.shape[-1]  # sequential, right to left
@@ -325,6 +331,22 @@ def bn_float64_stats(x, weight, bias, eps, mask=None):
     return (d * torch.rsqrt(var + eps) * weight.double() + bias.double()).reshape(x.shape).to(x.dtype)
 
 
+# ------------------------------------------------------------------ gemma_rms_norm bugs
+def gemma_offset_forgotten(x, weight, eps):
+    """The stored weight used as is: rms_norm(x, w), not rms_norm(x, 1 + w) (Liger#74)."""
+    xf = up(x)
+    return (xf * _rms(xf, eps) * up(weight, x)).to(x.dtype)
+
+
+def gemma_offset_in_low_precision(x, weight, eps):
+    """1 + w formed in the weight's dtype before the upcast (Liger PR #1462): in bfloat16
+    1 + 0.0039 is 1.  Rejected where the weight's dtype is coarser than the compute format
+    (a float32 weight with float64 x); with a bfloat16 weight its error, one rounding of
+    the factor (1 + w) to bfloat16, fits in the two output roundings the model allows."""
+    xf = up(x)
+    return (xf * _rms(xf, eps) * up(1 + weight, x)).to(x.dtype)
+
+
 # ------------------------------------------------------------------ the catalogue
 # (op, function, property families that may reject it)
 BUGS = [
@@ -341,6 +363,8 @@ BUGS = [
     ("rms_norm", rms_ignores_strides, {"accuracy", "contract", "extremes", "invariance"}),
     ("rms_norm", rms_nondeterministic, {"determinism"}),
     ("rms_norm", rms_batch_dependent, {"batch-invariance"}),
+    ("gemma_rms_norm", gemma_offset_forgotten, {"accuracy", "extremes", "gradients"}),
+    ("gemma_rms_norm", gemma_offset_in_low_precision, {"accuracy", "extremes", "gradients"}),
     ("add_rms_norm", add_rms_stale_residual, {"accuracy", "fusion", "extremes"}),
     ("add_rms_norm", add_rms_truncated_residual, {"accuracy", "fusion", "extremes"}),
     ("add_rms_norm", add_rms_forgets_add, {"accuracy", "fusion", "extremes"}),
@@ -365,6 +389,7 @@ CORRECT = [
     ("rms_norm", rms_reversed_sum),
     ("rms_norm", rms_float64_inside),
     ("rms_norm", rms_compiled_llama),
+    ("gemma_rms_norm", gemma_llama_order),
     ("add_rms_norm", add_rms_unfused),
     ("layer_norm", ln_welford),
     ("swiglu", swiglu_sigmoid_form),
