@@ -16,7 +16,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-from normcert.oracle import Op
+from normcert.oracle import OPS, Op
 
 
 def _every_op(op: Op) -> bool:
@@ -41,6 +41,12 @@ class Family:
     @property
     def test(self) -> str:
         return "test_" + self.name.replace("-", "_")
+
+    def covers(self, impl, bitwise: bool) -> bool:
+        """Does the family run on ``impl``?  It must have a claim about the op; a bitwise family
+        skips kernels registered as expected to fail (the case studies) unless ``bitwise``: their
+        registered reason is numerical, and without --bitwise a bitwise result is only a warning."""
+        return self.applies(OPS[impl.op]) and (bitwise or not (self.bitwise and impl.expected_failure))
 
     def _attr(self, attr: str) -> Callable:
         return getattr(importlib.import_module(f"normcert.properties.{self.module}"), attr)

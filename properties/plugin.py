@@ -225,7 +225,6 @@ class Suite:
             hypothesis.core.global_force_seed = config.getoption("--seed")
 
     def pytest_generate_tests(self, metafunc):
-        from normcert.oracle import OPS  # noqa: PLC0415
         from normcert.oracle.formats import DTYPE_NAMES  # noqa: PLC0415
         from normcert.properties.families import BY_TEST  # noqa: PLC0415
 
@@ -233,8 +232,8 @@ class Suite:
             return
         if "impl" in metafunc.fixturenames:
             family = BY_TEST.get(metafunc.function.__name__)
-            chosen = [i for i in self.session.impls
-                      if self.session.device in i.devices and (family is None or family.applies(OPS[i.op]))]
+            chosen = [i for i in self.session.impls if self.session.device in i.devices
+                      and (family is None or family.covers(i, self.session.bitwise))]
             metafunc.parametrize("impl", chosen, ids=[i.id for i in chosen])
         if "dtype" in metafunc.fixturenames:
             metafunc.parametrize("dtype", list(DTYPE_NAMES), ids=list(DTYPE_NAMES.values()))

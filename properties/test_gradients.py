@@ -84,7 +84,7 @@ def test_gradients(normcert_session, impl, dtype):
 
 def _gradcheck_case(op, device):
     rec = oracle.OPS[op]
-    args = rec.sample(torch.float64, device, rows=4, width=6)
+    args = rec.sample(torch.float64, device, rows=2, width=4)  # a row per output element: keep it small
     return Case(op, {k: args[k] for k in rec.tensors}, {k: args[k] for k in rec.scalars})
 
 

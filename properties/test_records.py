@@ -58,3 +58,13 @@ def test_every_property_test_belongs_to_a_family():
             if name.startswith("test_") and fn.__module__ == module.__name__ \
                     and "impl" in inspect.signature(fn).parameters and name != "test_supports_some_dtype":
                 assert name in tests, f"{info.name}.{name} tests a kernel but belongs to no property family"
+
+
+def test_bitwise_families_skip_case_studies_unless_bitwise():
+    registry = impls.registry()
+    study = next(i for i in registry if i.expected_failure)
+    eager = next(i for i in registry if i.backend == "eager" and i.op == study.op)
+    for family in FAMILIES:
+        if family.applies(oracle.OPS[study.op]):
+            assert family.covers(eager, bitwise=False) and family.covers(study, bitwise=True)
+            assert family.covers(study, bitwise=False) == (not family.bitwise), family.name
