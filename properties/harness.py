@@ -140,8 +140,6 @@ def kernel_code(session, impl, what: str, thunk):
     torch's global state (``global_state``) is restored after the call, and a
     kernel that changed it is a ``ContractViolation`` too.
     """
-    if impl.id in session.hung:
-        raise KernelHung(session.hung[impl.id])
     box: dict = {}
     grad = torch.is_grad_enabled()
 
@@ -153,8 +151,11 @@ def kernel_code(session, impl, what: str, thunk):
             box["error"] = e
 
     before, rng = global_state(), torch.get_rng_state()
-    if not _WORKER.run(call, session.kernel_timeout):
+    if impl.id not in session.hung and not _WORKER.run(call, session.kernel_timeout):
         session.hung[impl.id] = f"{impl.id}{what} hung: no result after {session.kernel_timeout:g} s"
+    if impl.id in session.hung:
+        # one raise for the call that hung and every later one: Hypothesis replays a failing
+        # example and calls a failure raised from another line a different ("flaky") one
         raise KernelHung(session.hung[impl.id])
     changed = restore_global_state(before)
     torch.set_rng_state(rng)  # a kernel that draws random numbers must not shift later draws
@@ -401,13 +402,13 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - AssertionError is a failure; anything else an error
-        # Flaky: a case failed, then passed when Hypothesis ran it again -- the
-        # kernel's answer changes from call to call, which is itself a failure
+        # Flaky: a case failed, then passed or failed otherwise when Hypothesis ran it
+        # again -- the kernel's answer changes from call to call, itself a failure
         failure = isinstance(e, (AssertionError, Flaky))
         res.outcome = ("fail" if gating else "warn") if failure else "error"
         case, res.message = state.get("failed") or (None, _first_line(e) or type(e).__name__)
         if isinstance(e, Flaky):
-            res.message = f"nondeterministic: failed once, then passed on the same case ({res.message})"
+            res.message = f"nondeterministic: the same case gave another result when run again ({res.message})"
         elif not failure:
             res.message = f"{type(e).__name__} while checking: {res.message}"
         if case is not None:

@@ -92,6 +92,8 @@ def test_a_hanging_kernel_is_cut_once_then_fails_fast(session):
     with pytest.raises(PropertyFailure, match="hung: no result after 1 s"):
         _accuracy(session, rms_hangs_on_long_rows)
     assert session.results[-1].outcome == "fail"
+    message = session.results[-1].message  # not "nondeterministic": the replayed example fails the same way
+    assert message.endswith("rms_hangs_on_long_rows hung: no result after 1 s"), message
     before = len(calls)
     with pytest.raises(PropertyFailure, match="hung: no result after 1 s"):
         _accuracy(session, rms_hangs_on_long_rows)
