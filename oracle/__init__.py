@@ -33,7 +33,7 @@ def _op(name) -> Op:
 def _prepare(op: Op, path: str, args: dict):
     if path not in BACKENDS:
         raise ValueError(f"path must be one of {', '.join(BACKENDS)}, got {path!r}")
-    missing = [k for k in op.tensors + op.scalars if k not in args and op.kind(k) != "mask"]
+    missing = [k for k in op.tensors + op.scalars if k not in args and k != op.mask]
     if missing:
         raise ValueError(f"{op.name}: missing argument(s) {', '.join(missing)}")
     op.check(args)
@@ -41,7 +41,7 @@ def _prepare(op: Op, path: str, args: dict):
     kw = {}
     for k in op.tensors:
         t = args.get(k)
-        if op.kind(k) == "mask":
+        if k == op.mask:
             kw[k] = None if t is None else t.detach().cpu().numpy().astype(bool)
         else:
             kw[k] = B.array(to_float64(t))

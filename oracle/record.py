@@ -108,9 +108,6 @@ class Op:
         """The mask argument's name (None: the op has none)."""
         return next((a.name for a in self.args if a.kind == "mask"), None)
 
-    def kind(self, name: str) -> str:
-        return next(a.kind for a in self.args if a.name == name)
-
     def out_shape(self, shape: tuple) -> tuple:
         return tuple(shape[:-1]) + (shape[-1] // 2,) if self.halves else tuple(shape)
 

@@ -56,7 +56,7 @@ def scale(op, name, mp, args):
     bias = to_float64(args["bias"]) if name == "y" and "bias" in args else 0.0
     with np.errstate(all="ignore"):
         mag = np.where(finite, np.abs(mp - bias), 0.0)
-    mask = next((args.get(a.name) for a in rec.args if a.kind == "mask"), None)
+    mask = args.get(rec.mask) if rec.mask else None
     if mask is not None and (name in rec.outputs or name[1:] in rec.row_inputs):  # over the positions
         mag = np.where(mask.cpu().numpy()[..., None], mag, 0.0)
     group = (-1,) if rec.rowwise else tuple(range(mp.ndim - 1))
