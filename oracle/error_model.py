@@ -14,8 +14,16 @@ A correct kernel (the reference design every bound is derived for)
 
 Notation: u_o, u_c unit roundoffs; lam_o, lam_c smallest normals; n the
 reduced length; gam(k) = k u_c / (1 - k u_c) (Higham's gamma, the worst-case
-relative error of a k-term sum in any order).  ORACLE = 8 * 2**-53 covers the
-float64 oracle's own error.
+relative error of a k-term sum in any order).
+
+The oracle's own error: ORACLE = 8 u_64 of each result's natural scale, plus
+8 roundings among float64's subnormals (ORACLE lam_64).  The scale is |y_i| for
+RMSNorm and SwiGLU; for the centred norms it is |w_i| max|xhat| +
+|w_i xhat_i| + |b_i| over the normalised group, because a float64 mean can
+only be as accurate as u_64 of the group's spread (``_affine_out``).  Every
+bound below adds this term, and evaluating a bound with ``kernel=False`` (an
+exact kernel: u = lam = 0, nothing overflows) leaves exactly this term:
+``test_oracle`` holds the float64 path to it against mpmath.
 
 Forward bounds, per output element i (derivations in the docstring of each
 function below):
@@ -67,14 +75,18 @@ from .formats import compute_format, fmt, to_float64
 ROUNDINGS = 2
 FN_ULPS = 2
 ORACLE = 8 * 2.0 ** -53
+LAM_64 = 2.0 ** -1022  # ORACLE * LAM_64 = 8 * 2**-1075: eight roundings among float64's subnormals
 
 
 class _Ctx:
     """Unit roundoffs and helpers for one (x dtype, output dtype) pair."""
 
-    def __init__(self, dtype, out_dtype=None):
+    def __init__(self, dtype, out_dtype=None, kernel=True):
         o, c = fmt(out_dtype or dtype), compute_format(dtype)
         self.uo, self.uc, self.lam_o, self.lam_c, self.cmax, self.omax = o.u, c.u, o.lam, c.lam, c.max, o.max
+        if not kernel:  # an exact kernel (u = lam = 0, no overflow): only the oracle's own error is left
+            self.uo = self.uc = self.lam_o = self.lam_c = 0.0
+            self.cmax = self.omax = np.inf
 
     def gam(self, k):
         k = np.asarray(k, dtype=np.float64)
@@ -82,8 +94,8 @@ class _Ctx:
         return np.where(ku < 0.5, ku / (1 - np.minimum(ku, 0.5)), np.inf)
 
     def round_out(self, mag):
-        """Rounding to the output dtype at up to ROUNDINGS points, plus oracle error."""
-        return (ROUNDINGS * self.uo + ORACLE) * mag + ROUNDINGS * self.lam_o
+        """Rounding to the output dtype at up to ROUNDINGS points, plus the oracle's error on mag."""
+        return ROUNDINGS * (self.uo * mag + self.lam_o) + ORACLE * (mag + LAM_64)
 
 
 def _mean(a):
@@ -142,10 +154,19 @@ def _normalize_error(ctx, z, eps, dz=None):
     return _Norm(xhat, rho, rho_rel, dxhat, _claimable(ctx, z) & np.isfinite(dxhat).all(-1, keepdims=True))
 
 
-def _affine_out(ctx, norm, w, b):
-    """Bound for y = xhat * w + b given the normalisation's error."""
+def _affine_out(ctx, norm, w, b, axis=-1):
+    """Bound for y = xhat * w + b given the normalisation's error.
+
+    The oracle's centred values are accurate to a few u_64 of the group's
+    largest (``oracle.float64_backend``: its d_i are within 4 u_64 max|d|), not
+    of each one: its term is ORACLE (|w_i| max|xhat| + |w_i xhat_i| + |b_i|),
+    max over the normalised group (``axis``).
+    """
     mag = np.abs(norm.xhat * w) + np.abs(b)
-    bound = np.abs(w) * norm.dxhat + ctx.uc * mag + ctx.round_out(mag) + ctx.lam_c * np.abs(w)
+    with np.errstate(all="ignore"):
+        peak = np.max(np.where(np.isfinite(norm.xhat), np.abs(norm.xhat), 0.0), axis=axis, keepdims=True, initial=0.0)
+    bound = (np.abs(w) * norm.dxhat + ctx.uc * mag + ctx.round_out(mag) + ctx.lam_c * np.abs(w)
+             + ORACLE * np.abs(w) * peak)
     return np.where(norm.claim, bound, np.inf)
 
 
@@ -213,9 +234,9 @@ def _rms_claim(ctx, args, s):
     return claim
 
 
-def rms_norm_fwd(args, exact, extra_rel=0.0, w=None):
+def rms_norm_fwd(args, exact, kernel=True, extra_rel=0.0, w=None):
     """w: the multiplier (default: the weight; gemma_rms_norm's is 1 + weight)."""
-    ctx = _Ctx(args["x"].dtype)
+    ctx = _Ctx(args["x"].dtype, kernel=kernel)
     x, w = _f(args["x"]), _f(args["weight"]) if w is None else w
     if "residual" in args:
         x = x + _f(args["residual"])
@@ -225,11 +246,11 @@ def rms_norm_fwd(args, exact, extra_rel=0.0, w=None):
     return (np.where(_rms_claim(ctx, args, x), bound, np.inf),)
 
 
-def gemma_rms_norm_fwd(args, exact):
+def gemma_rms_norm_fwd(args, exact, kernel=True):
     """rms_norm's bound with the multiplier 1 + w, plus u_c |y_i|: the kernel adds the offset
     in its compute format, one more rounding of the factor (1 + w_i)."""
-    ctx = _Ctx(args["x"].dtype)
-    return rms_norm_fwd(args, exact, extra_rel=ctx.uc, w=1.0 + _f(args["weight"]))
+    ctx = _Ctx(args["x"].dtype, kernel=kernel)
+    return rms_norm_fwd(args, exact, kernel, extra_rel=ctx.uc, w=1.0 + _f(args["weight"]))
 
 
 def gemma_rms_norm_bwd(args, cot, exact):
@@ -237,14 +258,14 @@ def gemma_rms_norm_bwd(args, cot, exact):
     return rms_norm_bwd(args, cot, exact, w=1.0 + _f(args["weight"]), w_rel=_Ctx(args["x"].dtype).uc)
 
 
-def add_rms_norm_fwd(args, exact):
-    ctx = _Ctx(args["x"].dtype)
-    (yb,) = rms_norm_fwd(args, exact, extra_rel=2 * ctx.uo)
+def add_rms_norm_fwd(args, exact, kernel=True):
+    ctx = _Ctx(args["x"].dtype, kernel=kernel)
+    (yb,) = rms_norm_fwd(args, exact, kernel, extra_rel=2 * ctx.uo)
     return yb, np.zeros_like(exact[1])
 
 
-def layer_norm_fwd(args, exact):
-    ctx = _Ctx(args["x"].dtype)
+def layer_norm_fwd(args, exact, kernel=True):
+    ctx = _Ctx(args["x"].dtype, kernel=kernel)
     norm = _normalize_error(ctx, _f(args["x"]), args["eps"])
     return (_affine_out(ctx, norm, _f(args["weight"]), _f(args["bias"])),)
 
@@ -257,14 +278,14 @@ def _bn_channels(args):
     return flat, keep
 
 
-def batch_norm_fwd(args, exact):
-    ctx = _Ctx(args["x"].dtype)
+def batch_norm_fwd(args, exact, kernel=True):
+    ctx = _Ctx(args["x"].dtype, kernel=kernel)
     flat, keep = _bn_channels(args)
     bound = np.full(flat.shape, np.inf)
     if keep.any():
         norm = _normalize_error(ctx, flat[keep].T, args["eps"])
         norm = _Norm(norm.xhat.T, norm.rho.T, norm.rho_rel.T, norm.dxhat.T, norm.claim.T)
-        bound[keep] = _affine_out(ctx, norm, _f(args["weight"]), _f(args["bias"]))
+        bound[keep] = _affine_out(ctx, norm, _f(args["weight"]), _f(args["bias"]), axis=0)
     return (bound.reshape(exact[0].shape),)
 
 
@@ -285,8 +306,8 @@ def _deep_z(ctx, args):
     return z, dz, a, alpha, fits
 
 
-def deep_norm_fwd(args, exact):
-    ctx = _Ctx(args["x"].dtype)
+def deep_norm_fwd(args, exact, kernel=True):
+    ctx = _Ctx(args["x"].dtype, kernel=kernel)
     z, dz, _, _, fits = _deep_z(ctx, args)
     norm = _normalize_error(ctx, z, args["eps"], dz)
     return (np.where(fits, _affine_out(ctx, norm, _f(args["weight"]), _f(args["bias"])), np.inf),)
@@ -296,8 +317,8 @@ def _silu_rel(ctx, g):
     return (2 * FN_ULPS + 3) * ctx.uc + np.abs(g) * ctx.uc
 
 
-def swiglu_fwd(args, exact, gate=None, up=None):
-    ctx = _Ctx(args[next(iter(args))].dtype)
+def swiglu_fwd(args, exact, kernel=True, gate=None, up=None):
+    ctx = _Ctx(args[next(iter(args))].dtype, kernel=kernel)
     g = _f(args["gate"]) if gate is None else gate
     u = _f(args["up"]) if up is None else up
     y = np.abs(exact[0])
@@ -306,9 +327,9 @@ def swiglu_fwd(args, exact, gate=None, up=None):
     return (bound,)
 
 
-def silu_and_mul_fwd(args, exact):
+def silu_and_mul_fwd(args, exact, kernel=True):
     g, u = _halves(args)
-    return swiglu_fwd(args, exact, gate=g, up=u)
+    return swiglu_fwd(args, exact, kernel, gate=g, up=u)
 
 
 def _halves(args):

@@ -26,13 +26,26 @@ import numpy as np
 def normalize(B, z, eps):
     """(xhat, rho, c) for rows of z: xhat = (z - mean z) / sqrt(var z + eps).
 
-    z - mean z may overflow float64 where |z| nears its range, though xhat is
-    finite; xhat is invariant under (z, eps) -> (c z, c**2 eps), so such rows
-    are evaluated at c = 1/2 (c = 1 elsewhere), and rho = 1 / sqrt(var(c z) + c**2 eps).
+    xhat is invariant under (z, eps) -> (c z, c**2 eps), and the backends'
+    float64 arrays need two rows evaluated at another c (a power of two, so
+    c z and c**2 eps are exact):
+
+    * where |z| nears float64's range, z - mean z may overflow though xhat is
+      finite: c = 1/2;
+    * where max|z| < 2**-969, z - mean z lands among the subnormals, whose
+      fixed spacing 2**-1074 is no longer a few u of the row's scale and is
+      then multiplied by rho: c = 2**k brings max|c z| up to [1/2, 1), k capped
+      so that c**2 eps stays finite.
+
+    c = 1 elsewhere, and rho = 1 / sqrt(var(c z) + c**2 eps).
     """
-    d, mean = B.center(z)
-    rho = B.inv_rms(d, eps)
-    c = np.ones(mean.shape)
+    with np.errstate(all="ignore"):
+        peak = B.row_peak(z)
+        tiny = np.isfinite(peak) & (peak > 0) & (peak < 2.0 ** -969)
+        room = (1023 - np.frexp(np.float64(eps))[1]) // 2
+        c = np.ldexp(1.0, np.where(tiny, np.minimum(-np.frexp(peak)[1], room), 0))
+    d, mean = B.center(z * c if tiny.any() else z)
+    rho = B.inv_rms(d, eps * c * c)
     with np.errstate(all="ignore"):
         # rho = 0 exactly only where d holds an inf; with a finite mean, that inf is an overflow
         over = np.isfinite(B.to_float64(mean)) & (B.to_float64(rho) == 0)

@@ -53,7 +53,9 @@ class Op:
     grads:       the arguments that get a gradient
     forward:     oracle forward, ``forward(B, **args) -> outputs`` on backend B
     vjp:         oracle VJP, ``vjp(B, cotangents, **args) -> {arg: gradient}``
-    forward_bound, grad_bound: the error model's bound functions for this op
+    forward_bound: the error model's forward bound, ``forward_bound(args, exact, kernel=True)``;
+                 ``kernel=False`` gives the oracle's own error alone
+    grad_bound:  the error model's gradient bound, ``grad_bound(args, cotangents, exact)``
     call:        ``call(kernel, args) -> outputs``: how a kernel is called, args by name
     rowwise:     output row r depends on input row r only
     scale_invariant: y(c x, c^2 eps) = y(x, eps);  shift_invariant: y(x + d) = y(x)
