@@ -36,7 +36,7 @@ class Impl:
     target: str  # "module:attr", importable: how a replay file finds it again
     dtypes: tuple[torch.dtype, ...] = DTYPES
     devices: tuple[str, ...] = ("cpu", "cuda")
-    backward: bool = True
+    backward: bool | None = True  # None: not declared (a plug-in): its outputs say (harness.backward_gate)
     expected_failure: str = ""  # case studies: why the suite must reject it
 
     @property
@@ -99,7 +99,7 @@ def plugin(spec: str) -> Impl:
         raise UsageError(f"--impl {spec!r} must look like OP=MODULE:ATTR")
     if op not in OPS:
         raise UsageError(f"--impl {spec!r}: unknown op {op!r}, expected one of {', '.join(OPS)}")
-    return make(op, target, "plugin", resolve(target), target=target)
+    return make(op, target, "plugin", resolve(target), target=target, backward=None)
 
 
 def _from_entry_points() -> list[Impl]:

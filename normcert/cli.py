@@ -1,7 +1,8 @@
 """The ``normcert`` command (also ``python -m normcert``).
 
     normcert certify OP=MODULE:ATTR [...] [--device cpu|cuda] [--profile dev|ci|thorough]
-                     [--certificate PATH] [--seed N] [--bitwise] [--kernel-timeout S] [-n N]
+                     [--certificate PATH] [--seed N] [--bitwise] [--require-backward]
+                     [--kernel-timeout S] [-n N]
                      [-- PYTEST-ARGS...]
     normcert replay FILE [--impl OP=MODULE:ATTR] [--device cpu|cuda]
     normcert list
@@ -46,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--certificate", metavar="PATH")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--bitwise", action="store_true")
+    c.add_argument("--require-backward", action="store_true", help="a forward-only kernel fails (training kernels)")
     c.add_argument("--failures-dir", metavar="DIR")
     c.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result after this long is hung")
     c.add_argument("-n", dest="workers", metavar="N", help="pytest-xdist workers (a number or auto)")
@@ -67,6 +69,8 @@ def _pytest_args(a) -> list[str]:
             args += ["--certificate", a.certificate]
         if a.bitwise:
             args.append("--bitwise")
+        if a.require_backward:
+            args.append("--require-backward")
         if a.failures_dir:
             args += ["--failures-dir", a.failures_dir]
         if a.kernel_timeout:
@@ -90,7 +94,7 @@ def verdict_table(results: list[dict]) -> list[str]:
         cells[(r["impl"], r["prop"])][r["dtype"]] = r
     dtypes = [d for d in ("float64", "float32", "float16", "bfloat16") if any(r["dtype"] == d for r in results)]
     word = {"pass": "pass", "fail": "FAIL", "warn": "warn", "expected-fail": "xfail",
-            "not-supported": "not certified"}
+            "not-supported": "not certified", "not-certified": "not certified (forward only)"}
     rows = [("implementation", "property", *dtypes)]
     for (impl, prop), by in sorted(cells.items()):
         row = [impl, prop]

@@ -8,7 +8,7 @@ JSON schema ``normcert-certificate/2`` (documented in the README):
      "pytest_exit_status": int or null, "deselected": [node ids], "crashed": [node ids],
      "environment": {"normcert" (version), "commit" (normcert's own git describe, null for a wheel), "python", "torch", "triton", "hypothesis", "numpy",
                      "device", "device_name", "driver", "profile", "seed", "bitwise"},
-     "summary": {"pass": n, "fail": n, "not-supported": n, "expected-fail": n, "warn": n},
+     "summary": {"pass": n, "fail": n, "not-supported": n, "not-certified": n, "expected-fail": n, "warn": n},
      "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "refused", "domain",
                   "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay"}]}
 

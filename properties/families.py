@@ -28,7 +28,9 @@ class Family:
     """name: as the certificate writes it; module: the test module holding check and cases
     (None where the family is not a per-case check: gradcheck runs torch's own);
     applies: the ops it has a claim about; bitwise: a bitwise claim, failing the run only
-    under --bitwise (else a warning); core: a case study must run it to count as checked."""
+    under --bitwise (else a warning); core: a case study must run it to count as checked;
+    backward: it checks a kernel's backward (``harness.backward_gate``: a forward-only kernel
+    is not certified by it)."""
 
     name: str
     module: str
@@ -37,6 +39,7 @@ class Family:
     applies: Callable[[Op], bool] = _every_op
     bitwise: bool = False
     core: bool = False
+    backward: bool = False
 
     @property
     def test(self) -> str:
@@ -67,8 +70,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("row-independence", "test_masks", "check_row_independence", "row_cases", applies=lambda op: op.rowwise),
     Family("invariance", "test_invariance", "check_invariance", "invariance_cases",
            applies=lambda op: op.scale_invariant or op.shift_invariant),
-    Family("gradients", "test_gradients", "check_gradients", "gradient_cases", core=True),
-    Family("gradcheck", "test_gradients", None, None),
+    Family("gradients", "test_gradients", "check_gradients", "gradient_cases", core=True, backward=True),
+    Family("gradcheck", "test_gradients", None, None, backward=True),
     Family("determinism", "test_bitwise", "check_determinism", "determinism_cases", bitwise=True),
     Family("batch-invariance", "test_bitwise", "check_batch_invariance", "batch_cases",
            applies=lambda op: op.rowwise, bitwise=True),

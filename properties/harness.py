@@ -299,7 +299,8 @@ class Result:
     backend: str
     prop: str
     dtype: str
-    outcome: str  # error (until the check completes) | pass | fail | not-supported | expected-fail | warn
+    outcome: str  # error (until the check completes) | pass | fail | not-supported | not-certified |
+    #               expected-fail | warn
     examples: int = 0
     refused: int = 0  # drawn cases the kernel refused with NotImplementedError
     domain: str = ""  # what the checked (not refused) cases covered
@@ -323,6 +324,46 @@ def probe(session, impl, dtype) -> bool:
     except ContractViolation:  # raised, hung: reported by the properties themselves
         return True
     return True
+
+
+def has_backward(session, impl, dtype) -> bool:
+    """Do the kernel's outputs carry a grad_fn on the op record's sample input, with the
+    inputs that get gradients requiring grad?  (A kernel that refuses the sample or
+    breaks on it has its say in the properties themselves: True.)"""
+    rec = oracle.OPS[impl.op]
+    args = rec.sample(dtype, session.device, rows=2, width=4)
+    args.update({k: args[k].detach().requires_grad_(True) for k in rec.grads})
+
+    def call():
+        with torch.enable_grad():
+            out = rec.call(impl.fn, args)
+        return any(getattr(o, "grad_fn", None) is not None for o in (out if isinstance(out, tuple) else (out,)))
+    try:
+        return kernel_code(session, impl, "", call)
+    except (NotSupported, ContractViolation):
+        return True
+
+
+def backward_gate(session, family, impl, dtype) -> None:
+    """Before a family that checks the backward: a kernel registered without one skips; a
+    kernel whose outputs carry no grad_fn is not certified by the family (forward only), and
+    fails it where it was registered with a backward or under --require-backward."""
+    import pytest  # noqa: PLC0415
+
+    if impl.backward is False:
+        pytest.skip(f"{impl.id} is registered without backward")
+    if has_backward(session, impl, dtype):
+        return
+    res = Result(impl.id, impl.op, impl.backend, family.name, DTYPE_NAMES[dtype], "not-certified",
+                 message="forward only: its outputs carry no grad_fn, so its backward was not checked")
+    session.results.append(res)
+    why = "registered with backward" if impl.backward else "--require-backward" if session.require_backward else ""
+    if why:
+        res.outcome = "fail"
+        res.message = f"{why}, but its outputs carry no grad_fn"
+        pytest.fail(f"{family.name} fails for {impl.id} in {res.dtype}: {res.message}", pytrace=False)
+    pytest.skip(f"not-certified (forward only): {impl.id}'s outputs carry no grad_fn; "
+                f"--require-backward makes this a failure")
 
 
 class Coverage:
@@ -436,6 +477,8 @@ def certify(session, family, impl, dtype) -> Result:
     import pytest  # noqa: PLC0415
 
     prop = family.name
+    if family.backward:
+        backward_gate(session, family, impl, dtype)
     strategy = family.strategy(impl.op, dtype, session.device)
     check = family.check_fn()
     gating = session.bitwise if family.bitwise else True

@@ -57,6 +57,9 @@ def pytest_addoption(parser):
     g.addoption("--device", default=None, choices=("cpu", "cuda"), help="default: cuda when available")
     g.addoption("--seed", type=int, default=0, help="global seed (per-test seeds derive from it)")
     g.addoption("--bitwise", action="store_true", help="bitwise properties fail the run")
+    g.addoption("--require-backward", action="store_true",
+                help="a kernel whose outputs carry no grad_fn fails gradients and gradcheck (default: "
+                     "not certified, forward only)")
     g.addoption("--certificate", default=None, metavar="PATH", help="write a JSON certificate and a .md beside it")
     g.addoption("--failures-dir", default="failures", metavar="DIR", help="where failing cases are saved")
     g.addoption("--replay", default=None, metavar="FILE", help="re-run one saved failing case")
@@ -197,6 +200,7 @@ class Suite:
         from normcert.properties.session import Session  # noqa: PLC0415
 
         self.session = Session(device=device, seed=config.getoption("--seed"), bitwise=config.getoption("--bitwise"),
+                               require_backward=config.getoption("--require-backward"),
                                failures_dir=config.getoption("--failures-dir"),
                                kernel_timeout=config.getoption("--kernel-timeout"))
         try:
@@ -277,6 +281,16 @@ class Suite:
             self.results.extend(value for key, value in report.user_properties if key == "normcert")
         if report.failed and "crashed while running" in str(report.longrepr):  # xdist's report of a dead worker
             self.crashed.append(report.nodeid)
+
+    def pytest_terminal_summary(self, terminalreporter):
+        """What was not certified, in plain words, whatever -r says about skips."""
+        if not self.controller:
+            return
+        forward_only = sorted({r["impl"] for r in self.results if r["outcome"] == "not-certified"})
+        for impl in forward_only:
+            terminalreporter.write_line(f"normcert: {impl} not certified for gradients or gradcheck: forward only "
+                                        f"(its outputs carry no grad_fn; --require-backward makes this a failure)",
+                                        yellow=True)
 
     def pytest_deselected(self, items):
         self.deselected.extend(item.nodeid for item in items)

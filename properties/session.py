@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 @dataclass
 class Session:
     """device: where the kernels run; seed: the global seed every per-test seed derives from;
-    bitwise: bitwise families fail the run (else they warn); failures_dir: where replay files go;
+    bitwise: bitwise families fail the run (else they warn); require_backward: a kernel whose
+    outputs carry no grad_fn fails the backward families (else: not-certified, forward only);
+    failures_dir: where replay files go;
     kernel_timeout: seconds a kernel call may take before it is declared hung;
     impls: the kernels under test; eager: op -> the registry's eager kernel;
     replay: (file metadata, case) and replay_impl when the run replays a file;
@@ -24,6 +26,7 @@ class Session:
     device: str = "cpu"
     seed: int = 0
     bitwise: bool = False
+    require_backward: bool = False
     failures_dir: str = "failures"
     kernel_timeout: float = 60.0
     impls: list = field(default_factory=list)

@@ -4,8 +4,9 @@ For random upstream gradients dy (drawn in the output dtype; zero at padded
 batch_norm positions, whose outputs are not part of the op), each gradient a
 kernel's autograd returns for x, residual, weight, bias, gate, up must be
 within the error model's backward bound of the exact VJP, and have its
-input's shape and dtype.  Checked whenever an output carries a grad_fn; a
-kernel registered with backward=True whose outputs carry none fails.
+input's shape and dtype.  A kernel whose outputs carry no grad_fn is not
+certified by either family (forward only, ``harness.backward_gate``); one
+whose outputs carry a grad_fn on some inputs and not on others fails.
 
 ``gradcheck``: torch.autograd.gradcheck's test in float64 on small inputs, with
 torch's own finite-difference criterion -- a different question (is the
@@ -24,7 +25,7 @@ from normcert.oracle import error_model
 
 from .case import Case
 from .families import BY_NAME
-from .harness import (ContractViolation, NotSupported, Result, certify, invoke, kernel_code,
+from .harness import (ContractViolation, NotSupported, Result, backward_gate, certify, invoke, kernel_code,
                       record_assessment)
 from .strategies import cases, cotangents
 
@@ -50,9 +51,7 @@ def check_gradients(session, impl, case, worst):
         outs = invoke(session, impl, live)
     carrying = [o.grad_fn is not None for o in outs]
     if not any(carrying):
-        if impl.backward:
-            raise ContractViolation(f"{impl.id} is registered with backward but its outputs carry no grad_fn")
-        return
+        raise ContractViolation(f"{impl.id}: its outputs carry a grad_fn on some inputs, none on this case")
     if not all(carrying):
         raise ContractViolation(f"{impl.id}: only some outputs carry a grad_fn ({dict(zip(info.outputs, carrying))})")
     rng = np.random.default_rng(int(case.params["cot_seed"]))
@@ -77,8 +76,6 @@ def check_gradients(session, impl, case, worst):
 
 
 def test_gradients(normcert_session, impl, dtype):
-    if not impl.backward:
-        pytest.skip(f"{impl.id} is registered without backward")
     certify(normcert_session, BY_NAME["gradients"], impl, dtype)
 
 
@@ -138,9 +135,8 @@ def finite_differences(fn, leaves: list, h: float = 1e-6, atol: float = 1e-5, rt
 
 def test_gradcheck(normcert_session, impl):
     """gradcheck's test in float64 (``finite_differences``; skipped where float64 is not supported)."""
-    if not impl.backward:
-        pytest.skip(f"{impl.id} is registered without backward")
     session = normcert_session
+    backward_gate(session, BY_NAME["gradcheck"], impl, torch.float64)
     case = _gradcheck_case(impl.op, session.device)
     live, leaves = _leaves(case)
     names = list(leaves)

@@ -347,6 +347,23 @@ def gemma_offset_in_low_precision(x, weight, eps):
     return (xf * _rms(xf, eps) * up(1 + weight, x)).to(x.dtype)
 
 
+# ------------------------------------------------------------------ kernels as inference libraries ship them
+def rms_forward_only(x, weight, eps):
+    """A correct forward with no autograd (what vLLM, FlashInfer and most Triton kernels are):
+    not certified for gradients, never failed for it (unless --require-backward)."""
+    with torch.no_grad():
+        xf = up(x)
+        return (xf * _rms(xf, eps) * up(weight, x)).to(x.dtype)
+
+
+def rms_backward_on_small_rows(x, weight, eps):
+    """A grad_fn on some inputs only: an autograd path for short rows, a detached fast path
+    for the rest -- a training step would silently get no gradient."""
+    xf = up(x)
+    y = (xf * _rms(xf, eps) * up(weight, x)).to(x.dtype)
+    return y if x.shape[-1] <= 16 else y.detach()
+
+
 # ------------------------------------------------------------------ the catalogue
 # (op, function, property families that may reject it)
 BUGS = [

@@ -1,0 +1,77 @@
+"""Forward-only kernels: not certified by the backward families, and failed only where asked.
+
+A kernel whose outputs carry no grad_fn (every inference kernel) gets
+``not-certified`` for gradients and gradcheck, in the certificate, the verdict
+table and the terminal summary, and the run passes; ``--require-backward`` (a
+training kernel) and a registration that promised a backward make it a failure;
+a grad_fn on some inputs and not on others is always one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from normcert.impls import make
+from normcert.properties import test_gradients  # not its test by name: pytest would collect it here
+from normcert.properties.families import BY_NAME
+from normcert.properties.harness import certify
+from normcert.properties.session import Session
+
+from . import planted
+
+
+def _impl(fn, backward):
+    return make("rms_norm", fn.__name__, "plugin", fn, target=f"normcert.properties.meta.planted:{fn.__name__}",
+                backward=backward)
+
+
+@pytest.fixture
+def session(normcert_session, tmp_path):
+    return Session(device=normcert_session.device, seed=normcert_session.seed, failures_dir=str(tmp_path))
+
+
+def test_a_plugged_forward_only_kernel_is_not_certified_and_does_not_fail(session):
+    impl = _impl(planted.rms_forward_only, backward=None)
+    with pytest.raises(pytest.skip.Exception, match=r"not-certified \(forward only\)"):
+        certify(session, BY_NAME["gradients"], impl, torch.float32)
+    with pytest.raises(pytest.skip.Exception, match=r"not-certified \(forward only\)"):
+        test_gradients.test_gradcheck(session, impl)
+    assert [(r.prop, r.outcome, r.examples) for r in session.results] == \
+        [("gradients", "not-certified", 0), ("gradcheck", "not-certified", 0)]
+    assert all("forward only" in r.message for r in session.results)
+
+
+@pytest.mark.parametrize("require, backward, why", [(True, None, "--require-backward"),
+                                                    (False, True, "registered with backward")])
+def test_forward_only_fails_where_a_backward_was_required(session, require, backward, why):
+    session.require_backward = require
+    with pytest.raises(pytest.fail.Exception, match=f"{why}, but its outputs carry no grad_fn"):
+        certify(session, BY_NAME["gradients"], _impl(planted.rms_forward_only, backward), torch.float32)
+    assert session.results[-1].outcome == "fail"
+
+
+def test_a_grad_fn_on_some_inputs_only_fails(session):
+    with pytest.raises(pytest.fail.Exception, match="carry a grad_fn on some inputs, none on this case"):
+        certify(session, BY_NAME["gradients"], _impl(planted.rms_backward_on_small_rows, None), torch.float32)
+    assert session.results[-1].outcome == "fail"
+
+
+def test_cli_certifies_a_forward_only_kernel_and_says_so(tmp_path):
+    cert = tmp_path / "cert.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_")) and k != "CI"}
+    out = subprocess.run([sys.executable, "-m", "normcert", "certify",
+                          "rms_norm=normcert.properties.meta.planted:rms_forward_only", "--certificate", str(cert),
+                          "--", "-k", "gradients or gradcheck", "-p", "no:randomly"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "rms_forward_only not certified for gradients or gradcheck: forward only" in out.stdout
+    assert "not certified (forward only)" in out.stdout.split("normcert verdict")[1]
+    doc = json.loads(cert.read_text())
+    outcomes = {(r["property"], r["dtype"]): r["outcome"] for r in doc["results"]}
+    assert set(outcomes.values()) == {"not-certified"} and len(outcomes) == 5, outcomes  # 4 dtypes + gradcheck
+    assert doc["verdict"] == "certified" and doc["summary"] == {"not-certified": 5}
