@@ -1,18 +1,18 @@
 #!/usr/bin/env python
 """How fast is the oracle?  Every op, forward, at a few sizes, on three paths:
 
-    naive     straightforward Python loops over the elements with mpmath
-              (256 bits, like the mpmath path), no numpy: the baseline
+    naive     the oracle's maths with mpmath (256 bits) one element at a time,
+              every sum a left-to-right Python loop: the baseline
     mpmath    oracle.forward(op, path="mpmath")
     float64   oracle.forward(op, path="float64"), the float64-exact path
 
-plus torch's own float64 eager op (F.rms_norm, F.layer_norm, F.silu(g) * u, ...)
+plus the registry's eager torch kernel (``impls.eager``, torch ops in float64)
 measured in the same run, so the float64 path's cost can be read as a ratio
 to it.  Times are medians of repeats, in milliseconds.
 
 Where a path would take too long (mpmath or naive estimated over
 ``--budget`` seconds per call) the mpmath cell says "skipped (too slow)"; the
-naive baseline is then *measured on a subset* of rows (channels for
+naive baseline is then *measured on a subset* of rows (positions for
 batch_norm) and scaled linearly, marked "~"; deep_norm's cost grows as rows * n**2
 and its float64 oracle materialises rows * n * (n + 2) terms, so its larger
 sizes are skipped.
@@ -34,15 +34,16 @@ import time
 import mpmath
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from normcert import oracle
+from normcert.impls import eager
 from normcert.oracle.backends import MP_PREC
+from normcert.oracle.mpmath_backend import MPExact
 from normcert.properties.certificate import cpu_name
 
 SIZES = ((8, 64), (64, 1024), (64, 4096), (64, 8192))
 QUICK_SIZES = ((8, 64), (64, 4096))
-DEEP_NORM_MAX_TERMS = 1 << 24  # rows * n * (n + 2) the float64 deep_norm oracle may materialise
+MATRIX_MAX_TERMS = 1 << 24  # rows * n * (n + 2) a float64 oracle with a matrix argument may materialise
 
 
 # ------------------------------------------------------------------ machine
@@ -70,50 +71,25 @@ def make_args(op: str, rows: int, n: int, seed: int = 0) -> dict:
     return rec.sample(torch.float64, rows=rows, width=2 * n if rec.halves else n, seed=seed)
 
 
-# ------------------------------------------------------------------ torch's own float64 eager ops
+# ------------------------------------------------------------------ the eager kernel, in float64
 
 
 def torch_fn(op: str, a: dict):
-    """A thunk running torch's own eager op on ``a`` (float64), and what it calls."""
-    n = (a.get("x") if "x" in a else a["gate"]).shape[-1]
-    if op == "rms_norm":
-        return lambda: F.rms_norm(a["x"], (n,), a["weight"], a["eps"]), "F.rms_norm"
-    if op == "add_rms_norm":
-        def f():
-            s = a["x"] + a["residual"]
-            return F.rms_norm(s, (n,), a["weight"], a["eps"]), s
-        return f, "x + r; F.rms_norm"
-    if op == "layer_norm":
-        return lambda: F.layer_norm(a["x"], (n,), a["weight"], a["bias"], a["eps"]), "F.layer_norm"
-    if op == "batch_norm":
-        return (lambda: F.batch_norm(a["x"], None, None, a["weight"], a["bias"], True, 0.0, a["eps"]),
-                "F.batch_norm(training)")
-    if op == "deep_norm":
-        return (lambda: F.layer_norm(a["alpha"] * a["x"] + F.linear(a["x"], a["sub_weight"], a["sub_bias"]),
-                                     (n,), a["weight"], a["bias"], a["eps"]), "a*x + F.linear; F.layer_norm")
-    if op == "swiglu":
-        return lambda: F.silu(a["gate"]) * a["up"], "F.silu(g) * u"
-    if op == "silu_and_mul":
-        def f():
-            g, u = a["x"].chunk(2, dim=-1)
-            return F.silu(g) * u
-        return f, "chunk; F.silu(g) * u"
-    raise ValueError(op)
+    """A thunk running the registry's eager torch kernel (``impls.eager``) on ``a`` (float64)."""
+    rec, fn = oracle.OPS[op], getattr(eager, op)
+    return lambda: rec.call(fn, a), f"impls.eager.{op}"
 
 
 def torch_vjp_fn(op: str, a: dict):
-    """A thunk running torch's float64 eager forward + autograd backward."""
-    fwd, _ = torch_fn(op, a)
-    names = [k for k in oracle.OPS[op].grads]
+    """A thunk running the eager kernel's float64 forward + autograd backward."""
+    rec, fn = oracle.OPS[op], getattr(eager, op)
 
     def f():
-        leaves = {k: a[k].detach().requires_grad_(True) for k in names}
-        b = {**a, **leaves}
-        out, _ = torch_fn(op, b)
-        y = out()
-        y = y if isinstance(y, tuple) else (y,)
-        torch.autograd.backward(y, [torch.ones_like(t) for t in y])
-        return [leaves[k].grad for k in names]
+        leaves = {k: a[k].detach().requires_grad_(True) for k in rec.grads}
+        out = rec.call(fn, {**a, **leaves})
+        out = out if isinstance(out, tuple) else (out,)
+        torch.autograd.backward(out, [torch.ones_like(t) for t in out])
+        return [leaves[k].grad for k in rec.grads]
 
     return f
 
@@ -121,96 +97,41 @@ def torch_vjp_fn(op: str, a: dict):
 # ------------------------------------------------------------------ the naive baseline
 
 
-def _mp_rows(t: torch.Tensor) -> list[list]:
-    return [[mpmath.mpf(v) for v in row] for row in t.tolist()]
+class NaiveLoops(MPExact):
+    """The mpmath backend with every reduction a plain left-to-right loop, ``acc += term``:
+    the oracle's maths as someone would first write it, one mpf at a time."""
+
+    name = "naive"
+
+    def row_sum(self, a):
+        return self._reduce(a, _loop_sum)
+
+    def row_dot(self, a, b):
+        a, b = np.broadcast_arrays(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
+        return self._reduce(a * b, _loop_sum)
 
 
-def _mp_vec(t: torch.Tensor) -> list:
-    return [mpmath.mpf(v) for v in t.tolist()]
-
-
-def _naive_layer_rows(z, w, b, eps):
-    out = []
-    for row in z:
-        n = len(row)
-        mean = mpmath.mpf(0)
-        for v in row:
-            mean += v
-        mean /= n
-        var = mpmath.mpf(0)
-        for v in row:
-            var += (v - mean) ** 2
-        var /= n
-        rho = 1 / mpmath.sqrt(var + eps)
-        out.append([float((row[j] - mean) * rho * w[j] + b[j]) for j in range(n)])
-    return out
-
-
-def _naive_rms_rows(x, w, eps):
-    out = []
-    for row in x:
-        n = len(row)
-        ms = mpmath.mpf(0)
-        for v in row:
-            ms += v * v
-        rho = 1 / mpmath.sqrt(ms / n + eps)
-        out.append([float(row[j] * rho * w[j]) for j in range(n)])
-    return out
-
-
-def _silu_mul(g, u):
-    return float(g / (1 + mpmath.exp(-g)) * u)
+def _loop_sum(terms):
+    acc = mpmath.mpf(0)
+    for t in terms:
+        acc += t
+    return acc
 
 
 def naive(op: str, a: dict, part: int):
-    """The op by per-element mpmath loops, on the first ``part`` rows (channels for batch_norm)."""
-    with mpmath.workprec(MP_PREC):
-        eps = mpmath.mpf(a.get("eps", 0.0))
-        if op == "rms_norm":
-            return _naive_rms_rows(_mp_rows(a["x"][:part]), _mp_vec(a["weight"]), eps)
-        if op == "add_rms_norm":
-            x, r = _mp_rows(a["x"][:part]), _mp_rows(a["residual"][:part])
-            s = [[xi + ri for xi, ri in zip(xr, rr)] for xr, rr in zip(x, r)]
-            return _naive_rms_rows(s, _mp_vec(a["weight"]), eps), [[float(v) for v in row] for row in s]
-        if op == "layer_norm":
-            return _naive_layer_rows(_mp_rows(a["x"][:part]), _mp_vec(a["weight"]), _mp_vec(a["bias"]), eps)
-        if op == "batch_norm":  # channel c over all positions: a column of x
-            x, w, b = _mp_rows(a["x"]), _mp_vec(a["weight"]), _mp_vec(a["bias"])
-            out = []
-            for c in range(part):
-                col = [row[c] for row in x]
-                mean = mpmath.mpf(0)
-                for v in col:
-                    mean += v
-                mean /= len(col)
-                var = mpmath.mpf(0)
-                for v in col:
-                    var += (v - mean) ** 2
-                rho = 1 / mpmath.sqrt(var / len(col) + eps)
-                out.append([float((v - mean) * rho * w[c] + b[c]) for v in col])
-            return out
-        if op == "deep_norm":
-            A, c = _mp_rows(a["sub_weight"]), _mp_vec(a["sub_bias"])
-            alpha = mpmath.mpf(a["alpha"])
-            z = []
-            for row in _mp_rows(a["x"][:part]):
-                n = len(row)
-                zr = []
-                for i in range(n):
-                    acc = alpha * row[i] + c[i]
-                    for j in range(n):
-                        acc += A[i][j] * row[j]
-                    zr.append(acc)
-                z.append(zr)
-            return _naive_layer_rows(z, _mp_vec(a["weight"]), _mp_vec(a["bias"]), eps)
-        if op == "swiglu":
-            g, u = _mp_rows(a["gate"][:part]), _mp_rows(a["up"][:part])
-            return [[_silu_mul(gi, ui) for gi, ui in zip(gr, ur)] for gr, ur in zip(g, u)]
-        if op == "silu_and_mul":
-            x = _mp_rows(a["x"][:part])
-            h = len(x[0]) // 2
-            return [[_silu_mul(row[j], row[h + j]) for j in range(h)] for row in x]
-    raise ValueError(op)
+    """The op's oracle maths on ``NaiveLoops``, on the first ``part`` rows (positions for batch_norm)."""
+    rec, B = oracle.OPS[op], NaiveLoops()
+    kw = {}
+    for arg in rec.args:
+        v = a.get(arg.name)
+        if arg.kind == "mask":
+            kw[arg.name] = None if v is None else v[:part].numpy()
+        elif arg.kind in ("eps", "alpha"):
+            kw[arg.name] = float(v)
+        else:
+            kw[arg.name] = B.array((v[:part] if arg.kind == "rows" else v).numpy())
+    with mpmath.workprec(MP_PREC), np.errstate(all="ignore"):
+        return rec.forward(B, **kw)
 
 
 # ------------------------------------------------------------------ timing
@@ -238,8 +159,13 @@ def once(fn) -> float:
     return time.perf_counter() - t0
 
 
+def quadratic(op: str) -> bool:
+    """The op applies an n x n matrix to every row (deep_norm's sublayer): rows * n * (n + 2) terms."""
+    return any(arg.kind == "matrix" for arg in oracle.OPS[op].args)
+
+
 def cost_units(op: str, rows: int, n: int) -> float:
-    return rows * n * (n + 2) if op == "deep_norm" else rows * n
+    return rows * n * (n + 2) if quadratic(op) else rows * n
 
 
 def fmt_ms(t: float | None) -> str:
@@ -277,17 +203,15 @@ def run(ops, sizes, budget, do_vjp):
 
             # naive baseline: measured, or measured on a subset and scaled
             est = per_unit.get((op, "naive"), 0.0) * units
-            if op == "deep_norm" and est > budget * 6:
+            if quadratic(op) and est > budget * 6:
                 t_naive, naive_note = est, "~"  # even one row is too slow: scale the smallest size
             elif est <= budget:
-                t_naive, naive_note = timed(lambda: naive(op, a, rows if op != "batch_norm" else n),
+                t_naive, naive_note = timed(lambda: naive(op, a, rows),
                                             min_time=0.5, max_reps=5, min_reps=1), ""
                 per_unit[(op, "naive")] = t_naive / units
             else:
-                total = rows if op != "batch_norm" else n
-                part = max(1, int(total * budget / est / 4))
-                t_part = statistics.median(once(lambda: naive(op, a, part)) for _ in range(1))
-                t_naive, naive_note = t_part * total / part, "~"
+                part = max(1, int(rows * budget / est / 4))
+                t_naive, naive_note = once(lambda: naive(op, a, part)) * rows / part, "~"
             # mpmath path
             est = per_unit.get((op, "mpmath"), 0.0) * units
             if est <= budget:
@@ -297,7 +221,7 @@ def run(ops, sizes, budget, do_vjp):
             else:
                 t_mp, mp_cell = None, "skipped (too slow)"
             # float64-exact path
-            if op == "deep_norm" and rows * n * (n + 2) > DEEP_NORM_MAX_TERMS:
+            if quadratic(op) and rows * n * (n + 2) > MATRIX_MAX_TERMS:
                 t_f64, f64_cell = None, "skipped (rows*n*(n+2) terms)"
             else:
                 t_f64 = timed(lambda: oracle.forward(op, path="float64", **a))
@@ -316,7 +240,7 @@ def run(ops, sizes, budget, do_vjp):
         vrows = []
         for op in ops:
             for rows, n in sizes:
-                if op == "deep_norm" and rows * n * (n + 2) > DEEP_NORM_MAX_TERMS:
+                if quadratic(op) and rows * n * (n + 2) > MATRIX_MAX_TERMS:
                     continue
                 a = make_args(op, rows, n)
                 fwd = oracle.forward(op, path="float64", **a)
