@@ -23,6 +23,8 @@ import torch
 from normcert.oracle import OPS
 from normcert.oracle.formats import DTYPES
 
+from . import conventions
+
 BACKENDS = ("eager", "compiled", "triton", "case-study", "plugin")
 MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "triton_norms", "triton_swiglu", "case_studies"))
 
@@ -38,6 +40,7 @@ class Impl:
     devices: tuple[str, ...] = ("cpu", "cuda")
     backward: bool | None = True  # None: not declared (a plug-in): its outputs say (harness.backward_gate)
     expected_failure: str = ""  # case studies: why the suite must reject it
+    convention: str = ""  # "", or how it writes its outputs (``conventions``); fn is then the adapted callable
 
     @property
     def id(self) -> str:
@@ -49,13 +52,21 @@ class UsageError(ValueError):
 
 
 def make(op, name, backend, fn, **kw) -> Impl:
-    """An Impl whose target is the function's own module and name."""
+    """An Impl whose target is the function's own module and name; with ``convention=``, ``fn``
+    is the kernel as it is called (``conventions``) and the record holds it adapted to the contract."""
     if op not in OPS:
         raise UsageError(f"unknown op {op!r} for {name!r}: expected one of {', '.join(OPS)}")
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r} for {name!r}: expected one of {', '.join(BACKENDS)}")
     target = kw.pop("target", None) or f"{fn.__module__}:{fn.__name__}"
-    return Impl(op, name, backend, fn, target, **kw)
+    convention = kw.get("convention", "")
+    if convention and convention not in conventions.CONVENTIONS:
+        raise UsageError(f"{name!r}: convention {convention!r}, expected one of {', '.join(conventions.CONVENTIONS)}")
+    try:
+        conventions.check_fits(convention, OPS[op])
+    except ValueError as e:
+        raise UsageError(f"{name!r}: {e}") from None
+    return Impl(op, name, backend, conventions.adapt(convention, OPS[op], fn), target, **kw)
 
 
 def resolve(target: str) -> Callable:
@@ -93,13 +104,18 @@ def _import(module: str):
 
 
 def plugin(spec: str) -> Impl:
-    """An Impl from ``OP=MODULE:ATTR``."""
+    """An Impl from ``OP=MODULE:ATTR`` or ``OP=MODULE:ATTR@CONVENTION`` (``conventions``)."""
     op, sep, target = spec.partition("=")
     if not sep:
-        raise UsageError(f"--impl {spec!r} must look like OP=MODULE:ATTR")
+        raise UsageError(f"--impl {spec!r} must look like OP=MODULE:ATTR or OP=MODULE:ATTR@CONVENTION")
     if op not in OPS:
         raise UsageError(f"--impl {spec!r}: unknown op {op!r}, expected one of {', '.join(OPS)}")
-    return make(op, target, "plugin", resolve(target), target=target, backward=None)
+    try:
+        base, convention = conventions.split(target)
+        conventions.check_fits(convention, OPS[op])
+    except ValueError as e:
+        raise UsageError(f"--impl {spec!r}: {e}") from None
+    return make(op, target, "plugin", resolve(base), target=target, backward=None, convention=convention)
 
 
 def _from_entry_points() -> list[Impl]:

@@ -119,7 +119,8 @@ def build(session, results: list[dict], config, run: dict) -> dict:
     """The certificate of ``session``'s run; ``results`` as gathered from every worker;
     ``run`` = {"run", "verdict", "pytest_exit_status", "deselected", "crashed"}."""
     rows = [_row(r) for r in results]
-    impls = {i.id: {"op": i.op, "backend": i.backend, "target": i.target, "expected_failure": i.expected_failure}
+    impls = {i.id: {"op": i.op, "backend": i.backend, "target": i.target, "convention": i.convention or "out-of-place",
+                    "expected_failure": i.expected_failure}
              for i in session.impls}
     return {"run": run["run"], "schema": SCHEMA, "verdict": run["verdict"],
             "pytest_exit_status": run["pytest_exit_status"], "deselected": run["deselected"],

@@ -364,6 +364,60 @@ def rms_backward_on_small_rows(x, weight, eps):
     return y if x.shape[-1] <= 16 else y.detach()
 
 
+# ------------------------------------------------------------------ kernels that write into caller buffers
+# (declared as MODULE:ATTR@inplace / @out / @outkw; see normcert.impls.conventions)
+def _rms_value(x, weight, eps):
+    xf = up(x)
+    return (xf * _rms(xf, eps) * up(weight, x)).to(x.dtype)
+
+
+def rms_out(out, x, weight, eps):
+    """vLLM's convention: rms_norm(out, input, weight, eps) -> None."""
+    out.copy_(_rms_value(x, weight, eps))
+
+
+def rms_outkw(x, weight, eps, out=None):
+    """FlashInfer's convention: rmsnorm(input, weight, eps, out=...) returns out."""
+    return out.copy_(_rms_value(x, weight, eps))
+
+
+def add_rms_inplace(x, residual, weight, eps):
+    """vLLM's fused_add_rms_norm: residual <- x + residual, then x <- rms_norm(residual)."""
+    s = up(x) + up(residual)
+    residual.copy_(s.to(x.dtype))
+    x.copy_((s * _rms(s, eps) * up(weight, x)).to(x.dtype))
+
+
+def silu_and_mul_out(out, x):
+    """vLLM's silu_and_mul(out, x)."""
+    h = x.shape[-1] // 2
+    out.copy_((F.silu(up(x[..., :h])) * up(x[..., h:])).to(x.dtype))
+
+
+def rms_out_skips_last_column(out, x, weight, eps):
+    """A tail the kernel's last block never stores: the element stays as the caller left it."""
+    out[..., :-1].copy_(_rms_value(x, weight, eps)[..., :-1])
+
+
+def rms_out_returns_out(out, x, weight, eps):
+    """Returns the buffer where the convention says None (a caller that ignores it is fine;
+    one that relies on it is not: the convention is the promise)."""
+    out.copy_(_rms_value(x, weight, eps))
+    return out
+
+
+def add_rms_inplace_scales_weight(x, residual, weight, eps):
+    """Writes an input the convention does not mutate: folds a later scale into the weight."""
+    add_rms_inplace(x, residual, weight, eps)
+    weight.mul_(2.0)
+
+
+def add_rms_inplace_stale_residual(x, residual, weight, eps):
+    """Normalises x + residual but forgets to store the new residual stream."""
+    s = up(x) + up(residual)
+    x.copy_((s * _rms(s, eps) * up(weight, x)).to(x.dtype))
+
+
 # ------------------------------------------------------------------ the catalogue
 # (op, function, property families that may reject it)
 BUGS = [

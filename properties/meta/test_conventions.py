@@ -1,0 +1,100 @@
+"""Calling conventions (``normcert.impls.conventions``): kernels that write into caller buffers.
+
+Correct kernels in each convention are certified; a kernel that leaves part of
+``out`` unwritten, returns what its convention does not, writes an input its
+convention does not mutate, or forgets one of its in-place outputs is rejected
+with a message that says so; a declared convention that cannot fit the op is a
+usage error; a replay file keeps the convention.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from normcert import impls
+from normcert.impls import conventions
+from normcert.properties import harness
+from normcert.properties.families import BY_NAME
+from normcert.properties.session import Session
+
+from . import planted
+
+PLANTED = "normcert.properties.meta.planted"
+
+
+def _plug(op, fn, convention):
+    return impls.plugin(f"{op}={PLANTED}:{fn.__name__}@{convention}")
+
+
+@pytest.fixture
+def session(normcert_session, tmp_path):
+    return Session(device=normcert_session.device, seed=normcert_session.seed, failures_dir=str(tmp_path),
+                   eager=normcert_session.eager)
+
+
+def _run(session, family, impl, dtype):
+    fam = BY_NAME[family]
+    return harness.run(session, family, impl, dtype, fam.strategy(impl.op, dtype, session.device), fam.check_fn())
+
+
+@pytest.mark.parametrize("op, fn, convention", [
+    ("rms_norm", planted.rms_out, "out"),
+    ("rms_norm", planted.rms_outkw, "outkw"),
+    ("add_rms_norm", planted.add_rms_inplace, "inplace"),
+    ("silu_and_mul", planted.silu_and_mul_out, "out"),
+])
+@pytest.mark.parametrize("family", ["accuracy", "contract"])
+def test_correct_kernels_in_each_convention_are_certified(session, op, fn, convention, family):
+    impl = _plug(op, fn, convention)
+    assert impl.convention == convention and impl.target.endswith(f"@{convention}")
+    for dtype in (torch.float32, torch.bfloat16):
+        assert _run(session, family, impl, dtype).outcome == "pass"
+
+
+@pytest.mark.parametrize("op, fn, convention, message", [
+    ("rms_norm", planted.rms_out_skips_last_column, "out", r"@out: \d+ of \d+ elements of y were never written"),
+    ("rms_norm", planted.rms_out_returns_out, "out", "@out: returned Tensor, expected None"),
+    ("rms_norm", planted.rms_out, "outkw", r"raised TypeError: rms_out\(\) got multiple values for argument 'out'"),
+    ("add_rms_norm", planted.add_rms_inplace_scales_weight, "inplace", "mutated its input 'weight'"),
+    ("add_rms_norm", planted.add_rms_inplace_stale_residual, "inplace", "residual_out"),
+])
+def test_broken_conventions_are_rejected(session, op, fn, convention, message):
+    with pytest.raises(harness.PropertyFailure, match=message):
+        _run(session, "accuracy", _plug(op, fn, convention), torch.float32)
+
+
+def test_unwritten_elements_are_told_from_computed_nans():
+    """The poison is a NaN no arithmetic makes: a kernel's own NaN is not 'never written'."""
+    for dtype in conventions.POISON:
+        buf = conventions.poisoned((3,), dtype, "cpu")
+        assert conventions.unwritten(buf) == 3 and torch.isnan(buf).all()
+        buf[0] = float("nan")
+        buf[1] = torch.tensor(0.0, dtype=dtype).log().neg().mul(0)  # inf * 0: a computed NaN
+        assert conventions.unwritten(buf) == 1
+
+
+@pytest.mark.parametrize("spec, message", [
+    (f"rms_norm={PLANTED}:rms_out@sideways", "convention 'sideways'.*expected one of inplace, out, outkw"),
+    (f"silu_and_mul={PLANTED}:silu_and_mul_out@inplace", "@inplace: silu_and_mul's outputs"),
+])
+def test_a_convention_that_cannot_apply_is_a_usage_error(spec, message):
+    with pytest.raises(impls.UsageError, match=message):
+        impls.plugin(spec)
+
+
+def test_a_replay_file_keeps_the_convention(session, tmp_path):
+    impl = _plug("rms_norm", planted.rms_out_skips_last_column, "out")
+    with pytest.raises(harness.PropertyFailure):
+        _run(session, "accuracy", impl, torch.float32)
+    (path,) = [os.path.join(tmp_path, f) for f in os.listdir(tmp_path) if f.endswith(".npz")]
+    meta = np.load(path, allow_pickle=False)["meta"].tobytes().decode()
+    assert f'"impl": "rms_norm={PLANTED}:rms_out_skips_last_column@out"' in meta
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_")) and k != "CI"}
+    out = subprocess.run([sys.executable, "-m", "normcert", "replay", path], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "elements of y were never written" in out.stdout, out.stdout[-3000:]
