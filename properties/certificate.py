@@ -7,7 +7,8 @@ JSON schema ``normcert-certificate/2`` (documented in the README):
      "verdict": "certified" | "not certified" | "incomplete",
      "pytest_exit_status": int or null, "deselected": [node ids], "crashed": [node ids],
      "environment": {"normcert" (version), "commit" (normcert's own git describe, null for a wheel), "python", "torch", "triton", "hypothesis", "numpy",
-                     "device", "device_name", "driver", "profile", "seed", "bitwise"},
+                     "device", "device_name", "driver", "profile", "seed", "bitwise",
+                     "triton_interpreter" (null on a GPU, else the corrections made: impls.interpreter)},
      "summary": {"pass": n, "fail": n, "not-supported": n, "not-certified": n, "expected-fail": n, "warn": n},
      "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "refused", "domain",
                   "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay"}]}
@@ -92,7 +93,7 @@ def environment(session, config) -> dict:
            "device_name": torch.cuda.get_device_name() if cuda else cpu_name(),
            "driver": torch.version.cuda if cuda else None,
            "profile": config.getoption("hypothesis_profile", None) or "ci",
-           "seed": session.seed, "bitwise": session.bitwise}
+           "seed": session.seed, "bitwise": session.bitwise, "triton_interpreter": session.interpreter}
     return env
 
 

@@ -203,6 +203,9 @@ class Suite:
                                require_backward=config.getoption("--require-backward"),
                                failures_dir=config.getoption("--failures-dir"),
                                kernel_timeout=config.getoption("--kernel-timeout"))
+        from normcert.impls import interpreter  # noqa: PLC0415
+
+        self.session.interpreter = interpreter.install() if interpreter.active() else None
         try:
             plugins = [impls.plugin(s) for s in config.getoption("--impl")]
             registry = impls.registry()

@@ -21,7 +21,8 @@ class Session:
     impls: the kernels under test; eager: op -> the registry's eager kernel;
     replay: (file metadata, case) and replay_impl when the run replays a file;
     results: a ``harness.Result`` per (kernel, family, dtype) run here;
-    hung: kernel id -> message, for kernels the watchdog gave up on (never called again)."""
+    hung: kernel id -> message, for kernels the watchdog gave up on (never called again);
+    interpreter: the corrections made to Triton's interpreter (``impls.interpreter``), None without it."""
 
     device: str = "cpu"
     seed: int = 0
@@ -35,6 +36,7 @@ class Session:
     replay_impl: object = None
     results: list = field(default_factory=list)
     hung: dict[str, str] = field(default_factory=dict)
+    interpreter: list | None = None
 
     def derive_seed(self, *parts) -> int:
         """A per-test seed from the global seed: the same whatever the worker split."""

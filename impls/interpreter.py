@@ -1,0 +1,125 @@
+"""Where Triton's interpreter does not run what a GPU runs, and the corrections normcert installs.
+
+On CPU normcert runs Triton kernels with ``TRITON_INTERPRET=1``.  The interpreter
+executes a kernel's Python body on numpy arrays, and in places it cannot run
+code that compiles and runs on a GPU.  A correct kernel would then be rejected
+because of where it was checked, so each known gap has
+
+* a probe: a tiny kernel that shows the gap on the installed Triton;
+* a correction, installed only where the probe shows the gap, after which the
+  probe runs as on a GPU (``test_interpreter.py`` pins both).
+
+``install()`` runs the probes and installs what is needed; the certificate's
+environment lists what was corrected.  The gaps (Triton 3.7.1):
+
+``float scalars``
+    A GPU passes a Python float argument as an fp32 scalar, so ``eps.to(tl.float32)``
+    works on it (Liger-Kernel's RMSNorm does this).  The interpreter passes the
+    float itself ("TODO: wrap everything in triton tensors") and the kernel dies
+    with AttributeError.  Correction: floats are wrapped as fp32 scalars.
+``libdevice``
+    ``triton.language.extra.libdevice`` functions are stubs the GPU compiler
+    resolves; the interpreter calls the stub, which returns None ("cannot convert
+    None to tensor").  Correction: a kernel's global names bound to a libdevice
+    stub with a ``tl.math`` namesake (rsqrt, exp, log, sqrt, erf, ...) are bound to
+    that namesake while it is interpreted; stubs without one still fail, visibly.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+
+import numpy as np
+
+
+def active() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def install() -> list[str]:
+    """Probe the interpreter and correct each gap it shows: "name" for each correction made and
+    verified by its probe, "name (not corrected)" where the probe still fails after it."""
+    if not active():
+        return []
+    try:
+        from . import interpreter_probes as probes  # noqa: PLC0415 - imports triton
+    except ImportError:
+        return []
+    made = []
+    for name, probe, correct in (("float scalars", probes.float_probe, _correct_floats),
+                                 ("libdevice", probes.libdevice_probe, _correct_libdevice)):
+        if not _runs(probe):
+            correct()
+            made.append(name if _runs(probe) else f"{name} (not corrected)")
+    return made
+
+
+def _runs(probe) -> bool:
+    try:
+        return probe()
+    except Exception:  # noqa: BLE001 - the gap shows as any error from the interpreter
+        return False
+
+
+def _correct_floats() -> None:
+    import triton.language as tl  # noqa: PLC0415
+    from triton.runtime import interpreter  # noqa: PLC0415
+
+    convert = interpreter._implicit_cvt
+
+    def implicit_cvt(arg):
+        if isinstance(arg, float):  # what the GPU launcher does: an fp32 scalar
+            return tl.tensor(interpreter.TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
+        return convert(arg)
+
+    interpreter._implicit_cvt = implicit_cvt
+
+
+class _Globals:
+    """A function's globals as attributes, so the interpreter's patch scope can set and restore them."""
+
+    def __init__(self, namespace: dict):
+        object.__setattr__(self, "_ns", namespace)
+
+    def __getattr__(self, name):
+        try:
+            return self._ns[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name, value):
+        self._ns[name] = value
+
+    def __delattr__(self, name):
+        del self._ns[name]
+
+
+def _libdevice_stubs() -> set:
+    import importlib  # noqa: PLC0415
+
+    stubs = set()
+    for module in ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice"):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        stubs.update(f for _, f in inspect.getmembers(mod, inspect.isfunction))
+    return stubs
+
+
+def _correct_libdevice() -> None:
+    import triton.language as tl  # noqa: PLC0415
+    from triton.runtime import interpreter  # noqa: PLC0415
+
+    stubs = {id(f) for f in _libdevice_stubs()}
+    patch_lang = interpreter._patch_lang
+
+    def patched(fn):
+        scope = patch_lang(fn)  # tl.math is now the interpreter's
+        names = _Globals(fn.__globals__)
+        for name, value in list(fn.__globals__.items()):
+            if id(value) in stubs and hasattr(tl.math, value.__name__):
+                scope.set_attr(names, name, getattr(tl.math, value.__name__))
+        return scope
+
+    interpreter._patch_lang = patched
