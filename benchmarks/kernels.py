@@ -40,8 +40,8 @@ def inputs(op: str, rows: int, n: int, dtype, device, grad: bool) -> dict:
     return a
 
 
-def call(impl, a: dict):
-    return OPS[impl.op].call(impl.fn, a)
+def call(impl, a: dict) -> tuple:
+    return OPS[impl.op].call_outputs(impl.fn, a)
 
 
 def bytes_moved(a: dict, outs) -> int:
@@ -69,10 +69,6 @@ def copy_bandwidth(device) -> float:
     src = torch.empty(1 << 29, dtype=torch.float16, device=device)
     ms = timed(lambda: src.clone(), device, 10)
     return 2 * src.numel() * src.element_size() / (ms / 1e3)
-
-
-def as_tuple(out):
-    return out if isinstance(out, (tuple, list)) else (out,)
 
 
 def main() -> None:
@@ -110,15 +106,15 @@ def main() -> None:
                 a = inputs(op, rows, n, dtype, device, grad=False)
                 with torch.no_grad():
                     fwd = timed(lambda: call(impl, a), device, args.reps)
-                    outs = as_tuple(call(impl, a))
+                    outs = call(impl, a)
                 bound = f"{bytes_moved(a, outs) / bw * 1e3:9.3f}" if bw else f"{'-':>9}"
                 cells = [fwd, None]
                 if impl.backward:
                     ag = inputs(op, rows, n, dtype, device, grad=True)
-                    cot = [torch.ones_like(o) for o in as_tuple(call(impl, ag))]
+                    cot = [torch.ones_like(o) for o in call(impl, ag)]
 
                     def fwd_bwd():
-                        torch.autograd.backward(as_tuple(call(impl, ag)), cot)
+                        torch.autograd.backward(call(impl, ag), cot)
                         for k in OPS[op].grads:
                             ag[k].grad = None
 

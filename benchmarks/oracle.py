@@ -86,8 +86,7 @@ def torch_vjp_fn(op: str, a: dict):
 
     def f():
         leaves = {k: a[k].detach().requires_grad_(True) for k in rec.grads}
-        out = rec.call(fn, {**a, **leaves})
-        out = out if isinstance(out, tuple) else (out,)
+        out = rec.call_outputs(fn, {**a, **leaves})
         torch.autograd.backward(out, [torch.ones_like(t) for t in out])
         return [leaves[k].grad for k in rec.grads]
 

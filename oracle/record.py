@@ -110,6 +110,12 @@ class Op:
         """The mask argument's name (None: the op has none)."""
         return next((a.name for a in self.args if a.kind == "mask"), None)
 
+    def call_outputs(self, fn: Callable, args: dict) -> tuple:
+        """``call(fn, args)``'s result as a tuple of outputs (a lone tensor is the one output);
+        no contract check: that is ``properties.harness``'s."""
+        out = self.call(fn, args)
+        return out if isinstance(out, tuple) else (out,)
+
     def out_shape(self, shape: tuple) -> tuple:
         return tuple(shape[:-1]) + (shape[-1] // 2,) if self.halves else tuple(shape)
 

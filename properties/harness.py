@@ -336,8 +336,7 @@ def has_backward(session, impl, dtype) -> bool:
 
     def call():
         with torch.enable_grad():
-            out = rec.call(impl.fn, args)
-        return any(getattr(o, "grad_fn", None) is not None for o in (out if isinstance(out, tuple) else (out,)))
+            return any(getattr(o, "grad_fn", None) is not None for o in rec.call_outputs(impl.fn, args))
     try:
         return kernel_code(session, impl, "", call)
     except (NotSupported, ContractViolation):

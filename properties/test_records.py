@@ -35,8 +35,7 @@ def test_op_record_is_consistent(normcert_session, op):
     assert set(rec.row_inputs) <= set(rec.tensors) and set(rec.grads) <= set(rec.tensors)
     for impl in impls.registry():
         if impl.op == op and impl.backend in ("eager", "compiled") and device in impl.devices:
-            got = rec.call(impl.fn, rec.sample(torch.float32, device))
-            got = got if isinstance(got, tuple) else (got,)
+            got = rec.call_outputs(impl.fn, rec.sample(torch.float32, device))
             assert [tuple(o.shape) for o in got] == [rec.out_shape((3, 6))] * len(rec.outputs), impl.id
 
 
