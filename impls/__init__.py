@@ -60,10 +60,8 @@ def make(op, name, backend, fn, **kw) -> Impl:
         raise UsageError(f"unknown backend {backend!r} for {name!r}: expected one of {', '.join(BACKENDS)}")
     target = kw.pop("target", None) or f"{fn.__module__}:{fn.__name__}"
     convention = kw.get("convention", "")
-    if convention and convention not in conventions.CONVENTIONS:
-        raise UsageError(f"{name!r}: convention {convention!r}, expected one of {', '.join(conventions.CONVENTIONS)}")
     try:
-        conventions.check_fits(convention, OPS[op])
+        conventions.check(convention, OPS[op])
     except ValueError as e:
         raise UsageError(f"{name!r}: {e}") from None
     return Impl(op, name, backend, conventions.adapt(convention, OPS[op], fn), target, **kw)
@@ -110,9 +108,9 @@ def plugin(spec: str) -> Impl:
         raise UsageError(f"--impl {spec!r} must look like OP=MODULE:ATTR or OP=MODULE:ATTR@CONVENTION")
     if op not in OPS:
         raise UsageError(f"--impl {spec!r}: unknown op {op!r}, expected one of {', '.join(OPS)}")
+    base, convention = conventions.split(target)
     try:
-        base, convention = conventions.split(target)
-        conventions.check_fits(convention, OPS[op])
+        conventions.check(convention, OPS[op])  # before importing the module: the usage error comes first
     except ValueError as e:
         raise UsageError(f"--impl {spec!r}: {e}") from None
     return make(op, target, "plugin", resolve(base), target=target, backward=None, convention=convention)

@@ -46,17 +46,16 @@ class ConventionViolation(Exception):
 
 
 def split(target: str) -> tuple[str, str]:
-    """``MODULE:ATTR@CONVENTION`` -> (``MODULE:ATTR``, convention or ""); ValueError if unknown."""
+    """``MODULE:ATTR@CONVENTION`` -> (``MODULE:ATTR``, convention or ""), unchecked (``check``)."""
     base, sep, convention = target.rpartition("@")
-    if not sep:
-        return target, ""
-    if convention not in CONVENTIONS:
-        raise ValueError(f"convention {convention!r} in {target!r}: expected one of {', '.join(CONVENTIONS)}")
-    return base, convention
+    return (base, convention) if sep else (target, "")
 
 
-def check_fits(convention: str, op) -> None:
-    """ValueError unless ``op`` (an ``oracle.Op``) can be called with ``convention``."""
+def check(convention: str, op) -> None:
+    """ValueError unless ``convention`` is "" or one of ``CONVENTIONS`` and ``op`` (an
+    ``oracle.Op``) can be called with it."""
+    if convention and convention not in CONVENTIONS:
+        raise ValueError(f"convention {convention!r}: expected one of {', '.join(CONVENTIONS)}")
     if convention == "inplace":
         rows = op.row_inputs
         if op.halves or len(op.outputs) > len(rows):
