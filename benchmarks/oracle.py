@@ -120,15 +120,9 @@ def _loop_sum(terms):
 def naive(op: str, a: dict, part: int):
     """The op's oracle maths on ``NaiveLoops``, on the first ``part`` rows (positions for batch_norm)."""
     rec, B = oracle.OPS[op], NaiveLoops()
-    kw = {}
-    for arg in rec.args:
-        v = a.get(arg.name)
-        if arg.kind == "mask":
-            kw[arg.name] = None if v is None else v[:part].numpy()
-        elif arg.kind in ("eps", "alpha"):
-            kw[arg.name] = float(v)
-        else:
-            kw[arg.name] = B.array((v[:part] if arg.kind == "rows" else v).numpy())
+    first = {arg.name: a[arg.name][:part] for arg in rec.args
+             if arg.kind in ("rows", "mask") and a.get(arg.name) is not None}
+    kw = oracle.arguments(rec, B, {**a, **first})
     with mpmath.workprec(MP_PREC), np.errstate(all="ignore"):
         return rec.forward(B, **kw)
 

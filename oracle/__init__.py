@@ -33,11 +33,17 @@ def _op(name) -> Op:
 def _prepare(op: Op, path: str, args: dict):
     if path not in BACKENDS:
         raise ValueError(f"path must be one of {', '.join(BACKENDS)}, got {path!r}")
+    B = BACKENDS[path]
+    return B, arguments(op, B, args)
+
+
+def arguments(op: Op, B, args: dict) -> dict:
+    """``args`` (torch tensors and Python floats, by name) validated against ``op``'s signature
+    and converted to backend ``B``'s values: tensors exactly widened, the mask as numpy bools."""
     missing = [k for k in op.tensors + op.scalars if k not in args and k != op.mask]
     if missing:
         raise ValueError(f"{op.name}: missing argument(s) {', '.join(missing)}")
     op.check(args)
-    B = BACKENDS[path]
     kw = {}
     for k in op.tensors:
         t = args.get(k)
@@ -47,7 +53,7 @@ def _prepare(op: Op, path: str, args: dict):
             kw[k] = B.array(to_float64(t))
     for k in op.scalars:
         kw[k] = float(args[k])
-    return B, kw
+    return kw
 
 
 def _run(B, fn, *a, **kw):
