@@ -32,13 +32,13 @@ from typing import Callable
 
 import torch
 
+from normcert.oracle.formats import bits
+
 CONVENTIONS = ("inplace", "out", "outkw")
 
 #: the bits of an unwritten element: a quiet NaN whose payload is not the canonical one
 POISON = {torch.float64: 0x7FF8_0000_DEAD_BEEF, torch.float32: 0x7FC0_BEEF,
           torch.float16: 0x7E5A, torch.bfloat16: 0x7FDA}
-_BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
-         torch.bfloat16: torch.int16}
 
 
 class ConventionViolation(Exception):
@@ -67,7 +67,7 @@ def poisoned(shape, dtype, device) -> torch.Tensor:
     """A fresh contiguous tensor whose every element holds ``POISON`` (zeros for a dtype without one)."""
     t = torch.empty(shape, dtype=dtype, device=device)
     if dtype in POISON:
-        t.view(_BITS[dtype]).fill_(_signed(POISON[dtype], torch.finfo(dtype).bits))
+        bits(t).fill_(_signed(POISON[dtype], torch.finfo(dtype).bits))
     else:
         t.zero_()
     return t
@@ -81,8 +81,8 @@ def unwritten(t: torch.Tensor) -> int:
     """How many elements of ``t`` still hold ``POISON``."""
     if t.dtype not in POISON:
         return 0
-    bits = _signed(POISON[t.dtype], torch.finfo(t.dtype).bits)
-    return int((t.detach().contiguous().view(_BITS[t.dtype]) == bits).sum())
+    pattern = _signed(POISON[t.dtype], torch.finfo(t.dtype).bits)
+    return int((bits(t.detach()) == pattern).sum())
 
 
 def _like(x: torch.Tensor) -> torch.Tensor:

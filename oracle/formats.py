@@ -84,3 +84,11 @@ def compute_format(dtype: torch.dtype) -> Format:
 def to_float64(t: torch.Tensor) -> np.ndarray:
     """Exact float64 copy of a tensor of any certified dtype (every value is representable)."""
     return t.detach().to("cpu", torch.float64).numpy().copy()
+
+
+_INTS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The bit patterns of ``t``: a same-width signed integer view (of t itself where t is contiguous)."""
+    return t.contiguous().view(_INTS[t.element_size()])

@@ -14,14 +14,15 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
+from normcert.oracle.formats import bits
+
 from .families import BY_NAME
 from .harness import ContractViolation, PropertyFailure, certify, invoke
 from .strategies import cases
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    ints = {8: torch.int64, 4: torch.int32, 2: torch.int16}
-    return torch.equal(a.contiguous().view(ints[a.element_size()]), b.contiguous().view(ints[b.element_size()]))
+    return torch.equal(bits(a), bits(b))
 
 
 def check_determinism(session, impl, case, worst):
