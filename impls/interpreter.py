@@ -23,6 +23,16 @@ environment lists what was corrected.  The gaps (Triton 3.7.1):
     None to tensor").  Correction: a kernel's global names bound to a libdevice
     stub with a ``tl.math`` namesake (rsqrt, exp, log, sqrt, erf, ...) are bound to
     that namesake while it is interpreted; stubs without one still fail, visibly.
+``bfloat16``
+    The interpreter keeps bf16 values as raw uint16 patterns and gets them wrong
+    (upstream triton#8322): its fp32 → bf16 cast truncates (1.0059 → 1.0, a GPU
+    gives 1.0078), its bf16 → fp32 cast of subnormals is wrong (1.01e-39 →
+    4.41e-39), arithmetic, comparisons and reductions run on the patterns as
+    integers, and a bf16 constant (``tl.full(..., 1.5, tl.bfloat16)``, ``x * 1.5``)
+    raises.  The probe (``interpreter_probes.bfloat16_mismatches``) runs kernels
+    over all 65,536 patterns and the fp32 rounding cases against exact
+    references.  Correction: ``interpreter_bf16``, which computes bf16 as a GPU
+    does (round to nearest even, exact subnormals, one rounding per operation).
 """
 from __future__ import annotations
 
@@ -46,8 +56,11 @@ def install() -> list[str]:
     except ImportError:
         return []
     made = []
+    from . import interpreter_bf16  # noqa: PLC0415
+
     for name, probe, correct in (("float scalars", probes.float_probe, _correct_floats),
-                                 ("libdevice", probes.libdevice_probe, _correct_libdevice)):
+                                 ("libdevice", probes.libdevice_probe, _correct_libdevice),
+                                 ("bfloat16", probes.bfloat16_probe, interpreter_bf16.install)):
         if not _runs(probe):
             correct()
             made.append(name if _runs(probe) else f"{name} (not corrected)")

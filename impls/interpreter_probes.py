@@ -1,6 +1,25 @@
-"""The probe kernels of ``interpreter`` (imported only where Triton is): each computes 0.5 on a GPU."""
+"""The probe kernels of ``interpreter`` (imported only where Triton is).
+
+``float_probe`` and ``libdevice_probe`` each compute 0.5 on a GPU.
+``bfloat16_mismatches`` runs small kernels over bfloat16's whole domain and
+compares their bits with exact references (torch's CPU conversions and
+arithmetic, which round once to nearest even):
+
+* bf16 → fp32 on all 65,536 patterns;
+* fp32 → bf16 on 6 values per bf16 pattern b: b itself, b + 1 fp32 ulp, the
+  midpoint above b (a tie), the tie ± 1 ulp, and the largest value below the
+  next pattern; this covers ties to even, carries into the exponent, every
+  subnormal, overflow to inf, inf and NaN;
+* +, −, ×, <, max on 3 · 2¹⁴ pairs: random patterns, pairs with close exponents
+  (where rounding happens), and pairs of zeros, subnormals and infinities;
+* a bf16 constant, ``tl.sum`` and ``tl.max`` of negative values, ``tl.dot``.
+
+NaN results must be NaN; their payload is not compared.  The same kernels run
+on a GPU (``device="cuda"``), where they must agree bit for bit as well.
+"""
 from __future__ import annotations
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -27,3 +46,143 @@ def libdevice_probe() -> bool:
     out, x = torch.zeros(1), torch.full((1,), 4.0)
     libdevice_rsqrt[(1,)](out, x)
     return out.item() == 0.5
+
+
+BLOCK = 1 << 14
+
+
+@triton.jit
+def _convert(src, dst, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + i, tl.load(src + i, mask=i < n).to(dst.dtype.element_ty), mask=i < n)
+
+
+@triton.jit
+def _arithmetic(a, b, add, sub, mul, less, big, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    x, y = tl.load(a + i, mask=m), tl.load(b + i, mask=m)
+    tl.store(add + i, x + y, mask=m)
+    tl.store(sub + i, x - y, mask=m)
+    tl.store(mul + i, x * y, mask=m)
+    tl.store(less + i, (x < y).to(tl.int8), mask=m)
+    tl.store(big + i, tl.maximum(x, y), mask=m)
+
+
+@triton.jit
+def _constant_sum_max(x, const, total, top, N: tl.constexpr):
+    v = tl.load(x + tl.arange(0, N))
+    tl.store(const + tl.arange(0, N), v * 1.5 + tl.full((N,), 1.0048828125, tl.bfloat16))
+    tl.store(total, tl.sum(v, 0))
+    tl.store(top, tl.max(v, 0))
+
+
+@triton.jit
+def _dot(a, b, c, N: tl.constexpr):
+    r = tl.arange(0, N)
+    tile = r[:, None] * N + r[None, :]
+    tl.store(c + tile, tl.dot(tl.load(a + tile), tl.load(b + tile)))
+
+
+def _launch(kernel, n, *args):
+    kernel[(triton.cdiv(n, BLOCK),)](*args, n, BLOCK=BLOCK)
+
+
+def _patterns() -> torch.Tensor:
+    return torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+
+
+def _rounding_cases() -> torch.Tensor:
+    top = _patterns().view(torch.int16).to(torch.int32) << 16
+    low = torch.tensor([0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF], dtype=torch.int32)
+    return (top[:, None] | low[None, :]).reshape(-1).view(torch.float32)
+
+
+def _pairs() -> tuple[torch.Tensor, torch.Tensor]:
+    rng = np.random.default_rng(0)
+    n = BLOCK
+    a = rng.integers(0, 1 << 16, 3 * n, dtype=np.uint32)
+    b = rng.integers(0, 1 << 16, 3 * n, dtype=np.uint32)
+    b[n:2 * n] = (a[n:2 * n] & 0xFF80) ^ (rng.integers(0, 3, n, dtype=np.uint32) << 7) | (b[n:2 * n] & 0x7F)
+    specials = np.array([0, 0x8000, 1, 0x8001, 0x7F, 0x80, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80], dtype=np.uint32)
+    a[2 * n:] = rng.choice(specials, n)
+    b[2 * n:] = rng.choice(specials, n)
+    as_bf16 = (lambda v: torch.from_numpy(v.astype(np.uint16).view(np.int16)).view(torch.bfloat16))
+    return as_bf16(a), as_bf16(b)
+
+
+def _differ(what: str, label, got: torch.Tensor, want: torch.Tensor) -> list[str]:
+    """[] if got and want agree bit for bit (NaN with any NaN), else one line naming the first input
+    ``label(k)`` that differs."""
+    both_nan = got.isnan() & want.isnan()
+    bits = (lambda t: t.view({2: torch.int16, 4: torch.int32, 1: torch.int8}[t.element_size()]))
+    bad = (bits(got) != bits(want)) & ~both_nan
+    if not bad.any():
+        return []
+    k = int(bad.nonzero()[0, 0])
+    return [f"{what}: {int(bad.sum())} of {bad.numel()} differ, e.g. {label(k)} gives "
+            f"{got[k].item()!r}, a GPU gives {want[k].item()!r}"]
+
+
+def _check(what: str, run) -> list[str]:
+    try:
+        return run()
+    except Exception as e:  # noqa: BLE001 - an interpreter that cannot run the kernel fails the check
+        return [f"{what}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"]
+
+
+def bfloat16_mismatches(device: str = "cpu") -> list[str]:
+    """One line per way the bf16 kernels above differ from a GPU's bits on ``device`` (empty: none)."""
+
+    def widening():
+        src = _patterns()
+        out = torch.empty(src.shape, dtype=torch.float32, device=device)
+        _launch(_convert, src.numel(), src.to(device), out)
+        return _differ("bf16 → fp32", lambda k: f"pattern {src[k:k + 1].view(torch.int16).item() & 0xFFFF:#06x}",
+                       out.cpu(), src.float())
+
+    def rounding():
+        src = _rounding_cases()
+        out = torch.empty(src.shape, dtype=torch.bfloat16, device=device)
+        _launch(_convert, src.numel(), src.to(device), out)
+        return _differ("fp32 → bf16", lambda k: repr(src[k].item()), out.cpu(), src.to(torch.bfloat16))
+
+    def arithmetic():
+        a, b = _pairs()
+        outs = [torch.empty(a.shape, dtype=d, device=device) for d in (torch.bfloat16,) * 3 + (torch.int8,)]
+        outs.append(torch.empty(a.shape, dtype=torch.bfloat16, device=device))
+        _launch(_arithmetic, a.numel(), a.to(device), b.to(device), *outs)
+        finite = ~(a.isnan() | b.isnan())
+        want = [a + b, a - b, a * b, (a < b).to(torch.int8), torch.where(finite, torch.maximum(a, b), outs[4].cpu())]
+        labels = (lambda k: f"({a[k].item()!r}, {b[k].item()!r})")
+        return [line for name, got, ref in zip(("+", "−", "×", "<", "max"), outs, want)
+                for line in _differ(f"bf16 {name} bf16", labels, got.cpu(), ref)]
+
+    def reductions():
+        n = 128
+        v = torch.tensor([(-1) ** i * (1 + i % 3) for i in range(n)], dtype=torch.bfloat16) - 2
+        const = torch.empty(n, dtype=torch.bfloat16, device=device)
+        total, top = (torch.empty(1, dtype=torch.bfloat16, device=device) for _ in range(2))
+        _constant_sum_max[(1,)](v.to(device), const, total, top, N=n)
+        want_const = (v * 1.5) + torch.tensor(1.0048828125).to(torch.bfloat16)
+        return (_differ("bf16 × 1.5 + tl.full(1.0048828125)", lambda k: f"x = {v[k].item()!r}", const.cpu(), want_const)
+                + _differ("tl.sum(bf16)", lambda k: "128 values", total.cpu(), v.sum().reshape(1))
+                + _differ("tl.max(bf16 < 0)", lambda k: "128 values", top.cpu(), v.max().reshape(1)))
+
+    def dot():
+        n = 16
+        a = (torch.arange(n * n) % 7 - 3).to(torch.bfloat16).reshape(n, n)
+        b = (torch.arange(n * n) % 5 - 2).to(torch.bfloat16).reshape(n, n)
+        c = torch.empty(n, n, device=device)
+        _dot[(1,)](a.to(device), b.to(device), c, N=n)
+        want = (a.float() @ b.float()).reshape(-1)
+        return _differ("tl.dot(bf16, bf16)", lambda k: f"element {k}", c.cpu().reshape(-1), want)
+
+    return [line for what, run in (("bf16 → fp32", widening), ("fp32 → bf16", rounding),
+                                   ("bf16 arithmetic", arithmetic), ("bf16 constants and reductions", reductions),
+                                   ("tl.dot(bf16)", dot))
+            for line in _check(what, run)]
+
+
+def bfloat16_probe() -> bool:
+    return not bfloat16_mismatches()

@@ -38,9 +38,9 @@ of BLOCK_R rows x BLOCK_N columns and loops over column blocks, so rows of
 any length work.  The tile depends on n only, never on the number of rows, so
 a row gives the same bits alone and inside a batch.
 
-bfloat16 is widened and rounded by its bits (``load_widened``, ``store_rounded``):
-exact, and the same on a GPU and under the Triton interpreter, whose own
-bfloat16 conversions truncate.
+Loads widen with ``.to(ACC)`` and stores round with ``.to(dtype)``, as users'
+kernels do; under the Triton interpreter bfloat16 is computed as on a GPU
+because normcert corrects the interpreter first (``interpreter_bf16``).
 """
 from __future__ import annotations
 
@@ -61,32 +61,6 @@ MAX_PROGRAMS = 256  # backward programs, each owning one row of the dweight/dbia
 def tile_ptrs(base, row, col, stride_r, stride_c):
     """Pointers to the (row, col) tile of a 2-D operand, with 64-bit offsets."""
     return base + row.to(tl.int64)[:, None] * stride_r + col.to(tl.int64)[None, :] * stride_c
-
-
-@triton.jit
-def load_widened(ptrs, mask, ACC: tl.constexpr):
-    """Load (0 where masked off) and widen exactly to ACC; bfloat16 by its bits (x = bits << 16)."""
-    v = tl.load(ptrs, mask=mask, other=0)
-    if v.dtype == tl.bfloat16:
-        v = (v.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
-    return v.to(ACC)
-
-
-@triton.jit
-def store_rounded(ptrs, v, mask):
-    """Round v once to the pointers' dtype (nearest-even) and store it.
-
-    bfloat16 from float32 bits b: add 0x7FFF plus the lowest kept bit, keep the
-    top 16 bits (ties go to even, overflow goes to inf); NaN stays a quiet NaN.
-    """
-    if ptrs.dtype.element_ty == tl.bfloat16:
-        bits = v.to(tl.float32).to(tl.uint32, bitcast=True)
-        top = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-        top = tl.where(v != v, 0x7FC0, top)
-        out = top.to(tl.uint16).to(tl.bfloat16, bitcast=True)
-    else:
-        out = v.to(ptrs.dtype.element_ty)
-    tl.store(ptrs, out, mask=mask)
 
 
 @triton.jit
@@ -115,19 +89,20 @@ def _sum_partials_kernel(PART, OUT, programs, n, ACC: tl.constexpr, BLOCK_G: tl.
     acc = tl.zeros([BLOCK_G, BLOCK_N], ACC)
     for p0 in range(0, programs, BLOCK_G):
         p = p0 + tl.arange(0, BLOCK_G)
-        acc += load_widened(tile_ptrs(PART, p, col, n, 1), (p < programs)[:, None] & (col < n)[None, :], ACC)
-    store_rounded(OUT + col, tl.sum(acc, 0), col < n)
+        m = (p < programs)[:, None] & (col < n)[None, :]
+        acc += tl.load(tile_ptrs(PART, p, col, n, 1), mask=m, other=0.0).to(ACC)
+    tl.store(OUT + col, tl.sum(acc, 0).to(OUT.dtype.element_ty), mask=col < n)
 
 
 # ---------------------------------------------------------------- row norms (RMSNorm, add+RMSNorm, LayerNorm)
 @triton.jit
 def _load_s(X, sxr, sxc, R, srr, src, alpha, row, col, m, PRE: tl.constexpr, ACC: tl.constexpr):
     """The normalised input s, computed in ACC: x (PRE 0), x + r (PRE 1), alpha x + r (PRE 2)."""
-    s = load_widened(tile_ptrs(X, row, col, sxr, sxc), m, ACC)
+    s = tl.load(tile_ptrs(X, row, col, sxr, sxc), mask=m, other=0.0).to(ACC)
     if PRE == 1:
-        s += load_widened(tile_ptrs(R, row, col, srr, src), m, ACC)
+        s += tl.load(tile_ptrs(R, row, col, srr, src), mask=m, other=0.0).to(ACC)
     if PRE == 2:
-        s = alpha * s + load_widened(tile_ptrs(R, row, col, srr, src), m, ACC)
+        s = alpha * s + tl.load(tile_ptrs(R, row, col, srr, src), mask=m, other=0.0).to(ACC)
     return s
 
 
@@ -163,7 +138,7 @@ def _row_norm_fwd_kernel(
         m = in_rows[:, None] & (col < n)[None, :]
         s = _load_s(X, sxr, sxc, R, srr, src, alpha, row, col, m, PRE, ACC)
         if PRE == 1:
-            store_rounded(tile_ptrs(RES, row, col, n, 1), s, m)
+            tl.store(tile_ptrs(RES, row, col, n, 1), s.to(RES.dtype.element_ty), mask=m)
         d = tl.where(m, s - mean[:, None], 0.0)
         acc += d * d
     rstd = _rsqrt_rn(div_rn(tl.sum(acc, 1), n_acc) + tl.load(EPS))
@@ -172,10 +147,11 @@ def _row_norm_fwd_kernel(
         col = c0 + tl.arange(0, BLOCK_N)
         m = in_rows[:, None] & (col < n)[None, :]
         s = _load_s(X, sxr, sxc, R, srr, src, alpha, row, col, m, PRE, ACC)
-        y = (s - mean[:, None]) * rstd[:, None] * load_widened(W + col, col < n, ACC)[None, :]
+        w = tl.load(W + col, mask=col < n, other=0.0).to(ACC)
+        y = (s - mean[:, None]) * rstd[:, None] * w[None, :]
         if HAS_BIAS:
-            y += load_widened(B + col, col < n, ACC)[None, :]
-        store_rounded(tile_ptrs(Y, row, col, n, 1), y, m)
+            y += tl.load(B + col, mask=col < n, other=0.0).to(ACC)[None, :]
+        tl.store(tile_ptrs(Y, row, col, n, 1), y.to(Y.dtype.element_ty), mask=m)
 
 
 @triton.jit
@@ -215,7 +191,8 @@ def _row_norm_bwd_kernel(
             col = c0 + tl.arange(0, BLOCK_N)
             m = in_rows[:, None] & (col < n)[None, :]
             xhat = _row_xhat(X, sxr, sxc, R, srr, src, alpha, row, col, m, mean, rstd, PRE, ACC)
-            g = load_widened(tile_ptrs(DY, row, col, sdr, sdc), m, ACC) * load_widened(W + col, col < n, ACC)[None, :]
+            w = tl.load(W + col, mask=col < n, other=0.0).to(ACC)
+            g = tl.load(tile_ptrs(DY, row, col, sdr, sdc), mask=m, other=0.0).to(ACC) * w[None, :]
             sum_gx += g * xhat
             if CENTER:
                 sum_g += g
@@ -226,11 +203,12 @@ def _row_norm_bwd_kernel(
             in_cols = col < n
             m = in_rows[:, None] & in_cols[None, :]
             xhat = _row_xhat(X, sxr, sxc, R, srr, src, alpha, row, col, m, mean, rstd, PRE, ACC)
-            dy = load_widened(tile_ptrs(DY, row, col, sdr, sdc), m, ACC)
-            dx = rstd * (dy * load_widened(W + col, in_cols, ACC)[None, :] - mean_g - xhat * mean_gx)
+            dy = tl.load(tile_ptrs(DY, row, col, sdr, sdc), mask=m, other=0.0).to(ACC)
+            w = tl.load(W + col, mask=in_cols, other=0.0).to(ACC)
+            dx = rstd * (dy * w[None, :] - mean_g - xhat * mean_gx)
             if PRE == 1:
-                dx += load_widened(tile_ptrs(DRES, row, col, sqr, sqc), m, ACC)
-            store_rounded(tile_ptrs(DX, row, col, n, 1), dx, m)
+                dx += tl.load(tile_ptrs(DRES, row, col, sqr, sqc), mask=m, other=0.0).to(ACC)
+            tl.store(tile_ptrs(DX, row, col, n, 1), dx.to(DX.dtype.element_ty), mask=m)
             _add_to_partial(dw_part, col, in_cols, tl.sum(dy * xhat, 0))
             if CENTER:
                 _add_to_partial(db_part, col, in_cols, tl.sum(dy, 0))
@@ -249,7 +227,8 @@ def _valid_positions(MASK, pos, P, HAS_MASK: tl.constexpr):
 @triton.jit
 def _bn_xhat(X, sxp, sxc, pos, col, m, mean, rstd, ACC: tl.constexpr):
     """xhat = (x - mu) * rho on the tile, 0 where masked off (x is not read there)."""
-    return tl.where(m, (load_widened(tile_ptrs(X, pos, col, sxp, sxc), m, ACC) - mean[None, :]) * rstd[None, :], 0.0)
+    x = tl.load(tile_ptrs(X, pos, col, sxp, sxc), mask=m, other=0.0).to(ACC)
+    return tl.where(m, (x - mean[None, :]) * rstd[None, :], 0.0)
 
 
 @triton.jit
@@ -270,7 +249,8 @@ def _bn_fwd_kernel(
     for p0 in range(0, P, BLOCK_P):
         pos = p0 + tl.arange(0, BLOCK_P)
         valid = _valid_positions(MASK, pos, P, HAS_MASK)
-        acc += load_widened(tile_ptrs(X, pos, col, sxp, sxc), valid[:, None] & in_cols[None, :], ACC)
+        m = valid[:, None] & in_cols[None, :]
+        acc += tl.load(tile_ptrs(X, pos, col, sxp, sxc), mask=m, other=0.0).to(ACC)
         count += valid.to(ACC)
     count_all = tl.sum(count, 0)
     mean = div_rn(tl.sum(acc, 0), count_all)
@@ -278,19 +258,21 @@ def _bn_fwd_kernel(
     for p0 in range(0, P, BLOCK_P):
         pos = p0 + tl.arange(0, BLOCK_P)
         m = _valid_positions(MASK, pos, P, HAS_MASK)[:, None] & in_cols[None, :]
-        d = tl.where(m, load_widened(tile_ptrs(X, pos, col, sxp, sxc), m, ACC) - mean[None, :], 0.0)
+        x = tl.load(tile_ptrs(X, pos, col, sxp, sxc), mask=m, other=0.0).to(ACC)
+        d = tl.where(m, x - mean[None, :], 0.0)
         acc += d * d
     rstd = _rsqrt_rn(div_rn(tl.sum(acc, 0), count_all) + tl.load(EPS))
     tl.store(MEAN + col, mean, mask=in_cols)
     tl.store(RSTD + col, rstd, mask=in_cols)
-    w = load_widened(W + col, in_cols, ACC)[None, :]
-    b = load_widened(B + col, in_cols, ACC)[None, :]
+    w = tl.load(W + col, mask=in_cols, other=0.0).to(ACC)[None, :]
+    b = tl.load(B + col, mask=in_cols, other=0.0).to(ACC)[None, :]
     for p0 in range(0, P, BLOCK_P):
         pos = p0 + tl.arange(0, BLOCK_P)
         m = _valid_positions(MASK, pos, P, HAS_MASK)[:, None] & in_cols[None, :]
         xhat = _bn_xhat(X, sxp, sxc, pos, col, m, mean, rstd, ACC)
         inside = (pos < P)[:, None] & in_cols[None, :]
-        store_rounded(tile_ptrs(Y, pos, col, C, 1), tl.where(m, xhat * w + b, 0.0), inside)
+        y = tl.where(m, xhat * w + b, 0.0)
+        tl.store(tile_ptrs(Y, pos, col, C, 1), y.to(Y.dtype.element_ty), mask=inside)
 
 
 @triton.jit
@@ -307,7 +289,7 @@ def _bn_bwd_kernel(
     in_cols = col < C
     mean = tl.load(MEAN + col, mask=in_cols, other=0)
     rstd = tl.load(RSTD + col, mask=in_cols, other=0)
-    w = load_widened(W + col, in_cols, ACC)
+    w = tl.load(W + col, mask=in_cols, other=0.0).to(ACC)
     sum_dy = tl.zeros([BLOCK_P, BLOCK_C], ACC)
     sum_dyx = tl.zeros([BLOCK_P, BLOCK_C], ACC)
     count = tl.zeros([BLOCK_P], ACC)
@@ -316,14 +298,14 @@ def _bn_bwd_kernel(
         valid = _valid_positions(MASK, pos, P, HAS_MASK)
         m = valid[:, None] & in_cols[None, :]
         xhat = _bn_xhat(X, sxp, sxc, pos, col, m, mean, rstd, ACC)
-        dy = load_widened(tile_ptrs(DY, pos, col, sdp, sdc), m, ACC)
+        dy = tl.load(tile_ptrs(DY, pos, col, sdp, sdc), mask=m, other=0.0).to(ACC)
         sum_dy += dy
         sum_dyx += dy * xhat
         count += valid.to(ACC)
     db = tl.sum(sum_dy, 0)
     dw = tl.sum(sum_dyx, 0)
-    store_rounded(DB + col, db, in_cols)
-    store_rounded(DW + col, dw, in_cols)
+    tl.store(DB + col, db.to(DB.dtype.element_ty), mask=in_cols)
+    tl.store(DW + col, dw.to(DW.dtype.element_ty), mask=in_cols)
     count_all = tl.sum(count, 0)
     mean_g = div_rn(w * db, count_all)[None, :]
     mean_gx = div_rn(w * dw, count_all)[None, :]
@@ -331,9 +313,10 @@ def _bn_bwd_kernel(
         pos = p0 + tl.arange(0, BLOCK_P)
         m = _valid_positions(MASK, pos, P, HAS_MASK)[:, None] & in_cols[None, :]
         xhat = _bn_xhat(X, sxp, sxc, pos, col, m, mean, rstd, ACC)
-        dy = load_widened(tile_ptrs(DY, pos, col, sdp, sdc), m, ACC)
+        dy = tl.load(tile_ptrs(DY, pos, col, sdp, sdc), mask=m, other=0.0).to(ACC)
         dx = tl.where(m, rstd[None, :] * (dy * w[None, :] - mean_g - xhat * mean_gx), 0.0)
-        store_rounded(tile_ptrs(DX, pos, col, C, 1), dx, (pos < P)[:, None] & in_cols[None, :])
+        inside = (pos < P)[:, None] & in_cols[None, :]
+        tl.store(tile_ptrs(DX, pos, col, C, 1), dx.to(DX.dtype.element_ty), mask=inside)
 
 
 # ---------------------------------------------------------------- host helpers (shared with triton_swiglu)

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from . import make
-from .triton_norms import as_rows, compute_dtype, div_rn, load_widened, store_rounded, tile, tile_ptrs
+from .triton_norms import as_rows, compute_dtype, div_rn, tile, tile_ptrs
 
 
 @triton.jit
@@ -59,10 +59,10 @@ def _swiglu_fwd_kernel(
 ):
     """y = g * sigma(g) * u, elementwise."""
     row, col, m = _tile_mask(rows, n, BLOCK_R, BLOCK_N)
-    g = load_widened(tile_ptrs(G, row, col, sgr, sgc), m, ACC)
-    u = load_widened(tile_ptrs(U, row, col, sur, suc), m, ACC)
+    g = tl.load(tile_ptrs(G, row, col, sgr, sgc), mask=m, other=0.0).to(ACC)
+    u = tl.load(tile_ptrs(U, row, col, sur, suc), mask=m, other=0.0).to(ACC)
     sigma, _ = _sigmoids(g)
-    store_rounded(tile_ptrs(Y, row, col, n, 1), g * sigma * u, m)
+    tl.store(tile_ptrs(Y, row, col, n, 1), (g * sigma * u).to(Y.dtype.element_ty), mask=m)
 
 
 @triton.jit
@@ -72,12 +72,13 @@ def _swiglu_bwd_kernel(
 ):
     """dgate = dy u sigma (1 + g (1 - sigma)), dup = dy g sigma; DG and DU have row stride sor."""
     row, col, m = _tile_mask(rows, n, BLOCK_R, BLOCK_N)
-    g = load_widened(tile_ptrs(G, row, col, sgr, sgc), m, ACC)
-    u = load_widened(tile_ptrs(U, row, col, sur, suc), m, ACC)
-    dy = load_widened(tile_ptrs(DY, row, col, sdr, sdc), m, ACC)
+    g = tl.load(tile_ptrs(G, row, col, sgr, sgc), mask=m, other=0.0).to(ACC)
+    u = tl.load(tile_ptrs(U, row, col, sur, suc), mask=m, other=0.0).to(ACC)
+    dy = tl.load(tile_ptrs(DY, row, col, sdr, sdc), mask=m, other=0.0).to(ACC)
     sigma, one_minus_sigma = _sigmoids(g)
-    store_rounded(tile_ptrs(DG, row, col, sor, 1), dy * u * sigma * (1 + g * one_minus_sigma), m)
-    store_rounded(tile_ptrs(DU, row, col, sor, 1), dy * g * sigma, m)
+    dg = dy * u * sigma * (1 + g * one_minus_sigma)
+    tl.store(tile_ptrs(DG, row, col, sor, 1), dg.to(DG.dtype.element_ty), mask=m)
+    tl.store(tile_ptrs(DU, row, col, sor, 1), (dy * g * sigma).to(DU.dtype.element_ty), mask=m)
 
 
 def _grid(rows, n):

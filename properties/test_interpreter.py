@@ -3,44 +3,129 @@
 Pins each known gap between the interpreter and a GPU: on a bare interpreter
 the probe kernel fails (so the correction is still needed, and the list in the
 certificate is true), after ``install()`` it computes what a GPU computes, and
-the run's session records the corrections it made.
+the run's session records the corrections it made.  The bfloat16 arithmetic of
+the correction is also checked on its own against exact rational arithmetic,
+and on a GPU (``--device cuda``) the probe kernels must give the references'
+bits there too.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from fractions import Fraction
 
+import numpy as np
 import pytest
 
 pytest.importorskip("triton")
 
-from normcert.impls import interpreter  # noqa: E402
+from normcert.impls import interpreter, interpreter_bf16 as bf16  # noqa: E402
+
+GAPS = ["float scalars", "libdevice", "bfloat16"]
 
 CHECK = """
 import os, json
 os.environ["TRITON_INTERPRET"] = "1"
 from normcert.impls import interpreter, interpreter_probes as p
-before = [interpreter._runs(p.float_probe), interpreter._runs(p.libdevice_probe)]
+probes = (p.float_probe, p.libdevice_probe, p.bfloat16_probe)
+before = [interpreter._runs(f) for f in probes]
+listed = p.bfloat16_mismatches()
 made = interpreter.install()
-after = [interpreter._runs(p.float_probe), interpreter._runs(p.libdevice_probe)]
-print(json.dumps({"before": before, "made": made, "after": after}))
+after = [interpreter._runs(f) for f in probes]
+print(json.dumps({"before": before, "listed": listed, "made": made, "after": after}))
 """
 
 
-def test_the_interpreters_gaps_and_their_corrections():
-    """In a fresh process (the corrections are process-wide): the gaps show, install() closes them."""
+@pytest.fixture(scope="module")
+def fresh_interpreter():
+    """install() in a fresh process (the corrections are process-wide): before, what it listed, after."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_"))}
     out = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    import json  # noqa: PLC0415
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
-    got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got == {"before": [False, False], "made": ["float scalars", "libdevice"], "after": [True, True]}
+
+def test_the_interpreters_gaps_and_their_corrections(fresh_interpreter):
+    got = fresh_interpreter
+    assert (got["before"], got["made"], got["after"]) == ([False] * 3, GAPS, [True] * 3)
+
+
+def test_the_bfloat16_probe_lists_each_defect(fresh_interpreter):
+    """The defects of the issue, each named by the probe on a bare interpreter (Triton 3.7.1)."""
+    listed = "\n".join(fresh_interpreter["listed"])
+    for what in ("bf16 → fp32", "fp32 → bf16", "bf16 + bf16", "bf16 × bf16", "bf16 < bf16", "get_bf16",
+                 "tl.dot(bf16, bf16)"):
+        assert what in listed, listed
 
 
 def test_the_session_records_the_corrections(normcert_session):
     if not interpreter.active():
         assert normcert_session.interpreter is None
     else:
-        assert normcert_session.interpreter == ["float scalars", "libdevice"]
+        assert normcert_session.interpreter == GAPS
+
+
+def test_the_probe_kernels_on_the_device(normcert_session):
+    """On a GPU the probe kernels must give the references' bits (the references are the GPU's truth)."""
+    if normcert_session.device == "cpu":
+        pytest.skip("runs with --device cuda")
+    from normcert.impls import interpreter_probes  # noqa: PLC0415
+
+    assert interpreter_probes.bfloat16_mismatches(normcert_session.device) == []
+
+
+def _exact_bf16(q: Fraction) -> float:
+    """q rounded to bfloat16, nearest even, from its exact rational value (subnormals and overflow included)."""
+    if q == 0:
+        return 0.0
+    e = max(abs(q.numerator).bit_length() - abs(q.denominator).bit_length() + 1, -125)
+    while abs(q) < Fraction(2) ** (e - 1) and e > -125:
+        e -= 1
+    while abs(q) >= Fraction(2) ** e:
+        e += 1
+    quantum = Fraction(2) ** (e - 8)  # 8 significant bits at exponent e - 1
+    r = round(q / quantum) * quantum  # round() on a Fraction: ties to even
+    return float(r) if abs(r) < 2 ** 128 else float("inf") if r > 0 else float("-inf")
+
+
+def _values(bits: np.ndarray) -> list[float]:
+    return bf16.widen(bits).astype(np.float64).tolist()
+
+
+def test_rounding_from_float64_is_one_rounding():
+    """float64 → bf16 through round-to-odd equals the exact rounding, also where rounding twice (via
+    float32, nearest even) would not: a tie in bf16 that float32 creates."""
+    rng = np.random.default_rng(1)
+    top = rng.integers(0, 0x7F7F, 2000).astype(np.uint64) << np.uint64(48)
+    tie = np.uint64(1) << np.uint64(47)
+    near_ties = np.concatenate([top | tie | np.uint64(1), top | tie - np.uint64(1), top | tie,
+                                top | (tie - np.uint64(1 << 28))]).view(np.float64)
+    got = bf16.to_bf16(near_ties)
+    want = [_exact_bf16(Fraction(v)) for v in near_ties.tolist()]
+    assert _values(got) == want
+    with np.errstate(over="ignore"):
+        twice = bf16.to_bf16(near_ties.astype(np.float32))
+    assert _values(twice) != want  # the cases are the ones a double rounding gets wrong
+
+
+def test_fused_multiply_add_rounds_once():
+    rng = np.random.default_rng(2)
+    a, b, c = (rng.integers(0, 1 << 16, 4000, dtype=np.uint32).astype(np.uint16) for _ in range(3))
+    with np.errstate(all="ignore"):  # signalling NaN patterns
+        c[::2] = bf16.to_bf16(-(bf16.widen(a[::2]).astype(np.float64) * bf16.widen(b[::2])))  # cancellation
+    finite = np.isfinite(bf16.widen(a)) & np.isfinite(bf16.widen(b)) & np.isfinite(bf16.widen(c))
+    a, b, c = a[finite], b[finite], c[finite]
+    got = _values(bf16.fma(a, b, c))
+    want = [_exact_bf16(Fraction(x) * Fraction(y) + Fraction(z)) for x, y, z in zip(_values(a), _values(b), _values(c))]
+    assert got == want
+
+
+def test_reductions_round_every_step():
+    """bf16 sums round every partial sum (ulp 2 at 256): a tree over [256, 1 x 7, 0 x 8] makes
+    257 → 256 once and gives 262, a scan adds each 1 alone and stays at 256; the exact 263 would be 264."""
+    v = bf16.to_bf16(np.array([256.0] + [1.0] * 7 + [0.0] * 8, dtype=np.float32))
+    assert _values(bf16.tree_reduce(v, 0, False, np.add)) == 262.0
+    assert _values(bf16.tree_reduce(v.reshape(2, 8), None, True, np.add)) == [[262.0]]
+    assert _values(bf16.sequential_scan(v, 0, np.add))[:8] == [256.0] * 8

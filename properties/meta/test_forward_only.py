@@ -75,3 +75,29 @@ def test_cli_certifies_a_forward_only_kernel_and_says_so(tmp_path):
     outcomes = {(r["property"], r["dtype"]): r["outcome"] for r in doc["results"]}
     assert set(outcomes.values()) == {"not-certified"} and len(outcomes) == 5, outcomes  # 4 dtypes + gradcheck
     assert doc["verdict"] == "certified" and doc["summary"] == {"not-certified": 5}
+
+
+@pytest.mark.parametrize("fmt", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_a_plain_forward_only_triton_kernel_is_certified(session, fmt):
+    """``.to(tl.float32)`` loads, a bf16 multiply, plain stores: certified for accuracy on the run's
+    device (on CPU: under the corrected interpreter), gradients not certified."""
+    impl = _plain_triton_impl()
+    assert certify(session, BY_NAME["accuracy"], impl, fmt).outcome == "pass"
+    with pytest.raises(pytest.skip.Exception, match=r"not-certified \(forward only\)"):
+        certify(session, BY_NAME["gradients"], impl, fmt)
+
+
+def test_the_plain_triton_kernel_fails_float64_for_its_fp32_eps(session):
+    """Triton passes a Python float as an fp32 scalar (on a GPU, and under the corrected interpreter),
+    so eps = 1e-6 enters a float64 row as 9.99999997e-07: hundreds of float64 ulps, rejected."""
+    with pytest.raises(pytest.fail.Exception, match="accuracy fails .* in float64"):
+        certify(session, BY_NAME["accuracy"], _plain_triton_impl(), torch.float64)
+
+
+def _plain_triton_impl():
+    pytest.importorskip("triton")
+    from . import planted_triton  # noqa: PLC0415
+
+    fn = planted_triton.rms_norm_plain
+    return make("rms_norm", fn.__name__, "plugin", fn, target=f"normcert.properties.meta.planted_triton:{fn.__name__}",
+                backward=None)

@@ -1,0 +1,27 @@
+"""PyTorch's own functional ops, called the way model code calls them: in the input's dtype.
+
+    normcert certify rms_norm=torch_functional:rms_norm layer_norm=torch_functional:layer_norm \\
+        swiglu=torch_functional:swiglu silu_and_mul=torch_functional:silu_and_mul
+
+(run from this directory).  ``swiglu`` and ``silu_and_mul`` are the usual
+one-liners ``F.silu(gate) * up``: two operations, each rounded to the input's
+dtype, which is the question the certificate answers for them.
+"""
+import torch.nn.functional as F
+
+
+def rms_norm(x, weight, eps):
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def layer_norm(x, weight, bias, eps):
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def swiglu(gate, up):
+    return F.silu(gate) * up
+
+
+def silu_and_mul(x):
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up
