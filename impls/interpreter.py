@@ -20,9 +20,13 @@ environment lists what was corrected.  The gaps (Triton 3.7.1):
 ``libdevice``
     ``triton.language.extra.libdevice`` functions are stubs the GPU compiler
     resolves; the interpreter calls the stub, which returns None ("cannot convert
-    None to tensor").  Correction: a kernel's global names bound to a libdevice
-    stub with a ``tl.math`` namesake (rsqrt, exp, log, sqrt, erf, ...) are bound to
-    that namesake while it is interpreted; stubs without one still fail, visibly.
+    None to tensor").  Correction: while a kernel is interpreted, its global names
+    bound to a libdevice stub are bound to the ``tl.math`` namesake (rsqrt, exp,
+    log, sqrt, erf, ...) or else to numpy's correctly rounded or faithful function
+    of the same name (``NUMPY_LIBDEVICE``: tanh, log1p, expm1, pow, ...).  The
+    ``fast_*`` approximations are left unbound on purpose: numpy would be more
+    accurate than the GPU's, so such a kernel fails visibly on CPU rather than
+    being certified for an accuracy it does not have.
 ``bfloat16``
     The interpreter keeps bf16 values as raw uint16 patterns and gets them wrong
     (upstream triton#8322): its fp32 → bf16 cast truncates (1.0059 → 1.0, a GPU
@@ -120,19 +124,48 @@ def _libdevice_stubs() -> set:
     return stubs
 
 
+NUMPY_LIBDEVICE = {
+    "tanh": np.tanh, "sinh": np.sinh, "cosh": np.cosh, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
+    "atan": np.arctan, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "log10": np.log10,
+    "log1p": np.log1p, "expm1": np.expm1, "cbrt": np.cbrt, "pow": np.power, "atan2": np.arctan2,
+    "hypot": np.hypot, "copysign": np.copysign, "fmod": np.fmod, "trunc": np.trunc, "rint": np.rint,
+    "nearbyint": np.rint,
+}
+
+
+def _numpy_elementwise(fn):
+    """A libdevice function for the interpreter: fn on the operands' arrays, in the first tensor's format."""
+    import triton.language as tl  # noqa: PLC0415
+    from triton.runtime import interpreter  # noqa: PLC0415
+
+    def call(*args, **_):
+        first = next(a for a in args if isinstance(a, tl.tensor))
+        with np.errstate(all="ignore"):
+            out = fn(*(a.handle.data if isinstance(a, tl.tensor) else a for a in args))
+        data = np.asarray(out).astype(first.handle.data.dtype)
+        return tl.tensor(interpreter.TensorHandle(data, first.dtype.scalar), first.type)
+
+    return call
+
+
 def _correct_libdevice() -> None:
     import triton.language as tl  # noqa: PLC0415
     from triton.runtime import interpreter  # noqa: PLC0415
 
     stubs = {id(f) for f in _libdevice_stubs()}
+    shims = {name: _numpy_elementwise(fn) for name, fn in NUMPY_LIBDEVICE.items()}
     patch_lang = interpreter._patch_lang
 
     def patched(fn):
         scope = patch_lang(fn)  # tl.math is now the interpreter's
         names = _Globals(fn.__globals__)
         for name, value in list(fn.__globals__.items()):
-            if id(value) in stubs and hasattr(tl.math, value.__name__):
+            if id(value) not in stubs:
+                continue
+            if hasattr(tl.math, value.__name__):
                 scope.set_attr(names, name, getattr(tl.math, value.__name__))
+            elif value.__name__ in shims:
+                scope.set_attr(names, name, shims[value.__name__])
         return scope
 
     interpreter._patch_lang = patched

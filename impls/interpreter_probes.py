@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.libdevice import rsqrt
+from triton.language.extra.libdevice import rsqrt, tanh
 
 
 @triton.jit
@@ -32,8 +32,9 @@ def float_scalar(out, eps):
 
 
 @triton.jit
-def libdevice_rsqrt(out, x):
-    tl.store(out, rsqrt(tl.load(x)))
+def libdevice_rsqrt_tanh(out, x):
+    v = tl.load(x)
+    tl.store(out, rsqrt(v) + tanh(v - 4.0))
 
 
 def float_probe() -> bool:
@@ -44,7 +45,7 @@ def float_probe() -> bool:
 
 def libdevice_probe() -> bool:
     out, x = torch.zeros(1), torch.full((1,), 4.0)
-    libdevice_rsqrt[(1,)](out, x)
+    libdevice_rsqrt_tanh[(1,)](out, x)
     return out.item() == 0.5
 
 
