@@ -4,7 +4,10 @@ For random upstream gradients dy (drawn in the output dtype; zero at padded
 batch_norm positions, whose outputs are not part of the op), each gradient a
 kernel's autograd returns for x, residual, weight, bias, gate, up must be
 within the error model's backward bound of the exact VJP, and have its
-input's shape and dtype.  A kernel whose outputs carry no grad_fn is not
+input's shape and dtype, and the backward must leave dy as it was given
+(autograd may hand the same tensor to the backward of another use of the
+output: writing dx over dy, as "in-place" backwards do, corrupts that gradient).
+A kernel whose outputs carry no grad_fn is not
 certified by either family (forward only, ``harness.backward_gate``); one
 whose outputs carry a grad_fn on some inputs and not on others fails.
 
@@ -21,7 +24,7 @@ import torch
 from hypothesis import strategies as st
 
 from normcert import oracle
-from normcert.oracle import error_model
+from normcert.oracle import error_model, formats
 
 from .case import Case
 from .families import BY_NAME
@@ -60,8 +63,13 @@ def check_gradients(session, impl, case, worst):
     if mask is not None:
         cot = tuple(c * mask.unsqueeze(-1).to(c.dtype) for c in cot)
     names = list(leaves)
+    sent = [formats.bits(c).clone() for c in cot]
     grads = kernel_code(session, impl, " backward",
                         lambda: torch.autograd.grad(outs, [leaves[k] for k in names], cot, allow_unused=True))
+    for name, c, before in zip(info.outputs, cot, sent):
+        if not torch.equal(formats.bits(c), before):
+            raise ContractViolation(f"{impl.id}: its backward wrote into the incoming gradient of {name!r} "
+                                    f"(autograd's grad_output, which the gradients of other uses of {name} may share)")
     args = case.oracle_args()
     exact = oracle.vjp(case.op, cot, **args)
     bounds = case.record.grad_bound(args, cot, exact)

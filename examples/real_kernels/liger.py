@@ -19,6 +19,11 @@ def rms_norm(x, weight, eps):
     return LigerRMSNormFunction.apply(x, weight, eps, 0.0, "llama", True)
 
 
+def rms_norm_out_of_place(x, weight, eps):
+    """LigerRMSNorm(in_place=False): the backward allocates dx instead of writing it over dy."""
+    return LigerRMSNormFunction.apply(x, weight, eps, 0.0, "llama", False)
+
+
 def gemma_rms_norm(x, weight, eps):
     return LigerRMSNormFunction.apply(x, weight, eps, 1.0, "gemma", True)
 

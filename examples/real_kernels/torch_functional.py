@@ -18,7 +18,7 @@ def rms_norm(x, weight, eps):
 
 
 def layer_norm(x, weight, bias, eps):
-    if weight.dtype != x.dtype:  # the contract allows float32 affine parameters; F.layer_norm on CPU does not
+    if weight.dtype != x.dtype or bias.dtype != x.dtype:  # the contract allows float32 ones; CPU torch does not
         raise NotImplementedError("F.layer_norm on CPU takes weight and bias in x's dtype only")
     return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 

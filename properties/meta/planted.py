@@ -80,6 +80,28 @@ def rms_wrong_backward(x, weight, eps):
     return _RmsNoSecondTerm.apply(x, weight, eps)
 
 
+class _RmsBackwardOverDy(torch.autograd.Function):
+    """Correct gradients, but dx is written over the incoming dy (an "in-place" backward)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        ctx.save_for_backward(x, weight)
+        ctx.eps = eps
+        return rms_llama_order(x, weight, eps)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        with torch.enable_grad():
+            xl, wl = x.detach().requires_grad_(), weight.detach().requires_grad_()
+            dx, dw = torch.autograd.grad(rms_llama_order(xl, wl, ctx.eps), (xl, wl), dy)
+        return dy.copy_(dx), dw, None
+
+
+def rms_backward_over_dy(x, weight, eps):
+    return _RmsBackwardOverDy.apply(x, weight, eps)
+
+
 def rms_clamped_mean_square(x, weight, eps):
     """Clamps the mean square at 1e-6 "for stability": breaks scale invariance for small rows."""
     xf = up(x)
@@ -427,6 +449,7 @@ BUGS = [
     ("rms_norm", rms_mutates_input, {"accuracy", "extremes", "contract", "invariance", "gradients"}),
     ("rms_norm", rms_global_scale, {"row-independence", "extremes"}),
     ("rms_norm", rms_wrong_backward, {"gradients"}),
+    ("rms_norm", rms_backward_over_dy, {"gradients"}),
     ("rms_norm", rms_clamped_mean_square, {"accuracy", "extremes", "invariance"}),
     ("rms_norm", rms_returns_float32, {"accuracy", "contract", "extremes", "invariance", "gradients"}),
     ("rms_norm", rms_returns_none, {"accuracy", "contract", "extremes", "invariance", "gradients"}),

@@ -78,3 +78,9 @@ def test_correct_variant_is_certified(op, fn, session, request):
                 continue
             for dtype in DTYPES:
                 _run(session, family, impl, dtype)
+
+
+def test_a_backward_that_writes_over_dy_is_named(session):
+    """Its gradients are right; the failure must say what is wrong: dy was overwritten (Liger's in_place=True)."""
+    prop, message = _first_failure(session, _impl("rms_norm", planted.rms_backward_over_dy), {"gradients"}, 10)
+    assert prop == "gradients" and "its backward wrote into the incoming gradient of 'y'" in message, message
