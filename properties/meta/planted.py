@@ -440,6 +440,19 @@ def add_rms_inplace_stale_residual(x, residual, weight, eps):
     x.copy_((s * _rms(s, eps) * up(weight, x)).to(x.dtype))
 
 
+def add_rms_inplace_truncated_residual(x, residual, weight, eps):
+    """Stores the new residual stream rounded toward zero instead of to nearest."""
+    s = up(x) + up(residual)
+    r = s.to(x.dtype)
+    residual.copy_(torch.where(up(r).abs() > s.abs(), torch.nextafter(r, torch.zeros_like(r)), r))
+    x.copy_((s * _rms(s, eps) * up(weight, x)).to(x.dtype))
+
+
+def rms_outkw_ignores_out(x, weight, eps, out=None):
+    """Takes out= and ignores it: returns a fresh tensor, the caller's buffer stays as it was."""
+    return _rms_value(x, weight, eps)
+
+
 # ------------------------------------------------------------------ the catalogue
 # (op, function, property families that may reject it)
 BUGS = [

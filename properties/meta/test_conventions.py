@@ -56,16 +56,22 @@ def test_correct_kernels_in_each_convention_are_certified(session, op, fn, conve
         assert _run(session, family, impl, dtype).outcome == "pass"
 
 
-@pytest.mark.parametrize("op, fn, convention, message", [
-    ("rms_norm", planted.rms_out_skips_last_column, "out", r"@out: \d+ of \d+ elements of y were never written"),
-    ("rms_norm", planted.rms_out_returns_out, "out", "@out: returned Tensor, expected None"),
-    ("rms_norm", planted.rms_out, "outkw", r"raised TypeError: rms_out\(\) got multiple values for argument 'out'"),
-    ("add_rms_norm", planted.add_rms_inplace_scales_weight, "inplace", "mutated its input 'weight'"),
-    ("add_rms_norm", planted.add_rms_inplace_stale_residual, "inplace", "residual_out"),
+@pytest.mark.parametrize("op, fn, convention, message, fmt", [
+    ("rms_norm", planted.rms_out_skips_last_column, "out", r"@out: \d+ of \d+ elements of y were never written",
+     torch.float32),
+    ("rms_norm", planted.rms_out_returns_out, "out", "@out: returned Tensor, expected None", torch.float32),
+    ("rms_norm", planted.rms_out, "outkw", r"raised TypeError: rms_out\(\) got multiple values for argument 'out'",
+     torch.float32),
+    ("rms_norm", planted.rms_outkw_ignores_out, "outkw", "@outkw: returned Tensor, expected None or out itself",
+     torch.float32),
+    ("add_rms_norm", planted.add_rms_inplace_scales_weight, "inplace", "mutated its input 'weight'", torch.float32),
+    ("add_rms_norm", planted.add_rms_inplace_stale_residual, "inplace", "residual_out", torch.float32),
+    ("add_rms_norm", planted.add_rms_inplace_truncated_residual, "inplace", r"residual_out\[\d+\]: got .* bound 0",
+     torch.bfloat16),
 ])
-def test_broken_conventions_are_rejected(session, op, fn, convention, message):
+def test_broken_conventions_are_rejected(session, op, fn, convention, message, fmt):
     with pytest.raises(harness.PropertyFailure, match=message):
-        _run(session, "accuracy", _plug(op, fn, convention), torch.float32)
+        _run(session, "accuracy", _plug(op, fn, convention), fmt)
 
 
 def test_unwritten_elements_are_told_from_computed_nans():
