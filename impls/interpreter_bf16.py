@@ -45,25 +45,28 @@ def widen(bits: np.ndarray) -> np.ndarray:
 
 
 def _f32_to_bf16(v: np.ndarray, rounding: str) -> np.ndarray:
-    bits = np.asarray(v, dtype=np.float32).view(np.uint32)
-    nan = np.isnan(np.asarray(v, dtype=np.float32))
+    v = np.asarray(v, dtype=np.float32)
+    bits = v.view(np.uint32)
     if rounding == "rtz":
         top = bits >> 16
     else:  # nearest even: add half an ulp less one, plus the lowest kept bit
         top = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16
-    return np.where(nan, (bits >> 16) | QUIET, top).astype(np.uint16)
+    return np.where(np.isnan(v), (bits >> 16) | QUIET, top).astype(np.uint16)
+
+
+def _toward_zero_f32(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float64 → float32 rounded toward zero (past the largest float32: it), and where that was inexact."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = v.astype(np.float32)
+        r = np.where(np.abs(r.astype(np.float64)) > np.abs(v), np.nextafter(r, np.float32(0)), r)
+        return r, (r.astype(np.float64) != v) & np.isfinite(v)
 
 
 def _to_odd_f32(v: np.ndarray) -> np.ndarray:
     """float64 → float32 rounded to odd: exact values stay; others become the odd one of the two
-    float32 neighbours (toward zero, overflow included: past the largest float32 gives it, odd)."""
-    v = np.asarray(v, dtype=np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        r = v.astype(np.float32)
-        toward_zero = np.where(np.abs(r.astype(np.float64)) > np.abs(v), np.nextafter(r, np.float32(0)), r)
-        inexact = (toward_zero.astype(np.float64) != v) & np.isfinite(v)
-    bits = toward_zero.view(np.uint32) | np.where(inexact, np.uint32(1), np.uint32(0))
-    return np.where(np.isnan(v), r, bits.view(np.float32))
+    float32 neighbours (the one toward zero with its last bit set)."""
+    r, inexact = _toward_zero_f32(v)  # NaN and ±inf come through as themselves, exact
+    return (r.view(np.uint32) | np.where(inexact, np.uint32(1), np.uint32(0))).view(np.float32)
 
 
 def to_bf16(v, rounding: str = "rtne") -> np.ndarray:
@@ -71,13 +74,10 @@ def to_bf16(v, rounding: str = "rtne") -> np.ndarray:
     v = np.asarray(v)
     if v.dtype == np.float32:
         return _f32_to_bf16(v, rounding)
-    if rounding == "rtz":
-        with np.errstate(over="ignore", invalid="ignore"):
-            exact = v.astype(np.float64)
-            r = exact.astype(np.float32)
-            r = np.where(np.abs(r.astype(np.float64)) > np.abs(exact), np.nextafter(r, np.float32(0)), r)
-        return _f32_to_bf16(r, "rtz")
-    return _f32_to_bf16(_to_odd_f32(v.astype(np.float64)), rounding)
+    exact = v.astype(np.float64)
+    if rounding == "rtz":  # toward zero twice is toward zero once
+        return _f32_to_bf16(_toward_zero_f32(exact)[0], "rtz")
+    return _f32_to_bf16(_to_odd_f32(exact), rounding)
 
 
 def fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -120,7 +120,8 @@ def sequential_scan(bits: np.ndarray, axis: int, combine) -> np.ndarray:
 
 
 def install() -> None:
-    """Make the interpreter compute bfloat16 as described above (process-wide, idempotent per call site)."""
+    """Make the interpreter compute bfloat16 as described above (process-wide; ``interpreter.install``
+    calls it once, where its probe shows the defects)."""
     import triton.language as tl  # noqa: PLC0415 - only where Triton is
     from triton.runtime import interpreter as ti  # noqa: PLC0415
 

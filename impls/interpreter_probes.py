@@ -25,6 +25,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.libdevice import rsqrt, tanh
 
+from normcert.oracle.formats import bits
+
 
 @triton.jit
 def float_scalar(out, eps):
@@ -115,9 +117,7 @@ def _pairs() -> tuple[torch.Tensor, torch.Tensor]:
 def _differ(what: str, label, got: torch.Tensor, want: torch.Tensor) -> list[str]:
     """[] if got and want agree bit for bit (NaN with any NaN), else one line naming the first input
     ``label(k)`` that differs."""
-    both_nan = got.isnan() & want.isnan()
-    bits = (lambda t: t.view({2: torch.int16, 4: torch.int32, 1: torch.int8}[t.element_size()]))
-    bad = (bits(got) != bits(want)) & ~both_nan
+    bad = (bits(got) != bits(want)) & ~(got.isnan() & want.isnan())
     if not bad.any():
         return []
     k = int(bad.nonzero()[0, 0])

@@ -6,10 +6,10 @@ kernel's autograd returns for x, residual, weight, bias, gate, up must be
 within the error model's backward bound of the exact VJP, and have its
 input's shape and dtype, and the backward must leave dy as it was given
 (autograd may hand the same tensor to the backward of another use of the
-output: writing dx over dy, as "in-place" backwards do, corrupts that gradient).
-A kernel whose outputs carry no grad_fn is not
-certified by either family (forward only, ``harness.backward_gate``); one
-whose outputs carry a grad_fn on some inputs and not on others fails.
+output: writing dx over dy, as "in-place" backwards do, corrupts that
+gradient).  A kernel whose outputs carry no grad_fn is not certified by
+either family (forward only, ``harness.backward_gate``); one whose outputs
+carry a grad_fn on some inputs and not on others fails.
 
 ``gradcheck``: torch.autograd.gradcheck's test in float64 on small inputs, with
 torch's own finite-difference criterion -- a different question (is the
