@@ -38,7 +38,8 @@ def session(normcert_session, tmp_path):
 
 
 def _run(session, family, impl, dtype):
-    return harness.run_family(session, BY_NAME[family], impl, dtype)
+    fam = BY_NAME[family]
+    return harness.run(session, family, impl, dtype, fam.strategy(impl.op, dtype, session.device), fam.check_fn())
 
 
 @pytest.mark.parametrize("op, fn, convention", [
