@@ -59,6 +59,7 @@ def install() -> list[str]:
         from . import interpreter_probes as probes  # noqa: PLC0415 - imports triton
     except ImportError:
         return []
+    _count_launches()
     made = []
     from . import interpreter_bf16  # noqa: PLC0415
 
@@ -69,6 +70,32 @@ def install() -> list[str]:
             correct()
             made.append(name if _runs(probe) else f"{name} (not corrected)")
     return made
+
+
+def launches() -> int:
+    """Kernel launches the interpreter has run in this process since ``install()`` (0 without it).
+    Counted around one call, it tells a kernel that runs under the interpreter -- a Python loop
+    over its grid, orders of magnitude slower than a GPU -- from one that does not."""
+    try:
+        from triton.runtime.interpreter import GridExecutor  # noqa: PLC0415
+    except ImportError:
+        return 0
+    return getattr(GridExecutor, "normcert_launches", 0)
+
+
+def _count_launches() -> None:
+    from triton.runtime.interpreter import GridExecutor  # noqa: PLC0415
+
+    if hasattr(GridExecutor, "normcert_launches"):
+        return
+    call = GridExecutor.__call__
+
+    def counted(self, *args, **kwargs):
+        GridExecutor.normcert_launches += 1
+        return call(self, *args, **kwargs)
+
+    GridExecutor.normcert_launches = 0
+    GridExecutor.__call__ = counted
 
 
 def _runs(probe) -> bool:

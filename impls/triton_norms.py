@@ -472,10 +472,12 @@ class _DeepNorm(torch.autograd.Function):
         return ctx.alpha * dz, dz, None, dw, db, None  # autograd carries dz on through the sublayer
 
 
-def _bn_tile(c: int) -> tuple[int, int]:
-    """(BLOCK_P, BLOCK_C): up to 64 channels per program, the rest of the tile along positions."""
-    block_c = min(triton.next_power_of_2(c), 64)
-    return TILE // block_c, block_c
+def _bn_tile(p: int, c: int) -> tuple[int, int]:
+    """(BLOCK_P, BLOCK_C) for p positions of c channels: up to 64 channels per program and the
+    rest of the tile along positions; with fewer positions than that, wider column blocks
+    (fewer programs: 1 x 16384 is 8 programs, not 256)."""
+    block_p = min(triton.next_power_of_2(max(p, 1)), TILE // min(triton.next_power_of_2(c), 64))
+    return block_p, min(triton.next_power_of_2(c), TILE // block_p)
 
 
 def _batch_norm_forward(x, weight, bias, eps, mask):
@@ -489,7 +491,7 @@ def _batch_norm_forward(x, weight, bias, eps, mask):
     mean = torch.empty(c, dtype=acc_t, device=x.device)
     rstd = torch.empty_like(mean)
     if p * c:
-        block_p, block_c = _bn_tile(c)
+        block_p, block_c = _bn_tile(p, c)
         _bn_fwd_kernel[(triton.cdiv(c, block_c),)](
             x2, x2.stride(0), x2.stride(1), x2 if m is None else m, weight.contiguous(), bias.contiguous(),
             _scalar(eps, acc_t, x.device), y, mean, rstd, p, c,
@@ -506,7 +508,7 @@ def _batch_norm_backward(x, weight, bias_dtype, mean, rstd, m, dy):
     dw = torch.zeros(c, dtype=weight.dtype, device=x.device)
     db = torch.zeros(c, dtype=bias_dtype, device=x.device)
     if p * c:
-        block_p, block_c = _bn_tile(c)
+        block_p, block_c = _bn_tile(p, c)
         _bn_bwd_kernel[(triton.cdiv(c, block_c),)](
             x2, x2.stride(0), x2.stride(1), x2 if m is None else m, dy2, dy2.stride(0), dy2.stride(1),
             weight.contiguous(), mean, rstd, dx, dw, db, p, c,

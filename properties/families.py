@@ -5,8 +5,9 @@ kernel's first failure in this order), and the pytest tests, ``--replay``, the
 meta-tests and the certificate all read it.  A family's check and strategy
 live in its test module (``test_<module>.py``, one file per family or pair):
 
-    check(session, impl, case, worst) checks one case, raises PropertyFailure
-    cases(op, dtype, device)          the Hypothesis strategy of cases it checks
+    check(session, impl, case, worst)    checks one case, raises PropertyFailure
+    cases(op, dtype, device, bucket=None) the Hypothesis strategy of cases it checks
+                                          (with a ``strategies.Bucket``: of that shape)
 
 and its test is ``test_<name>`` there (dashes as underscores).
 """
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from normcert.oracle import OPS, Op
+
+from .strategies import BUCKETS
 
 
 def _every_op(op: Op) -> bool:
@@ -30,7 +33,8 @@ class Family:
     applies: the ops it has a claim about; bitwise: a bitwise claim, failing the run only
     under --bitwise (else a warning); core: a case study must run it to count as checked;
     backward: it checks a kernel's backward (``harness.backward_gate``: a forward-only kernel
-    is not certified by it)."""
+    is not certified by it); buckets: the scheduled shapes (``strategies.BUCKETS``) it checks
+    on every (kernel, dtype) besides its random search."""
 
     name: str
     module: str
@@ -40,6 +44,7 @@ class Family:
     bitwise: bool = False
     core: bool = False
     backward: bool = False
+    buckets: tuple[str, ...] = ()
 
     @property
     def test(self) -> str:
@@ -57,12 +62,12 @@ class Family:
     def check_fn(self) -> Callable:
         return self._attr(self.check)
 
-    def strategy(self, op: str, dtype, device):
-        return self._attr(self.cases)(op, dtype, device)
+    def strategy(self, op: str, dtype, device, bucket=None):
+        return self._attr(self.cases)(op, dtype, device, bucket=bucket)
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("accuracy", "test_accuracy", "check_accuracy", "accuracy_cases", core=True),
+    Family("accuracy", "test_accuracy", "check_accuracy", "accuracy_cases", core=True, buckets=BUCKETS),
     Family("contract", "test_contract", "check_contract", "contract_cases", core=True),
     Family("extremes", "test_accuracy", "check_accuracy", "extreme_cases", core=True),
     Family("fusion", "test_fusion", "check_fusion", "fusion_cases", applies=lambda op: op.unfused is not None),

@@ -371,6 +371,7 @@ class Coverage:
     def __init__(self):
         self.examples = self.refused = self.rows = self.width = 0
         self.layouts: set[str] = set()
+        self.buckets: list[str] = []
         self.refused_example = ""
 
     def checked(self, case: Case) -> None:
@@ -379,6 +380,8 @@ class Coverage:
         self.rows = max(self.rows, main.numel() // max(width, 1))
         self.width = max(self.width, width)
         self.layouts.add("contiguous" if main.is_contiguous() else "strided")
+        if "bucket" in case.notes:
+            self.buckets.append(case.notes["bucket"])
 
     def refuse(self, case: Case, why: str) -> None:
         self.refused += 1
@@ -389,13 +392,56 @@ class Coverage:
         if self.examples == self.refused:
             return "nothing checked"
         text = f"rows <= {self.rows}, row length <= {self.width}, layouts: {'/'.join(sorted(self.layouts))}"
+        if self.buckets:
+            text += f"; buckets: {', '.join(self.buckets)}"
         if self.refused:
             text += f"; refused {self.refused} of {self.examples} cases, e.g. {self.refused_example}"
         return text
 
 
-def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=True) -> Result:
-    """Run ``check(session, impl, case, worst)`` over ``strategy``; record and raise on failure."""
+def runs_interpreted(session, impl, dtype) -> bool:
+    """Does the kernel run under Triton's interpreter here (it launched a kernel there on the op
+    record's sample input)?  Then every program of its grid is a Python loop iteration."""
+    if session.interpreter is None:
+        return False
+    key = (impl.id, DTYPE_NAMES[dtype])
+    if key not in session.interpreted:
+        from normcert.impls import interpreter  # noqa: PLC0415
+
+        rec = oracle.OPS[impl.op]
+        args = rec.sample(dtype, session.device, rows=2, width=4)
+        before = interpreter.launches()
+        try:
+            kernel_code(session, impl, "", lambda: rec.call(impl.fn, args))
+        except (NotSupported, ContractViolation):
+            pass
+        session.interpreted[key] = interpreter.launches() > before
+    return session.interpreted[key]
+
+
+def scheduled(session, family, impl, dtype) -> tuple:
+    """The family's buckets (``strategies.buckets``) for this kernel and dtype, spun by the run's seed."""
+    from .strategies import buckets  # noqa: PLC0415
+
+    if not family.buckets or not family.applies(oracle.OPS[impl.op]):
+        return ()
+    spin = session.derive_seed(impl.id, family.name, DTYPE_NAMES[dtype], "buckets")
+    interpreted = "many" in family.buckets and runs_interpreted(session, impl, dtype)
+    return tuple(b for b in buckets(oracle.OPS[impl.op], spin, interpreted) if b.name in family.buckets)
+
+
+def run_family(session, family, impl, dtype, *, max_examples=None, gating=True) -> Result:
+    """``run`` of a property family (``families.Family``): its random search, then its buckets."""
+    schedule = [(b.label, family.strategy(impl.op, dtype, session.device, bucket=b))
+                for b in scheduled(session, family, impl, dtype)]
+    return run(session, family.name, impl, dtype, family.strategy(impl.op, dtype, session.device),
+               family.check_fn(), max_examples=max_examples, gating=gating, buckets=schedule)
+
+
+def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=True, buckets=()) -> Result:
+    """Run ``check(session, impl, case, worst)`` over ``strategy`` (``max_examples`` cases, default:
+    the profile's), then over each (label, strategy) of ``buckets`` (one case each: the first one
+    Hypothesis tries, shrunk on failure); record and raise on failure."""
     res = Result(impl.id, impl.op, impl.backend, prop, DTYPE_NAMES[dtype], "error")
     session.results.append(res)
     if not probe(session, impl, dtype):
@@ -409,32 +455,35 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
                  # too_slow: an 8192-wide row through the Triton interpreter is slow by design;
                  # data_too_large: the case strategy draws many structural choices on purpose.
                  "deadline": None, "report_multiple_bugs": False}
-    if max_examples is not None:
-        overrides["max_examples"] = max_examples
 
-    @seed(session.derive_seed(impl.id, prop, DTYPE_NAMES[dtype]))
-    @settings(**overrides)
-    @given(case=strategy)
-    def body(case):
-        cover.examples += 1
-        worst.example_units = 0.0
-        try:
-            check(session, impl, case, worst)
-        except NotSupported as e:
-            cover.refuse(case, str(e))
-            return
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:
-            state["failed"] = (case, _first_line(e) or type(e).__name__)
-            raise
-        finally:
-            target(min(worst.example_units, 1e6), label="error / bound")
-        cover.checked(case)
+    def search(strat, examples, *seed_parts):
+        @seed(session.derive_seed(impl.id, prop, DTYPE_NAMES[dtype], *seed_parts))
+        @settings(**overrides, **({} if examples is None else {"max_examples": examples}))
+        @given(case=strat)
+        def body(case):
+            cover.examples += 1
+            worst.example_units = 0.0
+            try:
+                check(session, impl, case, worst)
+            except NotSupported as e:
+                cover.refuse(case, str(e))
+                return
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:
+                state["failed"] = (case, _first_line(e) or type(e).__name__)
+                raise
+            finally:
+                target(min(worst.example_units, 1e6), label="error / bound")
+            cover.checked(case)
+
+        body()
 
     t0 = time.perf_counter()
     try:
-        body()
+        search(strategy, max_examples)
+        for label, strat in buckets:
+            search(strat, 1, label)
         if cover.refused == cover.examples:
             raise PropertyFailure(f"refused every case ({cover.refused} of {cover.examples}) with "
                                   f"NotImplementedError, e.g. {cover.refused_example}")
@@ -478,11 +527,9 @@ def certify(session, family, impl, dtype) -> Result:
     prop = family.name
     if family.backward:
         backward_gate(session, family, impl, dtype)
-    strategy = family.strategy(impl.op, dtype, session.device)
-    check = family.check_fn()
     gating = session.bitwise if family.bitwise else True
     try:
-        res = run(session, prop, impl, dtype, strategy, check, gating=gating)
+        res = run_family(session, family, impl, dtype, gating=gating)
     except PropertyFailure as e:
         if impl.expected_failure:
             session.results[-1].outcome = "expected-fail"

@@ -22,7 +22,8 @@ class Session:
     replay: (file metadata, case) and replay_impl when the run replays a file;
     results: a ``harness.Result`` per (kernel, family, dtype) run here;
     hung: kernel id -> message, for kernels the watchdog gave up on (never called again);
-    interpreter: the corrections made to Triton's interpreter (``impls.interpreter``), None without it."""
+    interpreter: the corrections made to Triton's interpreter (``impls.interpreter``), None without it;
+    interpreted: (kernel id, dtype) -> does it run under that interpreter (``harness.runs_interpreted``)."""
 
     device: str = "cpu"
     seed: int = 0
@@ -37,6 +38,7 @@ class Session:
     results: list = field(default_factory=list)
     hung: dict[str, str] = field(default_factory=dict)
     interpreter: list | None = None
+    interpreted: dict = field(default_factory=dict)
 
     def derive_seed(self, *parts) -> int:
         """A per-test seed from the global seed: the same whatever the worker split."""

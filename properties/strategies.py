@@ -25,10 +25,22 @@ Profiles (``x`` and friends):
     wide       exponents over the dtype's whole range
 Hostile rows (optional): a few rows replaced by zeros, a constant, near-max
 values, or rows holding NaN / +inf / -inf.
+
+Buckets (``buckets``): shapes drawn on purpose, not by luck -- one long row,
+odd widths just past block boundaries (contiguous, and with a row stride larger
+than the width), many rows at a small width.  A family lists the buckets it covers
+(``families.Family.buckets``); each is one scheduled case per (kernel, family,
+dtype), run after the random search.  Hypothesis tries the simplest case of a
+strategy first, so with a bucket every other choice (profile, layout, eps,
+value seed, ...) is *spun*: its list is rotated by an amount derived from the
+run's seed (``choice``, ``integer``), so that the first case differs per seed
+and a failure still shrinks.
 """
 from __future__ import annotations
 
+import hashlib
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -48,9 +60,91 @@ PADDED_MASK_KINDS = ("random", "single", "prefix")
 PAD_FILLS = ("keep", "nan", "huge", "zeros")
 
 PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191)
-POWERS = tuple(2 ** k for k in range(0, 14))
+POWERS = tuple(2 ** k for k in range(0, 15))  # up to 16384
 ODD = (96, 100, 768, 1000, 3000, 5000, 6144, 12288)
 MAX_ELEMS = 1 << 15
+
+
+# ---------------------------------------------------------------- buckets
+LONG_WIDTH = 16384  # one row: past 4096 (a single block) and 8192
+ODD_WIDTHS = (769, 3584, 5125, 4097, 8193)  # just past multiples of 256, 512, 1024, 4096, 8192
+MANY_ROWS = 65537  # past 2**16 rows: grid and block-count limits (apex#411)
+MANY_ROWS_INTERPRETED = 1025  # under Triton's interpreter every program is a Python loop iteration
+SMALL_WIDTHS = (2, 3, 4, 8)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A scheduled shape: ``rows`` x ``width`` (width: the output row's length; x is twice as
+    wide for ``halves`` ops), row tensors in ``layout`` (None: drawn), other choices spun by ``spin``;
+    ``note``: how it differs from the bucket's nominal size."""
+
+    name: str
+    rows: int
+    width: int
+    layout: str | None = None
+    spin: int = 0
+    note: str = ""
+
+    def shape(self, rec) -> tuple[int, int]:
+        return (self.rows, 2 * self.width if rec.halves else self.width)
+
+    @property
+    def label(self) -> str:
+        text = f"{self.name} {self.rows}x{self.width}"
+        return text + (f" ({self.note})" if self.note else "")
+
+
+BUCKETS = ("long", "odd", "strided", "many")
+
+
+def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
+    """The scheduled shapes for op record ``rec`` under a run's ``spin``:
+
+    long     1 row of LONG_WIDTH (one row, longer than any single block)
+    odd      3 rows of one of ODD_WIDTHS, layout drawn
+    strided  3 rows of another of ODD_WIDTHS, row stride > width (the "sliced" layout)
+    many     MANY_ROWS rows of a small width
+
+    Widths are capped at the op's ``max_width``; with ``interpreted`` (a kernel that runs
+    under Triton's interpreter) "many" has MANY_ROWS_INTERPRETED rows."""
+    cap = rec.max_width // 2 if rec.halves else rec.max_width
+
+    def make(name, rows, width, layout=None, note=""):
+        if width > cap:
+            width, note = cap, f"width capped at the op's {cap}"
+        return Bucket(name, rows, width, layout, _mix(spin, name), note)
+
+    odd = _mix(spin, "odd") % len(ODD_WIDTHS)
+    many = (MANY_ROWS_INTERPRETED, f"scaled from {MANY_ROWS} rows: Triton's interpreter") if interpreted \
+        else (MANY_ROWS, "")
+    return (make("long", 1, LONG_WIDTH),
+            make("odd", 3, ODD_WIDTHS[odd]),
+            make("strided", 3, ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], layout="sliced"),
+            make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1]))
+
+
+def _mix(spin: int, salt: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{spin}:{salt}".encode()).digest()[:8], "little")
+
+
+def choice(xs, bucket: Bucket | None = None, salt: str = ""):
+    """``sampled_from(xs)``; under a bucket, xs rotated by the bucket's spin (salted per choice),
+    so that the example Hypothesis tries first -- the first element -- differs per seed."""
+    xs = tuple(xs)
+    if bucket is None:
+        return st.sampled_from(xs)
+    k = _mix(bucket.spin, salt) % len(xs)
+    return st.sampled_from(xs[k:] + xs[:k])
+
+
+def integer(lo: int, hi: int, bucket: Bucket | None = None, salt: str = ""):
+    """``integers(lo, hi)``; under a bucket, shrinking towards a spun value instead of lo (or 0)."""
+    if bucket is None:
+        return st.integers(lo, hi)
+    span = hi - lo + 1
+    k = _mix(bucket.spin, salt) % span
+    return st.integers(0, span - 1).map(lambda i: lo + (i + k) % span)
 
 
 def row_lengths(max_n=16384):
@@ -80,8 +174,8 @@ def shapes(draw, n=None, max_rank=4, max_elems=MAX_ELEMS, max_n=16384, even=Fals
     return tuple(lead) + (n,)
 
 
-def eps():
-    common = st.sampled_from([1e-12, 1e-6, 1e-5, 1e-3, 0.5])
+def eps(bucket: Bucket | None = None):
+    common = choice([1e-12, 1e-6, 1e-5, 1e-3, 0.5], bucket, "eps")
     return st.one_of(common, st.floats(-12, math.log10(0.5)).map(lambda e: float(10.0 ** e)))
 
 
@@ -162,13 +256,14 @@ def layout_tensor(values, dtype, layout, device):
 
 
 @st.composite
-def tensors(draw, rng, dtype, shape, device, profiles=PROFILES, hostile=True, layouts=LAYOUTS, notes=None, name="x"):
-    profile = draw(st.sampled_from(profiles))
-    scale = draw(st.integers(-4, 4))
+def tensors(draw, rng, dtype, shape, device, profiles=PROFILES, hostile=True, layouts=LAYOUTS, notes=None, name="x",
+            bucket=None):
+    profile = draw(choice(profiles, bucket, name + "profile"))
+    scale = draw(integer(-4, 4, bucket, name + "scale"))
     values = fill(rng, dtype, shape, profile, scale)
     kinds = draw(st.lists(st.sampled_from(ROW_KINDS), max_size=2, unique=True)) if hostile else []
     values = hostile_rows(rng, dtype, values, kinds)
-    layout = draw(st.sampled_from(layouts))
+    layout = bucket.layout if bucket is not None and bucket.layout else draw(choice(layouts, bucket, name + "layout"))
     if notes is not None:
         notes[name] = f"{profile}@1e{scale}" + (f"+{'/'.join(kinds)}" if kinds else "") + \
             ("" if layout == "contiguous" else f"/{layout}")
@@ -176,11 +271,11 @@ def tensors(draw, rng, dtype, shape, device, profiles=PROFILES, hostile=True, la
 
 
 @st.composite
-def vectors(draw, rng, n, x_dtype, device, kind="weight"):
+def vectors(draw, rng, n, x_dtype, device, kind="weight", bucket=None):
     """weight (around 1) or bias (around 0), in x.dtype or float32."""
-    dtype = draw(st.sampled_from([x_dtype, torch.float32]))
+    dtype = draw(choice([x_dtype, torch.float32], bucket, kind + "dtype"))
     f = fmt(dtype)
-    profile = draw(st.sampled_from(["ones", "normal", "lattice"] if kind == "weight" else ["zeros", "normal"]))
+    profile = draw(choice(["ones", "normal", "lattice"] if kind == "weight" else ["zeros", "normal"], bucket, kind))
     if profile == "ones":
         v = np.ones(n)
     elif profile == "zeros":
@@ -189,7 +284,7 @@ def vectors(draw, rng, n, x_dtype, device, kind="weight"):
         v = f.round((1.0 if kind == "weight" else 0.0) + rng.standard_normal(n))
     else:
         v = lattice(rng, f, (n,), -3, 1)
-    strided = draw(st.booleans())
+    strided = draw(st.booleans() if bucket is None else choice([False, True], bucket, kind + "strided"))
     if strided:
         buf = torch.zeros(2 * n, dtype=dtype, device=device)
         buf[::2] = torch.from_numpy(v).to(dtype)
@@ -198,9 +293,9 @@ def vectors(draw, rng, n, x_dtype, device, kind="weight"):
 
 
 @st.composite
-def masks(draw, rng, lead, device, padded=False):
+def masks(draw, rng, lead, device, padded=False, bucket=None):
     """(mask, kind); with padded=True (and >= 2 positions) at least one position is padding."""
-    kind = draw(st.sampled_from(PADDED_MASK_KINDS if padded else MASK_KINDS))
+    kind = draw(choice(PADDED_MASK_KINDS if padded else MASK_KINDS, bucket, "mask"))
     size = int(np.prod(lead)) if lead else 1
     if kind == "none":
         return None, kind
@@ -230,14 +325,15 @@ def pad_values(x, mask, fill_kind, rng):
         return x
     f = fmt(x.dtype)
     value = {"nan": float("nan"), "huge": f.max, "zeros": 0.0}[fill_kind]
-    out = x.clone()
+    out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)  # clone() would drop a row stride
+    out.copy_(x)
     out[~mask] = value
     return out
 
 
 @st.composite
 def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MAX_ELEMS, max_n=16384,
-          min_rows=0, padded=False):
+          min_rows=0, padded=False, bucket=None):
     """A Case for ``op`` with the given dtype on the given device, every argument drawn by its kind.
 
     rows tensors from ``profiles`` (with hostile rows if asked); weight and bias
@@ -245,39 +341,45 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
     padded positions overwritten (NaN, huge, zeros) to prove they are never read;
     eps; alpha = (2N)^(1/4) for N layers.  min_rows: at least this many rows
     (positions, for a masked op); padded: a mask with at least one padded position.
+    bucket: the shape is the bucket's (max_elems, max_n, min_rows do not apply) and
+    every other choice is spun (``choice``).
     """
     rec = OPS[op]
     if padded:
         min_rows = max(min_rows, 2)
-    seed = draw(st.integers(0, 2 ** 32 - 1))
+    seed = draw(integer(0, 2 ** 32 - 1, bucket, "seed"))
     rng = np.random.default_rng(seed)
     notes = {"seed": str(seed)}
     f = fmt(dtype)
-    shape = draw(shapes(max_elems=max_elems, max_n=min(max_n, rec.max_width), max_rank=rec.max_rank,
-                        even=rec.halves, min_rows=min_rows))
+    if bucket is None:
+        shape = draw(shapes(max_elems=max_elems, max_n=min(max_n, rec.max_width), max_rank=rec.max_rank,
+                            even=rec.halves, min_rows=min_rows))
+    else:
+        shape = bucket.shape(rec)
+        notes["bucket"] = bucket.label
     n = shape[-1]
     t, scalars = {}, {}
     for arg in rec.args:
         kind = arg.kind
         if kind == "rows":
             t[arg.name] = draw(tensors(rng, dtype, shape, device, profiles=profiles, hostile=hostile, notes=notes,
-                                       name=arg.name))
+                                       name=arg.name, bucket=bucket))
         elif kind in ("weight", "bias"):
-            t[arg.name] = draw(vectors(rng, n, dtype, device, kind))
+            t[arg.name] = draw(vectors(rng, n, dtype, device, kind, bucket=bucket))
         elif kind == "matrix":
             t[arg.name] = torch.from_numpy(f.round(rng.standard_normal((n, n)) / math.sqrt(n))).to(dtype).to(device)
         elif kind == "vector":
             t[arg.name] = torch.from_numpy(f.round(0.1 * rng.standard_normal(n))).to(dtype).to(device)
         elif kind == "mask":
-            t[arg.name], notes[arg.name] = draw(masks(rng, shape[:-1], device, padded=padded))
-            fill_kind = draw(st.sampled_from(PAD_FILLS))
+            t[arg.name], notes[arg.name] = draw(masks(rng, shape[:-1], device, padded=padded, bucket=bucket))
+            fill_kind = draw(choice(PAD_FILLS, bucket, "fill"))
             if t[arg.name] is not None and fill_kind != "keep":
                 notes["padding"] = fill_kind
                 t[rec.main] = pad_values(t[rec.main], t[arg.name], fill_kind, rng)
         elif kind == "eps":
-            scalars[arg.name] = draw(eps())
+            scalars[arg.name] = draw(eps(bucket))
         else:  # alpha
-            n_layers = draw(st.sampled_from([1, 6, 12, 24, 100]))
+            n_layers = draw(choice([1, 6, 12, 24, 100], bucket, "alpha"))
             scalars[arg.name] = float((2 * n_layers) ** 0.25)
             notes[arg.name] = f"(2N)^1/4, N={n_layers}"
     return Case(op, t, scalars, notes)
@@ -292,6 +394,6 @@ def cotangents(rng, shapes_dtypes, device):
     return tuple(out)
 
 
-def scales():
+def scales(bucket: Bucket | None = None):
     """Powers of two c = 2**k: c x and c**2 eps are exact, so y(c x, c**2 eps) = y(x, eps) exactly."""
-    return st.integers(-6, 6).map(lambda k: 2.0 ** k)
+    return integer(-6, 6, bucket, "scale c").map(lambda k: 2.0 ** k)

@@ -24,12 +24,12 @@ def check_accuracy(session, impl, case, worst):
     check_against_oracle(outs, case, worst, where=valid_positions(case))
 
 
-def accuracy_cases(op, dtype, device):
-    return cases(op, dtype, device, profiles=("normal", "lattice", "offset", "constant"), hostile=False)
+def accuracy_cases(op, dtype, device, bucket=None):
+    return cases(op, dtype, device, profiles=("normal", "lattice", "offset", "constant"), hostile=False, bucket=bucket)
 
 
-def extreme_cases(op, dtype, device):
-    return cases(op, dtype, device, profiles=EXTREME, hostile=True)
+def extreme_cases(op, dtype, device, bucket=None):
+    return cases(op, dtype, device, profiles=EXTREME, hostile=True, bucket=bucket)
 
 
 def test_accuracy(normcert_session, impl, dtype):

@@ -41,7 +41,7 @@ def check_determinism(session, impl, case, worst):
 
 
 @st.composite
-def batch_cases(draw, op, dtype, device):
+def batch_cases(draw, op, dtype, device, bucket=None):
     case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset"), hostile=False, min_rows=2))
     rows = int(np.prod(case.main.shape[:-1]))
     case.params["row"] = draw(st.integers(0, rows - 1))
@@ -60,8 +60,8 @@ def check_batch_invariance(session, impl, case, worst):
             raise PropertyFailure(f"{name}: row {r} computed alone differs in its bits from the same row in the batch")
 
 
-def determinism_cases(op, dtype, device):
-    return cases(op, dtype, device, profiles=("normal", "lattice"), hostile=False)
+def determinism_cases(op, dtype, device, bucket=None):
+    return cases(op, dtype, device, profiles=("normal", "lattice"), hostile=False, bucket=bucket)
 
 
 def test_determinism(normcert_session, impl, dtype):

@@ -37,8 +37,8 @@ def check_contract(session, impl, case, worst):
         record_assessment(a, case, worst)
 
 
-def contract_cases(op, dtype, device):
-    return cases(op, dtype, device, profiles=("normal", "lattice"), hostile=False)
+def contract_cases(op, dtype, device, bucket=None):
+    return cases(op, dtype, device, profiles=("normal", "lattice"), hostile=False, bucket=bucket)
 
 
 def test_contract(normcert_session, impl, dtype):

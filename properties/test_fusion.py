@@ -59,8 +59,8 @@ def check_fusion(session, impl, case, worst):
     record_assessment(a, case, worst)
 
 
-def fusion_cases(op, dtype, device):
-    return cases(op, dtype, device, profiles=("normal", "lattice", "offset"), hostile=True)
+def fusion_cases(op, dtype, device, bucket=None):
+    return cases(op, dtype, device, profiles=("normal", "lattice", "offset"), hostile=True, bucket=bucket)
 
 
 def test_fusion(normcert_session, impl, dtype):

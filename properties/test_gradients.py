@@ -30,14 +30,14 @@ from .case import Case
 from .families import BY_NAME
 from .harness import (ContractViolation, NotSupported, Result, backward_gate, certify, invoke, kernel_code,
                       record_assessment)
-from .strategies import cases, cotangents
+from .strategies import cases, cotangents, integer
 
 
 @st.composite
-def gradient_cases(draw, op, dtype, device):
+def gradient_cases(draw, op, dtype, device, bucket=None):
     case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset", "constant"), hostile=False,
-                      max_elems=1 << 13, max_n=4096))
-    case.params["cot_seed"] = draw(st.integers(0, 2 ** 32 - 1))
+                      max_elems=1 << 13, max_n=4096, bucket=bucket))
+    case.params["cot_seed"] = draw(integer(0, 2 ** 32 - 1, bucket, "cot_seed"))
     return case
 
 

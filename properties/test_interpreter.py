@@ -129,3 +129,24 @@ def test_reductions_round_every_step():
     assert _values(bf16.tree_reduce(v, 0, False, np.add)) == 262.0
     assert _values(bf16.tree_reduce(v.reshape(2, 8), None, True, np.add)) == [[262.0]]
     assert _values(bf16.sequential_scan(v, 0, np.add))[:8] == [256.0] * 8
+
+
+def test_a_kernel_under_the_interpreter_gets_the_scaled_many_rows_bucket(normcert_session):
+    """The registry's Triton kernel launches interpreter programs, the eager one does not; the
+    Triton kernel's many-rows bucket is scaled, and its label (the certificate's domain) says so."""
+    import torch
+
+    from normcert.impls import registry
+    from normcert.properties import harness
+    from normcert.properties.families import BY_NAME
+
+    if normcert_session.interpreter is None:
+        pytest.skip("the kernels do not run under Triton's interpreter here")
+    by = {i.backend: i for i in registry() if i.op == "rms_norm" and i.backend in ("eager", "triton")}
+    f32 = torch.float32
+    assert harness.runs_interpreted(normcert_session, by["triton"], f32)
+    assert not harness.runs_interpreted(normcert_session, by["eager"], f32)
+    many = {i: [b for b in harness.scheduled(normcert_session, BY_NAME["accuracy"], by[i], f32) if b.name == "many"][0]
+            for i in by}
+    assert many["eager"].rows == 65537 and many["triton"].rows == 1025
+    assert "scaled from 65537 rows: Triton's interpreter" in many["triton"].label

@@ -21,7 +21,7 @@ from normcert.oracle.formats import fmt, to_float64
 
 from .families import BY_NAME
 from .harness import certify, invoke, record_assessment
-from .strategies import cases, layout_tensor
+from .strategies import cases, choice, integer, layout_tensor
 from .test_accuracy import valid_positions
 
 FILLS = ("nan", "posinf", "neginf", "huge", "fresh")
@@ -46,11 +46,11 @@ def _self_check(session, impl, case, other, where, worst, label):
 
 
 @st.composite
-def padded_cases(draw, op, dtype, device):
+def padded_cases(draw, op, dtype, device, bucket=None):
     case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset"), hostile=False,
-                      padded=True))
-    case.params["fill"] = draw(st.sampled_from(FILLS))
-    case.params["fill_seed"] = draw(st.integers(0, 2 ** 16))
+                      padded=True, bucket=bucket))
+    case.params["fill"] = draw(choice(FILLS, bucket, "refill"))
+    case.params["fill_seed"] = draw(integer(0, 2 ** 16, bucket, "fill_seed"))
     return case
 
 
@@ -64,13 +64,13 @@ def check_padding(session, impl, case, worst):
 
 
 @st.composite
-def row_cases(draw, op, dtype, device):
+def row_cases(draw, op, dtype, device, bucket=None):
     case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset", "constant"), hostile=False,
-                      min_rows=2))
+                      min_rows=2, bucket=bucket))
     rows = int(np.prod(case.main.shape[:-1]))
-    case.params["row"] = draw(st.integers(0, rows - 1))
-    case.params["fill"] = draw(st.sampled_from(FILLS))
-    case.params["fill_seed"] = draw(st.integers(0, 2 ** 16))
+    case.params["row"] = draw(integer(0, rows - 1, bucket, "row"))
+    case.params["fill"] = draw(choice(FILLS, bucket, "refill"))
+    case.params["fill_seed"] = draw(integer(0, 2 ** 16, bucket, "fill_seed"))
     return case
 
 

@@ -5,7 +5,8 @@
   every registry kernel of the op accepts it;
 * every property family: its module holds the check, the strategy and the
   test ``test_<name>``; every property test (a test taking ``impl``) in the
-  suite belongs to a family, so no test escapes ``applies`` and the certificate.
+  suite belongs to a family, so no test escapes ``applies`` and the certificate;
+  each of its buckets draws the bucket's shape, spun differently per seed.
 """
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ import pkgutil
 
 import pytest
 import torch
+from hypothesis import given, settings
 
 from normcert import impls, oracle, properties
-from normcert.properties.families import FAMILIES
+from normcert.properties.families import BY_NAME, FAMILIES
+from normcert.properties.strategies import BUCKETS, buckets
 
 
 @pytest.mark.parametrize("op", list(oracle.OPS))
@@ -67,3 +70,47 @@ def test_bitwise_families_skip_case_studies_unless_bitwise():
         if family.applies(oracle.OPS[study.op]):
             assert family.covers(eager, bitwise=False) and family.covers(study, bitwise=True)
             assert family.covers(study, bitwise=False) == (not family.bitwise), family.name
+
+
+def _first_case(strategy):
+    """The case Hypothesis tries first from ``strategy`` (its simplest, which a bucket spins)."""
+    seen = []
+
+    @settings(max_examples=1, database=None, deadline=None)
+    @given(case=strategy)
+    def draw(case):
+        seen.append(case)
+
+    draw()
+    return seen[0]
+
+
+@pytest.mark.parametrize("op", list(oracle.OPS))
+def test_every_bucket_of_every_family_draws_its_shape(op):
+    """Each family's buckets are buckets, and the case it draws for each has the bucket's shape
+    (its width capped at the op's max_width) and, for "strided", a row stride larger than the width."""
+    rec = oracle.OPS[op]
+    for family in FAMILIES:
+        assert set(family.buckets) <= set(BUCKETS), family.name
+        if not family.applies(rec):
+            continue
+        for b in buckets(rec, spin=7):
+            if b.name not in family.buckets:
+                continue
+            case = _first_case(family.strategy(op, torch.float32, "cpu", bucket=b))
+            x = case.main
+            assert tuple(x.shape) == b.shape(rec) and case.notes["bucket"] == b.label, (family.name, b)
+            assert b.width <= rec.max_width
+            if b.name == "strided":
+                assert x.stride(0) > x.shape[-1]
+
+
+def test_bucket_cases_differ_from_seed_to_seed():
+    """Spun: ten seeds pick several odd widths and ten different first cases, not Hypothesis's
+    one simplest case (same profile, seed 0) every time."""
+    rec = oracle.OPS["rms_norm"]
+    assert len({buckets(rec, spin)[1].width for spin in range(10)}) >= 3
+    firsts = [_first_case(BY_NAME["accuracy"].strategy("rms_norm", torch.float32, "cpu", bucket=buckets(rec, spin)[1]))
+              for spin in range(10)]
+    assert len({c.notes["seed"] for c in firsts}) == 10
+    assert len({c.notes["x"] for c in firsts}) >= 3

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from normcert.impls.eager import up
+from normcert.impls.eager import layer_norm, up
 
 # ------------------------------------------------------------------ helpers
 
@@ -155,6 +155,34 @@ def rms_batch_dependent(x, weight, eps):
     sq = rows.pow(2)
     ms = (sq.cumsum(-1)[..., -1:] if rows.shape[0] > 1 else sq.flip(-1).cumsum(-1)[..., -1:]) / x.shape[-1]
     return (rows * torch.rsqrt(ms + eps)).reshape(x.shape).mul(up(weight)).to(x.dtype)
+
+
+# ------------------------------------------------------------------ bugs that hide in one bucket
+# Right on every shape the random search draws; wrong only on the shapes ``strategies.buckets``
+# schedules (``BUCKET_BUGS``, test_buckets.py).
+def rms_ignores_tail_past_4096(x, weight, eps):
+    """One block of 4096 columns, no loop: the squares past column 4096 are never summed."""
+    xf = up(x)
+    ms = xf[..., :4096].pow(2).sum(-1, keepdim=True) / x.shape[-1]
+    return (xf * torch.rsqrt(ms + eps) * up(weight)).to(x.dtype)
+
+
+def rms_drops_partial_block(x, weight, eps):
+    """Loops over blocks of 512 columns, but past one block forgets the last partial block."""
+    xf = up(x)
+    n = x.shape[-1]
+    full = n if n <= 512 else n // 512 * 512
+    ms = xf[..., :full].pow(2).sum(-1, keepdim=True) / n
+    return (xf * torch.rsqrt(ms + eps) * up(weight)).to(x.dtype)
+
+
+def ln_rows_past_65535_unlaunched(x, weight, bias, eps):
+    """One program per row on a grid dimension capped at 65,535 (apex#411): later rows are never
+    written and keep the output buffer's zeros."""
+    n = x.shape[-1]
+    y = layer_norm(x, weight, bias, eps).reshape(-1, n).clone()
+    y[65535:] = 0
+    return y.reshape(x.shape)
 
 
 # ------------------------------------------------------------------ add_rms_norm bugs
@@ -489,6 +517,12 @@ BUGS = [
     ("swiglu", swiglu_no_upcast, {"accuracy", "extremes"}),
     ("silu_and_mul", silu_and_mul_swapped, {"accuracy", "extremes"}),
     ("swiglu", swiglu_empty_crash, {"accuracy", "contract", "extremes", "gradients"}),
+]
+
+BUCKET_BUGS = [  # (op, kernel, the families that must kill it on every seed)
+    ("rms_norm", rms_ignores_tail_past_4096, {"accuracy"}),
+    ("rms_norm", rms_drops_partial_block, {"accuracy"}),
+    ("layer_norm", ln_rows_past_65535_unlaunched, {"accuracy"}),
 ]
 
 CORRECT = [

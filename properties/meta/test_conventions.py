@@ -38,8 +38,7 @@ def session(normcert_session, tmp_path):
 
 
 def _run(session, family, impl, dtype):
-    fam = BY_NAME[family]
-    return harness.run(session, family, impl, dtype, fam.strategy(impl.op, dtype, session.device), fam.check_fn())
+    return harness.run_family(session, BY_NAME[family], impl, dtype)
 
 
 @pytest.mark.parametrize("op, fn, convention", [

@@ -2,6 +2,8 @@
 
 * every kernel in ``planted.BUGS`` fails at least one property of the families
   listed beside it, with a message naming the property, dtype and shrunk case;
+* every kernel in ``planted.BUCKET_BUGS`` (right except on one scheduled shape) is
+  rejected under the profile's examples on each of ``--meta-seeds`` seeds;
 * every kernel in ``planted.CORRECT`` passes every property in every dtype
   (``--meta-seeds K`` repeats that under K different global seeds; default 1).
 
@@ -36,8 +38,7 @@ def session(normcert_session, tmp_path):
 
 
 def _run(session, family, impl, dtype, **kw):
-    strategy = family.strategy(impl.op, dtype, session.device)
-    return harness.run(session, family.name, impl, dtype, strategy, family.check_fn(), **kw)
+    return harness.run_family(session, family, impl, dtype, **kw)
 
 
 def _impl(op, fn, backend="plugin"):
@@ -65,6 +66,24 @@ def test_planted_bug_is_rejected(op, fn, families, session):
     assert prop is not None, f"planted bug {fn.__name__} ({inspect.getdoc(fn) or op}) survived {sorted(families)}"
     assert prop in message and "shrunk case" in message and "replay: normcert replay " in message
     print(f"{fn.__name__}: rejected by {prop}: {message.splitlines()[0]}")
+
+
+@pytest.mark.parametrize("op, fn, families", planted.BUCKET_BUGS, ids=[f.__name__ for _, f, _ in planted.BUCKET_BUGS])
+def test_bucket_bug_is_killed_on_every_seed(op, fn, families, session, request):
+    """Right on the shapes the random search draws, wrong on one bucket's: the profile's examples
+    (no more) kill it under each of ``--meta-seeds`` consecutive global seeds; and with the random
+    search cut to one (the simplest) case, the scheduled cases alone kill it."""
+    session.bitwise = True
+    impl, base = _impl(op, fn), session.seed
+    for k in range(request.config.getoption("--meta-seeds")):
+        session.seed = base + k
+        prop, message = _first_failure(session, impl, families, max_examples=None)
+        assert prop is not None, f"{fn.__name__} ({inspect.getdoc(fn)}) survived {sorted(families)} at seed {session.seed}"
+        print(f"seed {session.seed}: {fn.__name__} rejected by {prop}: {message.splitlines()[0]}")
+    session.seed = base
+    prop, message = _first_failure(session, impl, families, max_examples=1)
+    assert prop is not None, f"{fn.__name__} survived {sorted(families)}'s scheduled cases"
+    assert "bucket=" in message, message
 
 
 @pytest.mark.parametrize("op, fn", planted.CORRECT, ids=[f.__name__ for _, f in planted.CORRECT])
