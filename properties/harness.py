@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from hypothesis import HealthCheck, given, seed, settings, target
+from hypothesis import HealthCheck, Phase, given, seed, settings, target
 from hypothesis.errors import Flaky
 
 from normcert import oracle
@@ -441,7 +441,7 @@ def run_family(session, family, impl, dtype, *, max_examples=None, gating=True) 
 def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=True, buckets=()) -> Result:
     """Run ``check(session, impl, case, worst)`` over ``strategy`` (``max_examples`` cases, default:
     the profile's), then over each (label, strategy) of ``buckets`` (one case each: the first one
-    Hypothesis tries, shrunk on failure); record and raise on failure."""
+    Hypothesis tries, not shrunk); record and raise on failure."""
     res = Result(impl.id, impl.op, impl.backend, prop, DTYPE_NAMES[dtype], "error")
     session.results.append(res)
     if not probe(session, impl, dtype):
@@ -456,9 +456,9 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
                  # data_too_large: the case strategy draws many structural choices on purpose.
                  "deadline": None, "report_multiple_bugs": False}
 
-    def search(strat, examples, *seed_parts):
+    def search(strat, examples, *seed_parts, **more):
         @seed(session.derive_seed(impl.id, prop, DTYPE_NAMES[dtype], *seed_parts))
-        @settings(**overrides, **({} if examples is None else {"max_examples": examples}))
+        @settings(**overrides, **more, **({} if examples is None else {"max_examples": examples}))
         @given(case=strat)
         def body(case):
             cover.examples += 1
@@ -483,7 +483,8 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
     try:
         search(strategy, max_examples)
         for label, strat in buckets:
-            search(strat, 1, label)
+            # no shrinking: the bucket fixes the shape, and each step would re-run a large case
+            search(strat, 1, label, phases=(Phase.generate,))
         if cover.refused == cover.examples:
             raise PropertyFailure(f"refused every case ({cover.refused} of {cover.examples}) with "
                                   f"NotImplementedError, e.g. {cover.refused_example}")
