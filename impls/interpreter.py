@@ -59,7 +59,6 @@ def install() -> list[str]:
         from . import interpreter_probes as probes  # noqa: PLC0415 - imports triton
     except ImportError:
         return []
-    _count_launches()
     made = []
     from . import interpreter_bf16  # noqa: PLC0415
 
@@ -73,29 +72,26 @@ def install() -> list[str]:
 
 
 def launches() -> int:
-    """Kernel launches the interpreter has run in this process since ``install()`` (0 without it).
-    Counted around one call, it tells a kernel that runs under the interpreter -- a Python loop
-    over its grid, orders of magnitude slower than a GPU -- from one that does not."""
+    """Kernel launches Triton's interpreter has run in this process (0 when it is not active or
+    Triton is not installed).  Counted around one call, it tells a kernel that runs under the
+    interpreter -- a Python loop over its grid, orders of magnitude slower than a GPU -- from one
+    that does not.  The count starts at the first call, whether or not ``install()`` ran."""
+    if not active():
+        return 0
     try:
         from triton.runtime.interpreter import GridExecutor  # noqa: PLC0415
     except ImportError:
         return 0
-    return getattr(GridExecutor, "normcert_launches", 0)
+    if not hasattr(GridExecutor, "normcert_launches"):
+        call = GridExecutor.__call__
 
+        def counted(self, *args, **kwargs):
+            GridExecutor.normcert_launches += 1
+            return call(self, *args, **kwargs)
 
-def _count_launches() -> None:
-    from triton.runtime.interpreter import GridExecutor  # noqa: PLC0415
-
-    if hasattr(GridExecutor, "normcert_launches"):
-        return
-    call = GridExecutor.__call__
-
-    def counted(self, *args, **kwargs):
-        GridExecutor.normcert_launches += 1
-        return call(self, *args, **kwargs)
-
-    GridExecutor.normcert_launches = 0
-    GridExecutor.__call__ = counted
+        GridExecutor.normcert_launches = 0
+        GridExecutor.__call__ = counted
+    return GridExecutor.normcert_launches
 
 
 def _runs(probe) -> bool:

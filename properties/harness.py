@@ -22,6 +22,7 @@ as its first argument; the module holds no run state.
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -313,34 +314,51 @@ class Result:
     replay: str = ""
 
 
-def probe(session, impl, dtype) -> bool:
-    """Does the kernel accept this dtype at all? (the op record's small sample input)"""
+def on_sample(session, impl, dtype, *, grads=False):
+    """Call the kernel once on the op record's small sample input (2 rows of 4) under
+    ``kernel_code``; with ``grads``, in grad mode with the inputs that get gradients requiring
+    grad.  Returns (outcome, outputs, launches): outcome "ok", "refused" (NotImplementedError) or
+    "broke" (raised or hung: the properties report it); launches: Triton interpreter launches."""
+    from normcert.impls import interpreter  # noqa: PLC0415
+
     rec = oracle.OPS[impl.op]
     args = rec.sample(dtype, session.device, rows=2, width=4)
+    if grads:
+        args.update({k: args[k].detach().requires_grad_(True) for k in rec.grads})
+    before = interpreter.launches()
     try:
-        kernel_code(session, impl, "", lambda: rec.call(impl.fn, args))
+        with torch.enable_grad() if grads else contextlib.nullcontext():
+            outputs = kernel_code(session, impl, "", lambda: rec.call_outputs(impl.fn, args))
+        outcome = "ok"
     except NotSupported:
-        return False
-    except ContractViolation:  # raised, hung: reported by the properties themselves
-        return True
-    return True
+        outputs, outcome = (), "refused"
+    except ContractViolation:
+        outputs, outcome = (), "broke"
+    return outcome, outputs, interpreter.launches() - before
+
+
+def probe(session, impl, dtype) -> bool:
+    """Does the kernel accept this dtype at all? (not NotImplementedError on the op's sample)"""
+    return on_sample(session, impl, dtype)[0] != "refused"
 
 
 def has_backward(session, impl, dtype) -> bool:
     """Do the kernel's outputs carry a grad_fn on the op record's sample input, with the
     inputs that get gradients requiring grad?  (A kernel that refuses the sample or
     breaks on it has its say in the properties themselves: True.)"""
-    rec = oracle.OPS[impl.op]
-    args = rec.sample(dtype, session.device, rows=2, width=4)
-    args.update({k: args[k].detach().requires_grad_(True) for k in rec.grads})
+    outcome, outputs, _ = on_sample(session, impl, dtype, grads=True)
+    return outcome != "ok" or any(getattr(o, "grad_fn", None) is not None for o in outputs)
 
-    def call():
-        with torch.enable_grad():
-            return any(getattr(o, "grad_fn", None) is not None for o in rec.call_outputs(impl.fn, args))
-    try:
-        return kernel_code(session, impl, "", call)
-    except (NotSupported, ContractViolation):
-        return True
+
+def runs_interpreted(session, impl, dtype) -> bool:
+    """Does the kernel run under Triton's interpreter here (it launched a kernel there on the op's
+    sample input)?  Then every program of its grid is a Python loop iteration.  Decided by the
+    launch count, not by ``session.interpreter``: a session built by hand has no corrections
+    listed, and its Triton kernels are interpreted all the same."""
+    key = (impl.id, DTYPE_NAMES[dtype])
+    if key not in session.interpreted:
+        session.interpreted[key] = on_sample(session, impl, dtype)[2] > 0
+    return session.interpreted[key]
 
 
 def backward_gate(session, family, impl, dtype) -> None:
@@ -397,26 +415,6 @@ class Coverage:
         if self.refused:
             text += f"; refused {self.refused} of {self.examples} cases, e.g. {self.refused_example}"
         return text
-
-
-def runs_interpreted(session, impl, dtype) -> bool:
-    """Does the kernel run under Triton's interpreter here (it launched a kernel there on the op
-    record's sample input)?  Then every program of its grid is a Python loop iteration."""
-    if session.interpreter is None:
-        return False
-    key = (impl.id, DTYPE_NAMES[dtype])
-    if key not in session.interpreted:
-        from normcert.impls import interpreter  # noqa: PLC0415
-
-        rec = oracle.OPS[impl.op]
-        args = rec.sample(dtype, session.device, rows=2, width=4)
-        before = interpreter.launches()
-        try:
-            kernel_code(session, impl, "", lambda: rec.call(impl.fn, args))
-        except (NotSupported, ContractViolation):
-            pass
-        session.interpreted[key] = interpreter.launches() > before
-    return session.interpreted[key]
 
 
 def scheduled(session, family, impl, dtype) -> tuple:
