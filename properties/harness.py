@@ -390,6 +390,7 @@ class Coverage:
         self.examples = self.refused = self.rows = self.width = 0
         self.layouts: set[str] = set()
         self.buckets: list[str] = []
+        self.batch_sizes: set[int] = set()
         self.refused_example = ""
 
     def checked(self, case: Case) -> None:
@@ -400,6 +401,8 @@ class Coverage:
         self.layouts.add("contiguous" if main.is_contiguous() else "strided")
         if "bucket" in case.notes:
             self.buckets.append(case.notes["bucket"])
+        if "batch sizes" in case.notes:
+            self.batch_sizes.update(int(s) for s in case.notes["batch sizes"].split("/"))
 
     def refuse(self, case: Case, why: str) -> None:
         self.refused += 1
@@ -412,6 +415,8 @@ class Coverage:
         text = f"rows <= {self.rows}, row length <= {self.width}, layouts: {'/'.join(sorted(self.layouts))}"
         if self.buckets:
             text += f"; buckets: {', '.join(self.buckets)}"
+        if self.batch_sizes:
+            text += f"; batch sizes: {', '.join(map(str, sorted(self.batch_sizes)))}"
         if self.refused:
             text += f"; refused {self.refused} of {self.examples} cases, e.g. {self.refused_example}"
         return text
@@ -436,10 +441,15 @@ def run_family(session, family, impl, dtype, *, max_examples=None, gating=True) 
                family.check_fn(), max_examples=max_examples, gating=gating, buckets=schedule)
 
 
+_NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
+
+
 def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=True, buckets=()) -> Result:
     """Run ``check(session, impl, case, worst)`` over ``strategy`` (``max_examples`` cases, default:
     the profile's), then over each (label, strategy) of ``buckets`` (one case each: the first one
-    Hypothesis tries, not shrunk); record and raise on failure."""
+    Hypothesis tries, not shrunk); record and raise on failure.  A non-gating run (a bitwise family
+    without --bitwise) reports a failure as a warning and does not shrink it: shrinking re-runs the
+    kernel hundreds of times for a case that fails nothing."""
     res = Result(impl.id, impl.op, impl.backend, prop, DTYPE_NAMES[dtype], "error")
     session.results.append(res)
     if not probe(session, impl, dtype):
@@ -479,7 +489,7 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
 
     t0 = time.perf_counter()
     try:
-        search(strategy, max_examples)
+        search(strategy, max_examples, **({} if gating else {"phases": _NO_SHRINK}))
         for label, strat in buckets:
             # no shrinking: the bucket fixes the shape, and each step would re-run a large case
             search(strat, 1, label, phases=(Phase.generate,))

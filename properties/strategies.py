@@ -70,7 +70,7 @@ LONG_WIDTH = 16384  # one row: past 4096 (a single block) and 8192
 ODD_WIDTHS = (769, 3584, 5125, 4097, 8193)  # just past multiples of 256, 512, 1024, 4096, 8192
 MANY_ROWS = 65537  # past 2**16 rows: grid and block-count limits (apex#411)
 MANY_ROWS_INTERPRETED = 1025  # under Triton's interpreter every program is a Python loop iteration
-SMALL_WIDTHS = (2, 3, 4, 8)
+SMALL_WIDTHS = (2, 3, 4)  # 65537 rows of these: under 2**18 elements, and 2**19 for halves
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Bitwise reproducibility (gating only with --bitwise; otherwise reported as warnings).
 
 * determinism        the same input twice gives the same bits
-* batch invariance   a row computed alone gives the same bits as inside its batch
-                     (row-wise ops)
+* batch invariance   every row gives the same bits in every batch it is computed in:
+                     alone, in batches of 2 and 3, past 256 rows and past 4096 rows
+                     (row-wise ops; ``BATCH_SIZES``)
 
 Neither is numerical correctness -- a kernel with atomics or batch-size-
 dependent tiling can be accurate and still fail them -- but both matter for
@@ -17,8 +18,23 @@ from hypothesis import strategies as st
 from normcert.oracle.formats import bits
 
 from .families import BY_NAME
-from .harness import ContractViolation, PropertyFailure, certify, invoke
+from .harness import ContractViolation, PropertyFailure, certify, invoke, runs_interpreted
 from .strategies import cases
+
+BATCH_SIZES = (1, 2, 3, 300, 4100)
+"""The batch sizes each row is recomputed in: alone, tiny batches, and past the row counts at which
+kernels switch block size or split (vLLM#48271: ``num_tokens < 256 ? 1024 : 256``; 4096)."""
+BATCH_ELEMS = 1 << 21
+"""A batch size is left out where its batch would hold more elements (4100 rows up to width 511,
+300 rows up to 6990); under Triton's interpreter, where each program is a Python loop iteration,
+``BATCH_ELEMS_INTERPRETED`` (300 rows up to width 109, never 4100).  The certificate's domain
+lists the sizes checked."""
+BATCH_ELEMS_INTERPRETED = 1 << 15
+
+
+def batch_sizes(width: int, interpreted: bool) -> tuple[int, ...]:
+    cap = BATCH_ELEMS_INTERPRETED if interpreted else BATCH_ELEMS
+    return tuple(s for s in BATCH_SIZES if s == 1 or s * width <= cap)
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -44,20 +60,32 @@ def check_determinism(session, impl, case, worst):
 def batch_cases(draw, op, dtype, device, bucket=None):
     case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset"), hostile=False, min_rows=2))
     rows = int(np.prod(case.main.shape[:-1]))
-    case.params["row"] = draw(st.integers(0, rows - 1))
+    case.params["shift"] = draw(st.integers(0, rows - 1))
     return case
 
 
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1, t.shape[-1])
+
+
 def check_batch_invariance(session, impl, case, worst):
+    """For each S in ``batch_sizes``: a batch of S rows whose row i is the case's row
+    (i + shift) mod R (R: the case's rows; each row at several positions, and alone for S = 1)
+    gives every row the bits the case's own batch gave it."""
     info = case.record
-    r = int(case.params["row"])
-    batch = invoke(session, impl, case)
-    alone = case.replace(**{k: case.tensors[k].reshape(-1, case.tensors[k].shape[-1])[r : r + 1]
-                            for k in info.row_inputs})
-    single = invoke(session, impl, alone)
-    for name, a, b in zip(info.outputs, batch, single):
-        if not _same_bits(a.reshape(-1, a.shape[-1])[r : r + 1], b):
-            raise PropertyFailure(f"{name}: row {r} computed alone differs in its bits from the same row in the batch")
+    rows = _rows(case.main).shape[0]
+    ref = [_rows(o) for o in invoke(session, impl, case)]
+    sizes = batch_sizes(case.main.shape[-1], runs_interpreted(session, impl, case.dtype))
+    case.notes["batch sizes"] = "/".join(map(str, sizes))
+    for size in sizes:
+        order = (torch.arange(size, device=case.main.device) + int(case.params["shift"])) % rows
+        batch = case.replace(**{k: _rows(case.tensors[k])[order] for k in info.row_inputs})
+        for name, a, b in zip(info.outputs, ref, invoke(session, impl, batch)):
+            differ = (bits(a[order]) != bits(_rows(b))).any(-1)
+            if bool(differ.any()):
+                i = int(differ.nonzero()[0, 0])
+                raise PropertyFailure(f"{name}: row {int(order[i])} of the case's {rows} differs in its bits at "
+                                      f"position {i} of a batch of {size} rows from the same row in the case's batch")
 
 
 def determinism_cases(op, dtype, device, bucket=None):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from normcert.impls.compiled import compiled_at_first_call
 from normcert.impls.eager import layer_norm, up
 
 # ------------------------------------------------------------------ helpers
@@ -155,6 +156,27 @@ def rms_batch_dependent(x, weight, eps):
     sq = rows.pow(2)
     ms = (sq.cumsum(-1)[..., -1:] if rows.shape[0] > 1 else sq.flip(-1).cumsum(-1)[..., -1:]) / x.shape[-1]
     return (rows * torch.rsqrt(ms + eps)).reshape(x.shape).mul(up(weight)).to(x.dtype)
+
+
+def rms_block_size_by_batch(x, weight, eps):
+    """vLLM#48271's shape: the reduction's block is 1024 lanes below 256 rows and 256 lanes from
+    there on, and a row's blocks are added lane by lane in the compute precision, so a row longer
+    than 256 gets other bits in a batch of 300 than alone.  Accurate, and right for any one batch
+    size: only comparing batch sizes shows it."""
+    xf = up(x)
+    rows = xf.reshape(-1, x.shape[-1])
+    lanes = 1024 if rows.shape[0] < 256 else 256
+    blocks = F.pad(rows.pow(2), (0, -rows.shape[-1] % lanes)).reshape(rows.shape[0], -1, lanes)
+    acc = blocks[:, 0]
+    for k in range(1, blocks.shape[1]):
+        acc = acc + blocks[:, k]  # in the compute precision (CPU's float32 .sum accumulates in double)
+    ms = acc.sum(-1, keepdim=True) / x.shape[-1]
+    return (rows * torch.rsqrt(ms + eps)).reshape(x.shape).mul(up(weight)).to(x.dtype)
+
+
+BATCH_SIZE_BUGS = [  # (op, kernel, the families that must kill it on every seed under --bitwise)
+    ("rms_norm", rms_block_size_by_batch, {"batch-invariance"}),
+]
 
 
 # ------------------------------------------------------------------ bugs that hide in one bucket
@@ -334,7 +356,7 @@ def rms_float64_inside(x, weight, eps):
     return (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * weight.double()).to(x.dtype)
 
 
-rms_compiled_llama = torch.compile(rms_llama_order, dynamic=True)
+rms_compiled_llama = compiled_at_first_call(rms_llama_order, dynamic=True)
 rms_compiled_llama.__name__ = "rms_compiled_llama"  # its own test id and replay target, not the eager one's
 
 

@@ -3,7 +3,8 @@
 * every kernel in ``planted.BUGS`` fails at least one property of the families
   listed beside it, with a message naming the property, dtype and shrunk case;
 * every kernel in ``planted.BUCKET_BUGS`` (right except on one scheduled shape) is
-  rejected under the profile's examples on each of ``--meta-seeds`` seeds;
+  rejected under the profile's examples on each of ``--meta-seeds`` seeds, and so is every
+  kernel in ``planted.BATCH_SIZE_BUGS`` (a row's bits change with the batch size) under --bitwise;
 * every kernel in ``planted.CORRECT`` passes every property in every dtype
   (``--meta-seeds K`` repeats that under K different global seeds; default 1).
 
@@ -20,7 +21,7 @@ from normcert.impls import make
 from normcert.oracle import OPS
 from normcert.oracle.formats import DTYPES
 from normcert.properties import harness
-from normcert.properties.families import CASE_CHECKS
+from normcert.properties.families import BY_NAME, CASE_CHECKS
 from normcert.properties.harness import PropertyFailure
 from normcert.properties.session import Session
 
@@ -68,22 +69,47 @@ def test_planted_bug_is_rejected(op, fn, families, session):
     print(f"{fn.__name__}: rejected by {prop}: {message.splitlines()[0]}")
 
 
-@pytest.mark.parametrize("op, fn, families", planted.BUCKET_BUGS, ids=[f.__name__ for _, f, _ in planted.BUCKET_BUGS])
-def test_bucket_bug_is_killed_on_every_seed(op, fn, families, session, request):
-    """Right on the shapes the random search draws, wrong on one bucket's: the profile's examples
-    (no more) kill it under each of ``--meta-seeds`` consecutive global seeds; and with the random
-    search cut to one (the simplest) case, the scheduled cases alone kill it."""
-    session.bitwise = True
-    impl, base = _impl(op, fn), session.seed
-    for k in range(request.config.getoption("--meta-seeds")):
+def _killed_on_every_seed(session, impl, families, seeds):
+    """Under each of ``seeds`` consecutive global seeds, the profile's examples (no more) kill it."""
+    base = session.seed
+    for k in range(seeds):
         session.seed = base + k
         prop, message = _first_failure(session, impl, families, max_examples=None)
-        assert prop is not None, f"{fn.__name__} ({inspect.getdoc(fn)}) survived {sorted(families)} at seed {session.seed}"
-        print(f"seed {session.seed}: {fn.__name__} rejected by {prop}: {message.splitlines()[0]}")
+        assert prop is not None, f"{impl.id} ({inspect.getdoc(impl.fn)}) survived {sorted(families)} at seed {session.seed}"
+        print(f"seed {session.seed}: {impl.id} rejected by {prop}: {message.splitlines()[0]}")
     session.seed = base
+
+
+@pytest.mark.parametrize("op, fn, families", planted.BUCKET_BUGS, ids=[f.__name__ for _, f, _ in planted.BUCKET_BUGS])
+def test_bucket_bug_is_killed_on_every_seed(op, fn, families, session, request):
+    """Right on the shapes the random search draws, wrong on one bucket's: killed on every one of
+    ``--meta-seeds`` seeds; and with the random search cut to one (the simplest) case, the
+    scheduled cases alone kill it."""
+    session.bitwise = True
+    impl = _impl(op, fn)
+    _killed_on_every_seed(session, impl, families, request.config.getoption("--meta-seeds"))
     prop, message = _first_failure(session, impl, families, max_examples=1)
     assert prop is not None, f"{fn.__name__} survived {sorted(families)}'s scheduled cases"
     assert "bucket=" in message, message
+
+
+@pytest.mark.parametrize("op, fn, families", planted.BATCH_SIZE_BUGS,
+                         ids=[f.__name__ for _, f, _ in planted.BATCH_SIZE_BUGS])
+def test_batch_size_bug_is_killed_on_every_seed(op, fn, families, session, request):
+    """Right in every batch, but a row's bits change with the batch size: killed under --bitwise
+    on every one of ``--meta-seeds`` seeds, by a batch of another size than the case's."""
+    session.bitwise = True
+    _killed_on_every_seed(session, _impl(op, fn), families, request.config.getoption("--meta-seeds"))
+
+
+def test_a_warning_is_not_shrunk(session):
+    """Without --bitwise a batch-invariance failure is a warning, found and not shrunk: the search
+    stops at the failing case (Hypothesis runs it once more to report it)."""
+    examples = 12
+    res = _run(session, BY_NAME["batch-invariance"], _impl("rms_norm", planted.rms_batch_dependent), DTYPES[0],
+               max_examples=examples, gating=False)
+    assert res.outcome == "warn" and "differs in its bits" in res.message, (res.outcome, res.message)
+    assert res.examples <= examples + 1, res.examples
 
 
 @pytest.mark.parametrize("op, fn", planted.CORRECT, ids=[f.__name__ for _, f in planted.CORRECT])
