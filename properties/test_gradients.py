@@ -115,8 +115,9 @@ def finite_differences(fn, leaves: list, h: float = 1e-6, atol: float = 1e-5, rt
             live = [t.detach().requires_grad_(True) for t in leaves]
             outs = _outputs(fn(*live))
             cot = [torch.zeros_like(x) for x in outs]
-            cot[k] = torch.zeros(o.numel(), dtype=o.dtype, device=o.device).index_fill_(0, torch.tensor(i), 1.0) \
-                .view(o.shape)
+            one_hot = torch.zeros(o.numel(), dtype=o.dtype, device=o.device)
+            one_hot[i] = 1.0  # on o's device (an index tensor made on the CPU broke every CUDA run)
+            cot[k] = one_hot.view(o.shape)
             grads = torch.autograd.grad(outs, live, cot, allow_unused=True)
             rows.append(torch.cat([torch.zeros(t.numel(), dtype=torch.float64, device=t.device) if g is None
                                    else g.reshape(-1) for t, g in zip(live, grads)]))
