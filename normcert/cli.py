@@ -1,6 +1,6 @@
 """The ``normcert`` command (also ``python -m normcert``).
 
-    normcert certify OP=MODULE:ATTR [...] [--device cpu|cuda] [--profile dev|ci|thorough]
+    normcert certify OP=MODULE:ATTR [...] [--device cpu|cuda] [--profile dev|ci|thorough|large]
                      [--certificate PATH] [--seed N] [--bitwise] [--require-backward]
                      [--kernel-timeout S] [-n N]
                      [-- PYTEST-ARGS...]

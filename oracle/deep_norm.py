@@ -77,12 +77,14 @@ def affine_sublayer(weight, bias):
     Computed in float32 (float64 for float64) and rounded once.  Not F.linear in
     bfloat16 directly: on CPU (torch 2.13) that leaks NaN/inf from one row of t
     into the outputs of other rows, which would blame the kernel for the sublayer.
+    t is made contiguous first: cuBLAS takes row strides below 2**31 only (an H100,
+    torch 2.11, refused a float32 t with row stride 2**31 + 128: --profile large).
     """
     import torch  # noqa: PLC0415 - the maths above is backend-generic; only the kernel's sublayer is torch
     import torch.nn.functional as F  # noqa: PLC0415
 
     def sublayer(t):
         c = torch.float64 if t.dtype == torch.float64 else torch.float32
-        return F.linear(t.to(c), weight.to(c), bias.to(c)).to(t.dtype)
+        return F.linear(t.to(c).contiguous(), weight.to(c), bias.to(c)).to(t.dtype)
 
     return sublayer

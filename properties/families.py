@@ -19,7 +19,7 @@ from typing import Callable
 
 from normcert.oracle import OPS, Op
 
-from .strategies import BUCKETS
+from .strategies import BUCKETS, LARGE
 
 
 def _every_op(op: Op) -> bool:
@@ -34,7 +34,8 @@ class Family:
     under --bitwise (else a warning); core: a case study must run it to count as checked;
     backward: it checks a kernel's backward (``harness.backward_gate``: a forward-only kernel
     is not certified by it); buckets: the scheduled shapes (``strategies.BUCKETS``) it checks
-    on every (kernel, dtype) besides its random search."""
+    on every (kernel, dtype) besides its random search; profile: the family runs only under
+    this profile (``--profile large``: on a GPU) and checks its buckets alone, no random search."""
 
     name: str
     module: str
@@ -45,6 +46,7 @@ class Family:
     core: bool = False
     backward: bool = False
     buckets: tuple[str, ...] = ()
+    profile: str | None = None
 
     @property
     def test(self) -> str:
@@ -80,6 +82,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("determinism", "test_bitwise", "check_determinism", "determinism_cases", bitwise=True),
     Family("batch-invariance", "test_bitwise", "check_batch_invariance", "batch_cases",
            applies=lambda op: op.rowwise, bitwise=True),
+    Family("large", "test_large", "check_large", "large_cases", applies=lambda op: op.rowwise, buckets=LARGE,
+           profile="large"),
 )
 BY_NAME = {f.name: f for f in FAMILIES}
 BY_TEST = {f.test: f for f in FAMILIES}

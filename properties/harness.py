@@ -106,6 +106,7 @@ class _Worker:
                 fn, done = tasks.get()
                 fn()  # never raises: kernel_code's call() keeps the exception
                 done.set()
+                del fn, done  # else the finished call's arguments live until the next call
 
         threading.Thread(target=loop, name="normcert-kernel", daemon=True).start()
         self.tasks = tasks
@@ -424,21 +425,25 @@ class Coverage:
 
 def scheduled(session, family, impl, dtype) -> tuple:
     """The family's buckets (``strategies.buckets``) for this kernel and dtype, spun by the run's seed."""
-    from .strategies import buckets  # noqa: PLC0415
+    from .strategies import buckets, large_buckets  # noqa: PLC0415
 
     if not family.buckets or not family.applies(oracle.OPS[impl.op]):
         return ()
     spin = session.derive_seed(impl.id, family.name, DTYPE_NAMES[dtype], "buckets")
+    if family.profile == "large":
+        return large_buckets(oracle.OPS[impl.op], spin)
     interpreted = "many" in family.buckets and runs_interpreted(session, impl, dtype)
     return tuple(b for b in buckets(oracle.OPS[impl.op], spin, interpreted) if b.name in family.buckets)
 
 
 def run_family(session, family, impl, dtype, *, max_examples=None, gating=True) -> Result:
-    """``run`` of a property family (``families.Family``): its random search, then its buckets."""
+    """``run`` of a property family (``families.Family``): its random search (none for a family
+    of a profile), then its buckets."""
     schedule = [(b.label, family.strategy(impl.op, dtype, session.device, bucket=b))
                 for b in scheduled(session, family, impl, dtype)]
-    return run(session, family.name, impl, dtype, family.strategy(impl.op, dtype, session.device),
-               family.check_fn(), max_examples=max_examples, gating=gating, buckets=schedule)
+    search = None if family.profile else family.strategy(impl.op, dtype, session.device)
+    return run(session, family.name, impl, dtype, search, family.check_fn(), max_examples=max_examples,
+               gating=gating, buckets=schedule)
 
 
 _NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
@@ -446,8 +451,8 @@ _NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
 
 def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=True, buckets=()) -> Result:
     """Run ``check(session, impl, case, worst)`` over ``strategy`` (``max_examples`` cases, default:
-    the profile's), then over each (label, strategy) of ``buckets`` (one case each: the first one
-    Hypothesis tries, not shrunk); record and raise on failure.  A non-gating run (a bitwise family
+    the profile's; None: no random search), then over each (label, strategy) of ``buckets`` (one
+    case each: the first one Hypothesis tries, not shrunk); record and raise on failure.  A non-gating run (a bitwise family
     without --bitwise) reports a failure as a warning and does not shrink it: shrinking re-runs the
     kernel hundreds of times for a case that fails nothing."""
     res = Result(impl.id, impl.op, impl.backend, prop, DTYPE_NAMES[dtype], "error")
@@ -489,7 +494,8 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
 
     t0 = time.perf_counter()
     try:
-        search(strategy, max_examples, **({} if gating else {"phases": _NO_SHRINK}))
+        if strategy is not None:
+            search(strategy, max_examples, **({} if gating else {"phases": _NO_SHRINK}))
         for label, strat in buckets:
             # no shrinking: the bucket fixes the shape, and each step would re-run a large case
             search(strat, 1, label, phases=(Phase.generate,))

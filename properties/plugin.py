@@ -14,7 +14,8 @@ directory once normcert is installed:
     --replay FILE           re-run one saved failing case
     --kernel-timeout S      a kernel call with no result after S seconds is hung (default 60)
     --meta-seeds K          global seeds each correct planted variant is certified under
-    --hypothesis-profile dev|ci|thorough   (Hypothesis's own option; ci by default)
+    --hypothesis-profile dev|ci|thorough|large   (Hypothesis's own option; ci by default;
+                            large: ci plus cases past 2**31 elements, on a GPU)
 
 Test files are imported under their installed names (``normcert.properties.*``)
 whatever path pytest was given, so a module never exists twice under two names.
@@ -36,7 +37,8 @@ import hypothesis.core
 import pytest
 from hypothesis import settings
 
-PROFILES = {"dev": 4, "ci": 12, "thorough": 300}  # examples per property and dtype
+# examples per property and dtype; "large" is ci's plus the large family (a GPU: test_large)
+PROFILES = {"dev": 4, "ci": 12, "thorough": 300, "large": 12}
 
 
 def _register_profiles():
@@ -202,7 +204,8 @@ class Suite:
         self.session = Session(device=device, seed=config.getoption("--seed"), bitwise=config.getoption("--bitwise"),
                                require_backward=config.getoption("--require-backward"),
                                failures_dir=config.getoption("--failures-dir"),
-                               kernel_timeout=config.getoption("--kernel-timeout"))
+                               kernel_timeout=config.getoption("--kernel-timeout"),
+                               profile=config.getoption("hypothesis_profile", None) or "ci")
         from normcert.impls import interpreter  # noqa: PLC0415
 
         self.session.interpreter = interpreter.install() if interpreter.active() else None

@@ -23,7 +23,8 @@ class Session:
     results: a ``harness.Result`` per (kernel, family, dtype) run here;
     hung: kernel id -> message, for kernels the watchdog gave up on (never called again);
     interpreter: the corrections made to Triton's interpreter (``impls.interpreter``), None without it;
-    interpreted: (kernel id, dtype) -> does it run under that interpreter (``harness.runs_interpreted``)."""
+    interpreted: (kernel id, dtype) -> does it run under that interpreter (``harness.runs_interpreted``);
+    profile: the run's profile (``plugin.PROFILES``): "large" adds the large family."""
 
     device: str = "cpu"
     seed: int = 0
@@ -39,6 +40,7 @@ class Session:
     hung: dict[str, str] = field(default_factory=dict)
     interpreter: list | None = None
     interpreted: dict = field(default_factory=dict)
+    profile: str = "ci"
 
     def derive_seed(self, *parts) -> int:
         """A per-test seed from the global seed: the same whatever the worker split."""

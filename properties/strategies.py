@@ -124,6 +124,66 @@ def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
             make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1]))
 
 
+# ---------------------------------------------------------------- large (--profile large, a GPU)
+INT32_LIMIT = 2 ** 31  # elements: past it, an offset row * stride held in int32 wraps (FlashInfer#3005)
+LARGE_WIDTH = 4096
+LARGE_ROWS_PAST = 64  # rows of "huge" that start past the limit
+FAR_STRIDE_PAST = 128  # "far": the second row starts this many elements past the limit
+LARGE_SAMPLE = 16  # random rows checked below the limit
+LARGE = ("huge", "far")
+
+
+def large_buckets(rec, spin: int, limit: int = INT32_LIMIT) -> tuple[Bucket, ...]:
+    """The shapes of ``--profile large`` for op record ``rec`` (``limit``: the element count they
+    cross; a meta-test passes a small one to check the same logic on the CPU):
+
+    huge  limit // w + LARGE_ROWS_PAST rows of x-width w (LARGE_WIDTH, capped at the op's
+          max_width; x is twice as wide for halves ops): more than ``limit`` elements
+    far   2 rows of width w, row stride limit + FAR_STRIDE_PAST elements (the "far" layout)"""
+    cap = rec.max_width // 2 if rec.halves else rec.max_width
+    width = min(LARGE_WIDTH, cap)
+    x_width = 2 * width if rec.halves else width
+    rows = limit // x_width + LARGE_ROWS_PAST
+    return (Bucket("huge", rows, width, "contiguous", _mix(spin, "huge"), f"{rows * x_width} elements"),
+            Bucket("far", 2, width, "far", _mix(spin, "far"), f"row stride {limit + FAR_STRIDE_PAST}"))
+
+
+def large_storage(rec, bucket: Bucket, limit: int = INT32_LIMIT) -> int:
+    """Elements of the storage behind one row tensor of ``bucket``'s case."""
+    rows, x_width = bucket.shape(rec)
+    return limit + FAR_STRIDE_PAST + x_width if bucket.layout == "far" else rows * x_width
+
+
+def device_normal(shape: tuple[int, int], dtype, device, seed: int, stride: int | None = None,
+                  chunk: int = 1 << 26) -> torch.Tensor:
+    """Standard normal values rounded (nearest even) to ``dtype``, made on ``device`` a chunk at a
+    time (no float32 copy of the whole tensor), as a (rows, width) view with row stride ``stride``
+    (default: contiguous) into zeros; the same bits for the same seed on the same device."""
+    rows, width = shape
+    stride = width if stride is None else stride
+    gen = torch.Generator(device=device).manual_seed(seed)
+    wide = torch.float64 if dtype == torch.float64 else torch.float32
+    flat = torch.zeros((rows - 1) * stride + width if rows else 0, dtype=dtype, device=device)
+    view = flat.as_strided((rows, width), (stride, 1))
+    if stride == width:
+        for a in range(0, flat.numel(), chunk):
+            b = min(a + chunk, flat.numel())
+            flat[a:b] = torch.randn(b - a, generator=gen, dtype=wide, device=device).to(dtype)
+    else:
+        for r in range(rows):
+            view[r] = torch.randn(width, generator=gen, dtype=wide, device=device).to(dtype)
+    return view
+
+
+def large_rows_checked(rows: int, stride: int, limit: int, seed: int) -> list[int]:
+    """The rows of a large case the oracle checks: every row from the last one that starts below
+    element ``limit`` on (past the limit, int32 offsets wrap), the first row, and LARGE_SAMPLE
+    rows drawn below the limit (``stride``: the row stride in elements)."""
+    start = max(0, min(rows, -(-limit // stride)) - 1)
+    below = np.random.default_rng(seed).integers(0, max(start, 1), LARGE_SAMPLE)
+    return sorted({0, *range(start, rows), *(int(r) for r in below if r < rows)})
+
+
 def _mix(spin: int, salt: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{spin}:{salt}".encode()).digest()[:8], "little")
 

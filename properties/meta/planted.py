@@ -15,6 +15,12 @@ from normcert.impls.eager import layer_norm, up
 # ------------------------------------------------------------------ helpers
 
 
+def _normed(s, w, eps):
+    """s * rsqrt(mean(s^2) + eps) * w: the formula, on every device (F.rms_norm on CUDA is NaN
+    for the finite elements of a row holding inf: no correct variant can be built on it)."""
+    return s * _rms(s, eps) * w
+
+
 def _rms(x, eps):
     return torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
@@ -120,7 +126,7 @@ def rms_returns_none(x, weight, eps):
 
 
 def rms_returns_tuple(x, weight, eps):
-    return (F.rms_norm(up(x), (x.shape[-1],), up(weight), eps).to(x.dtype),)
+    return (_normed(up(x), up(weight), eps).to(x.dtype),)
 
 
 def rms_ignores_strides(x, weight, eps):
@@ -210,20 +216,20 @@ def ln_rows_past_65535_unlaunched(x, weight, bias, eps):
 # ------------------------------------------------------------------ add_rms_norm bugs
 def add_rms_stale_residual(x, residual, weight, eps):
     s = up(x) + up(residual)
-    return F.rms_norm(s, (x.shape[-1],), up(weight), eps).to(x.dtype), residual.clone()
+    return _normed(s, up(weight), eps).to(x.dtype), residual.clone()
 
 
 def add_rms_truncated_residual(x, residual, weight, eps):
     """Rounds the new residual toward zero instead of to nearest."""
     s = up(x) + up(residual)
-    y = F.rms_norm(s, (x.shape[-1],), up(weight), eps).to(x.dtype)
+    y = _normed(s, up(weight), eps).to(x.dtype)
     r = s.to(x.dtype)
     return y, torch.where(up(r).abs() > s.abs(), torch.nextafter(r, torch.zeros_like(r)), r)
 
 
 def add_rms_forgets_add(x, residual, weight, eps):
     s = up(x) + up(residual)
-    return F.rms_norm(up(x), (x.shape[-1],), up(weight), eps).to(x.dtype), s.to(x.dtype)
+    return _normed(up(x), up(weight), eps).to(x.dtype), s.to(x.dtype)
 
 
 # ------------------------------------------------------------------ layer_norm bugs
@@ -362,7 +368,7 @@ rms_compiled_llama.__name__ = "rms_compiled_llama"  # its own test id and replay
 
 def add_rms_unfused(x, residual, weight, eps):
     s = (up(x) + up(residual)).to(x.dtype)  # round the sum first, then normalise it
-    return F.rms_norm(up(s), (x.shape[-1],), up(weight), eps).to(x.dtype), s
+    return _normed(up(s), up(weight), eps).to(x.dtype), s
 
 
 def ln_welford(x, weight, bias, eps):
@@ -540,6 +546,21 @@ BUGS = [
     ("silu_and_mul", silu_and_mul_swapped, {"accuracy", "extremes"}),
     ("swiglu", swiglu_empty_crash, {"accuracy", "contract", "extremes", "gradients"}),
 ]
+
+# ------------------------------------------------------------------ a bug past 2**31 elements, at a CPU's scale
+SMALL_LIMIT = 2 ** 16  # the large family's cases, made to cross this instead of 2**31 (test_meta)
+
+
+def rms_offsets_wrap_past_2_16(x, weight, eps):
+    """Row r read at element (offset + r * stride) mod 2**16 of x's storage: an int32 row offset
+    wrapping past 2**31 (FlashInfer#3005), at a scale the CPU can run.  Right below 2**16."""
+    n, stride = x.shape[-1], x.stride(0)
+    storage = torch.empty(0, dtype=x.dtype, device=x.device).set_(x.untyped_storage())
+    storage = torch.cat([storage, storage.new_zeros(n)])  # a wrapped read past the end sees zeros
+    starts = [(x.storage_offset() + r * stride) % SMALL_LIMIT for r in range(x.shape[0])]
+    rows = torch.stack([storage[a:a + n] for a in starts]) if starts else x
+    return _normed(up(rows), up(weight), eps).to(x.dtype)
+
 
 BUCKET_BUGS = [  # (op, kernel, the families that must kill it on every seed)
     ("rms_norm", rms_ignores_tail_past_4096, {"accuracy"}),

@@ -5,6 +5,10 @@ takes) and asserts the Result the certificate would carry.
 """
 from __future__ import annotations
 
+import functools
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -154,3 +158,14 @@ def test_gradcheck_rejects_a_backward_that_is_not_the_derivative():
 
     x = torch.linspace(-1, 1, 6, dtype=torch.float64).reshape(2, 3)
     assert "backward gives 3.0, finite differences" in finite_differences(Square.apply, [x])
+
+
+def test_a_finished_call_leaves_no_reference_to_its_inputs(session):
+    """The watchdog's thread drops each call once it returns: a case's tensors are freed when the
+    suite drops them (on a GPU, --profile large's cases would otherwise fill the device)."""
+    x = torch.ones(4)
+    alive = weakref.ref(x)
+    assert harness.kernel_code(session, _impl(hostile._rms), "", functools.partial(torch.sum, x)).item() == 4
+    del x
+    gc.collect()
+    assert alive() is None

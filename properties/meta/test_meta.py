@@ -14,16 +14,18 @@ code path as the main tests -- so a property that cannot fail shows up here.
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 
 from normcert.impls import make
 from normcert.oracle import OPS
 from normcert.oracle.formats import DTYPES
-from normcert.properties import harness
+from normcert.properties import harness, test_large
 from normcert.properties.families import BY_NAME, CASE_CHECKS
 from normcert.properties.harness import PropertyFailure
 from normcert.properties.session import Session
+from normcert.properties.strategies import FAR_STRIDE_PAST, LARGE_WIDTH, large_buckets
 
 from . import planted
 
@@ -112,6 +114,37 @@ def test_a_warning_is_not_shrunk(session):
     assert res.examples <= examples + 1, res.examples
 
 
+@pytest.mark.parametrize("fn, killed", [(planted.rms_offsets_wrap_past_2_16, True), (planted.rms_llama_order, False)],
+                         ids=["wraps past 2**16", "correct"])
+def test_large_family_at_a_cpu_scale(fn, killed, session):
+    """The large family's cases and row sampling, crossing 2**16 elements instead of 2**31: a
+    kernel whose row offsets wrap there is rejected on a row past the limit, a correct one passes."""
+    rec, family = OPS["rms_norm"], BY_NAME["large"]
+    impl = _impl("rms_norm", fn)
+    schedule = [(b.label, test_large.large_cases("rms_norm", DTYPES[1], session.device, bucket=b,
+                                                 limit=planted.SMALL_LIMIT))
+                for b in large_buckets(rec, session.seed, planted.SMALL_LIMIT)]
+    assert [b.split()[0] for b, _ in schedule] == list(family.buckets)
+    if not killed:
+        assert harness.run(session, family.name, impl, DTYPES[1], None, family.check_fn(),
+                           buckets=schedule).outcome == "pass"
+        return
+    with pytest.raises(PropertyFailure, match=r"large fails .* y\[(\d+)") as e:
+        harness.run(session, family.name, impl, DTYPES[1], None, family.check_fn(), buckets=schedule)
+    row = int(re.search(r"y\[(\d+)", str(e.value)).group(1))
+    stride = planted.SMALL_LIMIT + FAR_STRIDE_PAST if "bucket=far" in str(e.value) else LARGE_WIDTH
+    assert row * stride >= planted.SMALL_LIMIT, str(e.value)  # the row named is one past the limit
+    assert "replay: normcert replay" in str(e.value)  # small enough to save, unlike a GPU's case
+
+
+def test_large_profile_is_opt_in_and_says_why_it_skips_on_the_cpu():
+    impl = _impl("rms_norm", planted.rms_llama_order)
+    with pytest.raises(pytest.skip.Exception, match="opt-in: --profile large"):
+        test_large.test_large(Session(device="cpu"), impl, DTYPES[1])
+    with pytest.raises(pytest.skip.Exception, match="for a GPU .--device cuda.; not run on cpu"):
+        test_large.test_large(Session(device="cpu", profile="large"), impl, DTYPES[1])
+
+
 @pytest.mark.parametrize("op, fn", planted.CORRECT, ids=[f.__name__ for _, f in planted.CORRECT])
 def test_correct_variant_is_certified(op, fn, session, request):
     impl = _impl(op, fn)
@@ -119,7 +152,8 @@ def test_correct_variant_is_certified(op, fn, session, request):
     for k in range(request.config.getoption("--meta-seeds")):
         session.seed = base + 1000 * k
         for family in CASE_CHECKS:
-            if family.bitwise or not family.applies(OPS[op]):  # the bitwise pair is not a correctness claim
+            # the bitwise pair is not a correctness claim; large is a GPU's (test_large_family_at_a_cpu_scale)
+            if family.bitwise or family.profile or not family.applies(OPS[op]):
                 continue
             for dtype in DTYPES:
                 _run(session, family, impl, dtype)

@@ -1,0 +1,139 @@
+"""Large: the sizes where int32 offsets and grid limits break (``--profile large``, on a GPU).
+
+    huge   more than 2^31 elements: 2^31 / w + 64 rows of x-width w (4096, or the op's
+           max_width): an offset row * stride held in int32 wraps past element 2^31
+    far    2 rows whose row stride is 2^31 + 128 elements: the second row starts past 2^31
+           (FlashInfer#3005)
+
+Every row-wise op; each (kernel, dtype) runs both cases once (``strategies.large_buckets``),
+no random search.  The kernel runs on the whole tensor and the oracle checks the rows that
+matter (``strategies.large_rows_checked``: every row from the last one that starts below
+element 2^31, the first row, and 16 random rows below).  The op is row-wise -- output row r
+is the op of input row r alone -- so the claim on those rows is the accuracy family's, bound
+for bound.  Values: standard normal, made on the device (``strategies.device_normal``).
+
+A dtype whose cases do not fit the device's free memory (``need_bytes``), or whose kernel
+runs out of it, is not certified by this family, and says so.  The cases fill the device,
+so they run one at a time across xdist workers (``_one_at_a_time``).  On the CPU the test
+skips and says why.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import gc
+import os
+import re
+import tempfile
+import traceback
+
+import pytest
+import torch
+from hypothesis import strategies as st
+
+from normcert.oracle import OPS
+from normcert.oracle.formats import DTYPE_NAMES
+
+from .case import Case
+from .families import BY_NAME
+from .harness import PropertyFailure, Result, certify, check_against_oracle, invoke, scheduled
+from .strategies import FAR_STRIDE_PAST, INT32_LIMIT, device_normal, eps, integer, large_rows_checked, large_storage
+
+@st.composite
+def large_cases(draw, op, dtype, device, bucket=None, limit=INT32_LIMIT):
+    """The case of one of ``strategies.large_buckets(rec, spin, limit)``: row tensors from
+    ``device_normal`` (layout "far": row stride limit + FAR_STRIDE_PAST), the other arguments
+    the op record's ``sample`` at that width, eps drawn."""
+    if bucket is None:
+        raise ValueError(f"large_cases({op!r}): bucket must be one of strategies.large_buckets (no random search)")
+    rec = OPS[op]
+    seed = draw(integer(0, 2 ** 31 - 1, bucket, "seed"))
+    rows, x_width = bucket.shape(rec)
+    stride = limit + FAR_STRIDE_PAST if bucket.layout == "far" else x_width
+    base = rec.sample(dtype, device, rows=1, width=x_width, seed=seed)
+    tensors = {k: device_normal((rows, x_width), dtype, device, seed + i, stride) if k in rec.row_inputs else base[k]
+               for i, k in enumerate(rec.tensors)}
+    scalars = {k: base[k] for k in rec.scalars}
+    scalars.update({a.name: draw(eps(bucket)) for a in rec.args if a.kind == "eps"})
+    checked = large_rows_checked(rows, stride, limit, seed)
+    notes = {"seed": str(seed), "bucket": bucket.label, "x": "normal@1e0 (made on the device)",
+             "rows checked": f"{len(checked)} of {rows}"}
+    return Case(op, tensors, scalars, notes, params={"limit": limit})
+
+
+def check_large(session, impl, case, worst):
+    outs = invoke(session, impl, case)
+    x = case.main
+    rows = large_rows_checked(x.shape[0], x.stride(0), int(case.params["limit"]), int(case.notes["seed"]))
+    pick = torch.tensor(rows, device=x.device)
+    sub = case.replace(**{k: case.tensors[k].index_select(0, pick) for k in case.record.row_inputs})
+    try:
+        check_against_oracle(tuple(o.index_select(0, pick) for o in outs), sub, worst)
+    except PropertyFailure as e:  # name the case's row, not the index among the rows checked
+        raise PropertyFailure(re.sub(r"\[(\d+)", lambda m: f"[{rows[int(m.group(1))]}", str(e), count=1)) from None
+
+
+def need_bytes(op: str, dtype, bucket, limit: int = INT32_LIMIT) -> int:
+    """Device bytes a case of ``bucket`` takes before the kernel's own: its row tensors (twice: the
+    harness keeps a copy to prove them unmutated) and its outputs."""
+    rec = OPS[op]
+    rows, x_width = bucket.shape(rec)
+    item = torch.empty(0, dtype=dtype).element_size()
+    inputs = len(rec.row_inputs) * large_storage(rec, bucket, limit) * item
+    outputs = len(rec.outputs) * rows * rec.out_shape((rows, x_width))[-1] * item
+    return 2 * inputs + outputs
+
+
+@contextlib.contextmanager
+def _one_at_a_time():
+    """Hold the device for one large case: an exclusive lock shared by every process of this user
+    (xdist workers), and the caching allocator emptied so that free memory is what it says."""
+    path = os.path.join(tempfile.gettempdir(), f"normcert-large-{os.getuid()}.lock")
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        gc.collect()
+        torch.cuda.empty_cache()
+        try:
+            yield
+        finally:
+            gc.collect()
+            torch.cuda.empty_cache()
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def test_large(normcert_session, impl, dtype):
+    session, family = normcert_session, BY_NAME["large"]
+    if session.profile != family.profile:
+        pytest.skip(f"opt-in: --profile {family.profile} (cases past 2**31 elements, on a GPU)")
+    if session.device != "cuda":
+        pytest.skip(f"--profile {family.profile}: the cases hold more than 2**31 elements, for a GPU "
+                    f"(--device cuda); not run on {session.device}")
+    with _one_at_a_time():
+        free = torch.cuda.mem_get_info()[0]
+        need = max(need_bytes(impl.op, dtype, b) for b in scheduled(session, family, impl, dtype))
+        if need > free:
+            _not_certified(session, impl, dtype, f"its cases need {need / 2 ** 30:.1f} GiB of device memory, "
+                                                 f"{free / 2 ** 30:.1f} GiB free")
+        try:
+            certify(session, family, impl, dtype)
+        except (pytest.fail.Exception, pytest.xfail.Exception) as e:
+            _drop_frames(e)
+            res = session.results[-1]
+            if "raised OutOfMemoryError" not in res.message:
+                raise
+            session.results.pop()
+            _not_certified(session, impl, dtype, f"the kernel ran out of device memory ({res.message})")
+
+
+def _drop_frames(e: BaseException | None) -> None:
+    """Clear the locals of the finished frames behind ``e`` and the exceptions it chains: they hold
+    the failed case, whose device memory pytest would keep (it keeps the last failure's traceback)."""
+    while e is not None:
+        traceback.clear_frames(e.__traceback__)
+        e = e.__context__ or e.__cause__
+
+
+def _not_certified(session, impl, dtype, message: str):
+    session.results.append(Result(impl.id, impl.op, impl.backend, "large", DTYPE_NAMES[dtype], "not-certified",
+                                  message=message))
+    pytest.skip(f"not-certified: {impl.id} in {DTYPE_NAMES[dtype]}: {message}")
