@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import inspect
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -135,6 +137,19 @@ def test_large_family_at_a_cpu_scale(fn, killed, session):
     stride = planted.SMALL_LIMIT + FAR_STRIDE_PAST if "bucket=far" in str(e.value) else LARGE_WIDTH
     assert row * stride >= planted.SMALL_LIMIT, str(e.value)  # the row named is one past the limit
     assert "replay: normcert replay" in str(e.value)  # small enough to save, unlike a GPU's case
+
+
+def test_large_profile_rejects_int32_row_offsets_on_a_gpu(session, tmp_path):
+    """The GPU check itself: a Triton RMSNorm whose row offset is int32 fails --profile large in
+    bfloat16 (a subprocess: a wrapped offset may leave the CUDA context unusable)."""
+    if session.device != "cuda":
+        pytest.skip("needs --device cuda (cases past 2**31 elements)")
+    impl = "rms_norm=normcert.properties.meta.planted_triton:rms_norm_int32_offsets"
+    out = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "normcert.properties.test_large", "-p",
+                          "no:xdist", "--impl", impl, "--hypothesis-profile", "large", "--device", "cuda",
+                          "-k", "bfloat16", "--failures-dir", str(tmp_path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1 and "large fails for rms_norm:" in out.stdout, out.stdout[-3000:]
 
 
 def test_large_profile_is_opt_in_and_says_why_it_skips_on_the_cpu():
