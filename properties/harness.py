@@ -63,9 +63,14 @@ def snapshot(case: Case) -> dict:
     return {k: _storage_bytes(t) for k, t in case.tensors.items() if t is not None}
 
 
-def check_unmutated(impl, case: Case, before: dict) -> None:
+def check_unmutated(impl, case: Case, before: dict, chunk: int = 1 << 28) -> None:
+    """The storage behind every input still holds the bytes of ``snapshot``: compared in place, a
+    chunk of bytes at a time (a copy, or one comparison of the whole storage, would take as much
+    device memory again as the input: ``--profile large`` cases fill the device)."""
     for k, raw in before.items():
-        if not torch.equal(_storage_bytes(case.tensors[k]), raw):
+        now = torch.empty(0, dtype=torch.uint8, device=raw.device).set_(case.tensors[k].untyped_storage())
+        if now.numel() != raw.numel() or not all(torch.equal(now[a:a + chunk], raw[a:a + chunk])
+                                                 for a in range(0, raw.numel(), chunk)):
             raise ContractViolation(f"{impl.id} mutated its input {k!r} (bits changed in its storage)")
 
 
@@ -130,11 +135,17 @@ class KernelHung(ContractViolation):
     """The kernel gave no result within --kernel-timeout; it is not called again in this process."""
 
 
-def kernel_code(session, impl, what: str, thunk):
+FIRST_CALL = 5  # the first call of a specialisation may take this many times --kernel-timeout
+
+
+def kernel_code(session, impl, what: str, thunk, specialisation=None):
     """``thunk()`` (a call into kernel code) under the watchdog; its failures are the kernel's.
 
     The call runs in a worker thread (``_Worker``), with the caller's grad mode, and is given
-    ``session.kernel_timeout`` seconds.  Past that the kernel is marked hung in
+    ``session.kernel_timeout`` seconds; the first call of ``what`` for a ``specialisation``
+    (dtype, grad mode) in this process, FIRST_CALL times that: torch.compile and Triton compile
+    there (on an H100 with 15 xdist workers compiling at once, a compiled add_rms_norm's first
+    backward took more than 60 s).  Past that the kernel is marked hung in
     ``session.hung``: this call and every later one fail at once with "hung: no result
     after T s" (the thread cannot be killed; it is left behind and dies with the
     process).  Any exception but KeyboardInterrupt is a ``ContractViolation``
@@ -153,8 +164,11 @@ def kernel_code(session, impl, what: str, thunk):
             box["error"] = e
 
     before, rng = global_state(), torch.get_rng_state()
-    if impl.id not in session.hung and not _WORKER.run(call, session.kernel_timeout):
-        session.hung[impl.id] = f"{impl.id}{what} hung: no result after {session.kernel_timeout:g} s"
+    key = (impl.id, what, specialisation)
+    limit = session.kernel_timeout * (1 if key in session.called else FIRST_CALL)
+    if impl.id not in session.hung and not _WORKER.run(call, limit):
+        session.hung[impl.id] = f"{impl.id}{what} hung: no result after {limit:g} s"
+    session.called.add(key)
     if impl.id in session.hung:
         # one raise for the call that hung and every later one: Hypothesis replays a failing
         # example and calls a failure raised from another line a different ("flaky") one
@@ -213,7 +227,7 @@ def invoke(session, impl, case: Case) -> tuple[torch.Tensor, ...]:
     info = case.record
     before = snapshot(case)
     args = case.oracle_args()
-    out = kernel_code(session, impl, "", lambda: info.call(impl.fn, args))
+    out = kernel_code(session, impl, "", lambda: info.call(impl.fn, args), (case.dtype, torch.is_grad_enabled()))
     outs = _normalise_outputs(impl, info, out)
     device = case.main.device
     for name, o, shape in zip(info.outputs, outs, expected_shapes(case)):
@@ -329,7 +343,7 @@ def on_sample(session, impl, dtype, *, grads=False):
     before = interpreter.launches()
     try:
         with torch.enable_grad() if grads else contextlib.nullcontext():
-            outputs = kernel_code(session, impl, "", lambda: rec.call_outputs(impl.fn, args))
+            outputs = kernel_code(session, impl, "", lambda: rec.call_outputs(impl.fn, args), (dtype, grads))
         outcome = "ok"
     except NotSupported:
         outputs, outcome = (), "refused"
@@ -452,9 +466,9 @@ _NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
 def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=True, buckets=()) -> Result:
     """Run ``check(session, impl, case, worst)`` over ``strategy`` (``max_examples`` cases, default:
     the profile's; None: no random search), then over each (label, strategy) of ``buckets`` (one
-    case each: the first one Hypothesis tries, not shrunk); record and raise on failure.  A non-gating run (a bitwise family
-    without --bitwise) reports a failure as a warning and does not shrink it: shrinking re-runs the
-    kernel hundreds of times for a case that fails nothing."""
+    case each: the first one Hypothesis tries, not shrunk); record and raise on failure.  A
+    non-gating run (a bitwise family without --bitwise) reports a failure as a warning and does
+    not shrink it: shrinking re-runs the kernel hundreds of times for a case that fails nothing."""
     res = Result(impl.id, impl.op, impl.backend, prop, DTYPE_NAMES[dtype], "error")
     session.results.append(res)
     if not probe(session, impl, dtype):

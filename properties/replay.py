@@ -51,7 +51,7 @@ def versions() -> dict:
     return out
 
 
-def _extent(t: torch.Tensor) -> int:
+def extent(t: torch.Tensor) -> int:
     """Elements from t's first element to its last, in storage order (0 for an empty t)."""
     return 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) if t.numel() else 0
 
@@ -60,7 +60,7 @@ def _span(t: torch.Tensor):
     """(bytes, offset, stride) of the smallest storage span holding every element of t."""
     if t.numel() == 0:
         return b"", 0, list(t.stride())
-    base = torch.as_strided(t.detach(), (_extent(t),), (1,), t.storage_offset()).cpu()
+    base = torch.as_strided(t.detach(), (extent(t),), (1,), t.storage_offset()).cpu()
     raw = base.contiguous().view(torch.uint8).numpy().tobytes()
     return raw, 0, list(t.stride())
 
@@ -70,8 +70,8 @@ def save_failure(impl, prop: str, case: Case, directory: str) -> str:
     why it was not saved (a tensor past MAX_ELEMENTS, which ``load`` would refuse: ``--profile
     large`` cases, made again from the run's seed)."""
     for k, t in case.tensors.items():
-        if t is not None and _extent(t) > MAX_ELEMENTS:
-            return (f"not saved: {k} spans {_extent(t)} elements, past the {MAX_ELEMENTS} of a replay file; "
+        if t is not None and extent(t) > MAX_ELEMENTS:
+            return (f"not saved: {k} spans {extent(t)} elements, past the {MAX_ELEMENTS} of a replay file; "
                     f"the same --seed and --profile make the same case again")
     os.makedirs(directory, exist_ok=True)
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{impl.op}-{impl.name}-{prop}-{DTYPE_NAMES[case.dtype]}") + ".npz"

@@ -22,6 +22,7 @@ class Session:
     replay: (file metadata, case) and replay_impl when the run replays a file;
     results: a ``harness.Result`` per (kernel, family, dtype) run here;
     hung: kernel id -> message, for kernels the watchdog gave up on (never called again);
+    called: the (kernel id, what, specialisation) the watchdog has called (``harness.kernel_code``);
     interpreter: the corrections made to Triton's interpreter (``impls.interpreter``), None without it;
     interpreted: (kernel id, dtype) -> does it run under that interpreter (``harness.runs_interpreted``);
     profile: the run's profile (``plugin.PROFILES``): "large" adds the large family."""
@@ -38,6 +39,7 @@ class Session:
     replay_impl: object = None
     results: list = field(default_factory=list)
     hung: dict[str, str] = field(default_factory=dict)
+    called: set = field(default_factory=set)
     interpreter: list | None = None
     interpreted: dict = field(default_factory=dict)
     profile: str = "ci"

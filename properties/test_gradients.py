@@ -65,7 +65,8 @@ def check_gradients(session, impl, case, worst):
     names = list(leaves)
     sent = [formats.bits(c).clone() for c in cot]
     grads = kernel_code(session, impl, " backward",
-                        lambda: torch.autograd.grad(outs, [leaves[k] for k in names], cot, allow_unused=True))
+                        lambda: torch.autograd.grad(outs, [leaves[k] for k in names], cot, allow_unused=True),
+                        case.dtype)
     for name, c, before in zip(info.outputs, cot, sent):
         if not torch.equal(formats.bits(c), before):
             raise ContractViolation(f"{impl.id}: its backward wrote into the incoming gradient of {name!r} "
@@ -157,7 +158,8 @@ def test_gradcheck(normcert_session, impl):
     res = Result(impl.id, impl.op, impl.backend, "gradcheck", "float64", "error", examples=1)
     session.results.append(res)
     try:
-        mismatch = kernel_code(session, impl, "", lambda: finite_differences(fn, [leaves[k] for k in names]))
+        mismatch = kernel_code(session, impl, " (gradcheck)",
+                               lambda: finite_differences(fn, [leaves[k] for k in names]), torch.float64)
         ok = not mismatch
         message = "" if ok else f"gradcheck fails for {impl.id} in float64 on {case.describe()}: {mismatch}"
     except NotSupported:

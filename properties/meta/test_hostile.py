@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import time
 import weakref
 
 import pytest
@@ -102,6 +103,21 @@ def test_a_hanging_kernel_is_cut_once_then_fails_fast(session):
     with pytest.raises(PropertyFailure, match="hung: no result after 1 s"):
         _accuracy(session, rms_hangs_on_long_rows)
     assert len(calls) == before, "a hung kernel must not be called again"
+
+
+def test_a_slow_first_call_is_not_a_hang(session):
+    """torch.compile and Triton compile at a kernel's first call: that call gets FIRST_CALL times
+    the timeout, the later ones the timeout."""
+    session.kernel_timeout = 0.5
+    calls = []
+
+    def rms_compiles_at_first_call(x, weight, eps):
+        if not calls:
+            time.sleep(1.0)
+        calls.append(x.shape)
+        return hostile._rms(x, weight, eps)
+
+    assert _accuracy(session, rms_compiles_at_first_call).outcome == "pass"
 
 
 def test_a_kernel_that_changes_global_state_fails_and_the_state_is_restored(session):

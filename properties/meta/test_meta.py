@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import Phase, given, settings
 
 from normcert.impls import make
 from normcert.oracle import OPS
@@ -26,6 +27,7 @@ from normcert.oracle.formats import DTYPES
 from normcert.properties import harness, test_large
 from normcert.properties.families import BY_NAME, CASE_CHECKS
 from normcert.properties.harness import PropertyFailure
+from normcert.properties.replay import MAX_ELEMENTS
 from normcert.properties.session import Session
 from normcert.properties.strategies import FAR_STRIDE_PAST, LARGE_WIDTH, large_buckets
 
@@ -137,6 +139,31 @@ def test_large_family_at_a_cpu_scale(fn, killed, session):
     stride = planted.SMALL_LIMIT + FAR_STRIDE_PAST if "bucket=far" in str(e.value) else LARGE_WIDTH
     assert row * stride >= planted.SMALL_LIMIT, str(e.value)  # the row named is one past the limit
     assert "replay: normcert replay" in str(e.value)  # small enough to save, unlike a GPU's case
+
+
+def test_a_failing_case_too_large_to_save_is_freed_at_once(session):
+    """A large case that fails is not written (a replay file could not hold it), and its tensors
+    move to the meta device as the failure leaves the check: Hypothesis keeps the failure and
+    runs the case again, which would hold two on the device.  The "far" case with limit
+    MAX_ELEMENTS: 2 rows in a 256 MiB storage."""
+    far = large_buckets(OPS["rms_norm"], session.seed, MAX_ELEMENTS)[1]
+    strategy = test_large.large_cases("rms_norm", DTYPES[1], session.device, bucket=far, limit=MAX_ELEMENTS)
+    impl = _impl("rms_norm", planted.rms_offsets_wrap_past_2_16)
+    with pytest.raises(PropertyFailure, match="replay: not saved: x spans"):
+        harness.run(session, "large", impl, DTYPES[1], None, test_large.check_large, buckets=[(far.label, strategy)])
+    drawn = []
+
+    @settings(max_examples=1, phases=[Phase.generate], database=None)
+    @given(strategy)
+    def draw(c):
+        drawn.append(c)
+
+    draw()
+    case = drawn[0]
+    with pytest.raises(PropertyFailure):
+        test_large.check_large(session, impl, case, harness.Worst())
+    assert {t.device.type for t in case.tensors.values() if t is not None} == {"meta"}
+    assert "far 2x4096" in case.describe()
 
 
 def test_large_profile_rejects_int32_row_offsets_on_a_gpu(session, tmp_path):
