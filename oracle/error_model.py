@@ -377,6 +377,13 @@ def rms_norm_bwd(args, cot, exact, w=None, w_rel=0.0):
 
     |d dx_i| <= rho|g_i| (rho_rel + 2u_c) + rho^3 |x_i| (|M| (3 rho_rel + 4 u_c) + gam(n+2) mean|g x|)
                 + 2 u_o |dx_i| + floors, rho_rel = gam(n+1)/2 + (FN_ULPS+2) u_c.
+    A kernel may save xhat = x rho in x.dtype (the llama order; SAVED relative error) -- and a
+    saved xhat that is subnormal in x.dtype, or flushed, is off by up to lam_x absolutely, not
+    relatively.  Where |xhat| < 2 lam_x ("tiny"), xhat enters dw_j = sum_rows dy_j xhat_j (a floor of
+    ROUNDINGS lam_x sum over tiny rows of |dy_j|) and dx_i = rho (g_i - xhat_i mean(g xhat)) (a floor
+    of ROUNDINGS lam_x rho (rho |M| [i tiny] + rho |x_i| mean(|g| [tiny]))).  Without these floors
+    the llama order was rejected in float16 on rows of |x| ~ 1e-4 with eps = 0.1 (xhat ~ 3e-5,
+    below float16's smallest normal 6.1e-5): dweight 6.3 bounds off.
     w: the multiplier (default: the weight; gemma_rms_norm's is 1 + weight); w_rel: a relative
     error of it in the kernel (each g_i off by w_rel |g_i|), which adds w_rel (rho |g_i| + rho^3 |x_i| mean|g x|).
     """
@@ -403,6 +410,8 @@ def rms_norm_bwd(args, cot, exact, w=None, w_rel=0.0):
                            + (ctx.gam(n + 2) + us + saved + ORACLE + w_rel) * m_abs))
         # dx = dx_rms + dres is rounded after the add: its magnitude, not |dx|, sets the rounding
         dx_err = dx_err + ctx.round_out(a_t + b_t * np.abs(m) + np.abs(dres)) + ctx.lam_c * (1 + a_t + b_t)
+        tiny = np.abs(x * rho) < 2 * ctx.lam_o  # xhat may be saved subnormal, or flushed
+        dx_err = dx_err + ROUNDINGS * ctx.lam_o * rho ** 2 * (np.abs(m) * tiny + np.abs(x) * _mean(np.abs(g) * tiny))
         claim = _rms_claim(ctx, args, x)
         out = {"x": np.where(claim, dx_err, np.inf)}
         if "residual" in exact:
@@ -410,7 +419,8 @@ def rms_norm_bwd(args, cot, exact, w=None, w_rel=0.0):
         cw = _wctx(args, "weight")
         terms = np.abs(dy * x * rho)
         err, total = _sum_rows_error(cw, terms)
-        dw_err = err + (rho_rel.max(initial=0) + us + saved) * total + cw.round_out(np.abs(exact["weight"])) + cw.lam_c * x.shape[0]
+        dw_err = (err + (rho_rel.max(initial=0) + us + saved) * total + cw.round_out(np.abs(exact["weight"]))
+                  + cw.lam_c * x.shape[0] + ROUNDINGS * ctx.lam_o * _reduce_rows(np.abs(dy) * tiny))
         out["weight"] = np.where(claim.all(), dw_err, np.inf)
     return out
 
