@@ -1,5 +1,5 @@
 """Eager torch implementations: torch.nn.functional where it keeps the op's meaning on every
-device, else the formula in torch ops (RMSNorm: ``_rms``; LayerNorm: see ``layer_norm``).
+device, else the formula in torch ops (RMSNorm: ``rms_formula``; LayerNorm: see ``layer_norm``).
 
 Inputs of reduced precision are computed in float32 and rounded once at the
 end; float64 stays float64.  (Calling F.layer_norm directly on bfloat16/float16
@@ -20,25 +20,26 @@ def up(t: torch.Tensor, like: torch.Tensor | None = None) -> torch.Tensor:
     return t.to(torch.float64 if ref.dtype == torch.float64 else torch.float32)
 
 
-def _rms(s, w, eps):
+def rms_formula(s, w, eps):
     """s * rsqrt(mean(s^2) + eps) * w in s's precision.  Not F.rms_norm: on CUDA (torch 2.11) it
     returns NaN for the finite elements of a row holding +-inf, whose exact value is
-    x_i / inf = 0 (the case-study table), and this kernel is the suite's reference partner."""
+    x_i / inf = 0 (the case-study table), and this kernel is the suite's reference partner;
+    the planted variants build on it too."""
     return s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
 def rms_norm(x, weight, eps):
-    return _rms(up(x), up(weight, x), eps).to(x.dtype)
+    return rms_formula(up(x), up(weight, x), eps).to(x.dtype)
 
 
 def gemma_rms_norm(x, weight, eps):
     """The offset added in the compute format, after the upcast (not in bfloat16)."""
-    return _rms(up(x), up(weight, x) + 1, eps).to(x.dtype)
+    return rms_formula(up(x), up(weight, x) + 1, eps).to(x.dtype)
 
 
 def add_rms_norm(x, residual, weight, eps):
     s = up(x) + up(residual)
-    return _rms(s, up(weight, x), eps).to(x.dtype), s.to(x.dtype)
+    return rms_formula(s, up(weight, x), eps).to(x.dtype), s.to(x.dtype)
 
 
 def layer_norm(x, weight, bias, eps):

@@ -148,10 +148,15 @@ def large_buckets(rec, spin: int, limit: int = INT32_LIMIT) -> tuple[Bucket, ...
             Bucket("far", 2, width, "far", _mix(spin, "far"), f"row stride {limit + FAR_STRIDE_PAST}"))
 
 
+def large_stride(rec, bucket: Bucket, limit: int = INT32_LIMIT) -> int:
+    """The row stride, in elements, of a row tensor of ``bucket``'s case."""
+    return limit + FAR_STRIDE_PAST if bucket.layout == "far" else bucket.shape(rec)[1]
+
+
 def large_storage(rec, bucket: Bucket, limit: int = INT32_LIMIT) -> int:
     """Elements of the storage behind one row tensor of ``bucket``'s case."""
     rows, x_width = bucket.shape(rec)
-    return limit + FAR_STRIDE_PAST + x_width if bucket.layout == "far" else rows * x_width
+    return (rows - 1) * large_stride(rec, bucket, limit) + x_width
 
 
 def device_normal(shape: tuple[int, int], dtype, device, seed: int, stride: int | None = None,

@@ -13,9 +13,9 @@ is the op of input row r alone -- so the claim on those rows is the accuracy fam
 for bound.  Values: standard normal, made on the device (``strategies.device_normal``).
 
 A dtype whose cases do not fit the device's free memory (``need_bytes``), or that runs out
-of it (the kernel's own buffers), is not certified by this family, and says so.  The cases fill the device,
-so they run one at a time across xdist workers (``_one_at_a_time``).  On the CPU the test
-skips and says why.
+of it (the kernel's own buffers), is not certified by this family, and says so.  The cases
+fill the device, so they run one at a time across xdist workers (``_one_at_a_time``).  On
+the CPU the test skips and says why.
 """
 from __future__ import annotations
 
@@ -38,19 +38,20 @@ from .case import Case
 from .families import BY_NAME
 from .harness import PropertyFailure, Result, certify, check_against_oracle, invoke, scheduled
 from .replay import MAX_ELEMENTS, extent
-from .strategies import FAR_STRIDE_PAST, INT32_LIMIT, device_normal, eps, integer, large_rows_checked, large_storage
+from .strategies import (INT32_LIMIT, device_normal, eps, integer, large_rows_checked, large_storage,
+                         large_stride)
 
 @st.composite
 def large_cases(draw, op, dtype, device, bucket=None, limit=INT32_LIMIT):
     """The case of one of ``strategies.large_buckets(rec, spin, limit)``: row tensors from
-    ``device_normal`` (layout "far": row stride limit + FAR_STRIDE_PAST), the other arguments
+    ``device_normal`` with the bucket's ``large_stride``, the other arguments
     the op record's ``sample`` at that width, eps drawn."""
     if bucket is None:
         raise ValueError(f"large_cases({op!r}): bucket must be one of strategies.large_buckets (no random search)")
     rec = OPS[op]
     seed = draw(integer(0, 2 ** 31 - 1, bucket, "seed"))
     rows, x_width = bucket.shape(rec)
-    stride = limit + FAR_STRIDE_PAST if bucket.layout == "far" else x_width
+    stride = large_stride(rec, bucket, limit)
     base = rec.sample(dtype, device, rows=1, width=x_width, seed=seed)
     tensors = {k: device_normal((rows, x_width), dtype, device, seed + i, stride) if k in rec.row_inputs else base[k]
                for i, k in enumerate(rec.tensors)}

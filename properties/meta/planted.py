@@ -10,15 +10,9 @@ import torch
 import torch.nn.functional as F
 
 from normcert.impls.compiled import compiled_at_first_call
-from normcert.impls.eager import layer_norm, up
+from normcert.impls.eager import layer_norm, rms_formula, up
 
 # ------------------------------------------------------------------ helpers
-
-
-def _normed(s, w, eps):
-    """s * rsqrt(mean(s^2) + eps) * w: the formula, on every device (F.rms_norm on CUDA is NaN
-    for the finite elements of a row holding inf: no correct variant can be built on it)."""
-    return s * _rms(s, eps) * w
 
 
 def _rms(x, eps):
@@ -126,7 +120,7 @@ def rms_returns_none(x, weight, eps):
 
 
 def rms_returns_tuple(x, weight, eps):
-    return (_normed(up(x), up(weight), eps).to(x.dtype),)
+    return (rms_formula(up(x), up(weight), eps).to(x.dtype),)
 
 
 def rms_ignores_strides(x, weight, eps):
@@ -216,20 +210,20 @@ def ln_rows_past_65535_unlaunched(x, weight, bias, eps):
 # ------------------------------------------------------------------ add_rms_norm bugs
 def add_rms_stale_residual(x, residual, weight, eps):
     s = up(x) + up(residual)
-    return _normed(s, up(weight), eps).to(x.dtype), residual.clone()
+    return rms_formula(s, up(weight), eps).to(x.dtype), residual.clone()
 
 
 def add_rms_truncated_residual(x, residual, weight, eps):
     """Rounds the new residual toward zero instead of to nearest."""
     s = up(x) + up(residual)
-    y = _normed(s, up(weight), eps).to(x.dtype)
+    y = rms_formula(s, up(weight), eps).to(x.dtype)
     r = s.to(x.dtype)
     return y, torch.where(up(r).abs() > s.abs(), torch.nextafter(r, torch.zeros_like(r)), r)
 
 
 def add_rms_forgets_add(x, residual, weight, eps):
     s = up(x) + up(residual)
-    return _normed(up(x), up(weight), eps).to(x.dtype), s.to(x.dtype)
+    return rms_formula(up(x), up(weight), eps).to(x.dtype), s.to(x.dtype)
 
 
 # ------------------------------------------------------------------ layer_norm bugs
@@ -368,7 +362,7 @@ rms_compiled_llama.__name__ = "rms_compiled_llama"  # its own test id and replay
 
 def add_rms_unfused(x, residual, weight, eps):
     s = (up(x) + up(residual)).to(x.dtype)  # round the sum first, then normalise it
-    return _normed(up(s), up(weight), eps).to(x.dtype), s
+    return rms_formula(up(s), up(weight), eps).to(x.dtype), s
 
 
 def ln_welford(x, weight, bias, eps):
@@ -559,7 +553,7 @@ def rms_offsets_wrap_past_2_16(x, weight, eps):
     storage = torch.cat([storage, storage.new_zeros(n)])  # a wrapped read past the end sees zeros
     starts = [(x.storage_offset() + r * stride) % SMALL_LIMIT for r in range(x.shape[0])]
     rows = torch.stack([storage[a:a + n] for a in starts]) if starts else x
-    return _normed(up(rows), up(weight), eps).to(x.dtype)
+    return rms_formula(up(rows), up(weight), eps).to(x.dtype)
 
 
 BUCKET_BUGS = [  # (op, kernel, the families that must kill it on every seed)
