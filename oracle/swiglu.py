@@ -40,9 +40,20 @@ def _dsilu(B, g):
     return s * (1 + g * sm)
 
 
+NEGLIGIBLE = -2200.0  # below it, e**g times any two finite doubles rounds to 0 in float64
+
+
 def _risky(g, *_):
-    """Where float64 loses the formula: e**g underflows (g < -600), or g is near-subnormal."""
-    return (g < -600) | ((g != 0) & (np.abs(g) < 2.0 ** -900))
+    """Where float64 loses the formula: e**g underflows (g < -600), or g is near-subnormal.
+
+    Except for g < NEGLIGIBLE: there every product the oracle forms, silu(g) * u * d and
+    silu'(g) * u * d with finite u, d (|u|, |d| < 2**1024), is below 2**-1075 in magnitude
+    (|g| e**g and |1 + g| e**g decrease for g < -1, and 2200 > (1075 + 2048) ln 2 + ln 2200),
+    so it rounds to a zero of sign sign(g u d) -- which is what float64 gets: e**-g = inf,
+    sigma(g) = +0, silu(g) = g * 0 = -0.  An infinite or NaN u or d is redone anyway
+    (``pointwise`` redoes every element with a non-finite input).  Without the exception the
+    extreme profiles of a many-row case would send most elements to mpmath (10**5 of them)."""
+    return ((g < -600) & (g >= NEGLIGIBLE)) | ((g != 0) & (np.abs(g) < 2.0 ** -900))
 
 
 def forward(B, gate, up):

@@ -146,3 +146,22 @@ def test_centring_keeps_its_bits_below_the_normal_range():
     exact = oracle.forward("layer_norm", path="mpmath", **args)
     (bound,) = oracle.OPS["layer_norm"].forward_bound(args, exact, kernel=False)
     assert np.all(np.abs(f64 - exact[0]) <= bound)
+
+
+def test_silu_far_below_negligible_is_float64s_own_zero():
+    """For g < ``swiglu.NEGLIGIBLE`` the float64 path skips mpmath: every product of silu(g) < 0
+    or silu'(g) < 0 with finite u and dy is below 2**-1075, so both paths give the zero of sign
+    sign(-u), sign(-u dy), sign(-dy).  Just above the cut (g = -2000) dy u silu'(g) with huge u
+    and dy is a normal double (~e**-573), which only mpmath finds."""
+    from normcert.oracle.swiglu import NEGLIGIBLE  # noqa: PLC0415
+    big = 1.7e308
+    g = torch.tensor([[NEGLIGIBLE - 0.5, -1e4, -3e38, -1.7e308, -2000.0]], dtype=torch.float64)
+    u = torch.tensor([[big, -big, 3.0, -big, big]], dtype=torch.float64)
+    dy = torch.tensor([[-big, big, big, 2.0, big]], dtype=torch.float64)
+    su, sd = np.sign(u.numpy()[0, :4]), np.sign(dy.numpy()[0, :4])
+    for path in ("float64", "mpmath"):
+        (y,) = oracle.forward("swiglu", path=path, gate=g, up=u)
+        grads = oracle.vjp("swiglu", (dy,), path=path, gate=g, up=u)
+        for name, v, sign in (("y", y, -su), ("dgate", grads["gate"], -su * sd), ("dup", grads["up"], -sd)):
+            assert np.all(v[0, :4] == 0) and np.array_equal(np.signbit(v[0, :4]), sign < 0), f"{path} {name}: {v}"
+        assert grads["gate"][0, 4] != 0, f"{path}: above the cut u dy silu'(g) is a normal double"
