@@ -291,8 +291,11 @@ def batch_norm_fwd(args, exact, kernel=True):
 
 def _deep_z(ctx, args):
     """z, the bound on the kernel's z (a matmul in c and <= 3 roundings to o), and
-    the rows where those roundings cannot overflow (alpha x, sublayer(x) and z
-    all representable in o): elsewhere a kernel that rounds z to o gets inf."""
+    the rows where those roundings cannot overflow: alpha x, sublayer(x) and z each
+    below omax by more than dz, which bounds the kernel's error in each of them
+    (exactly below omax is not enough: alpha x = 32817 and sublayer(x) = 32680.9 round
+    to 32832 + 32688 = 65520 in float16, whose sum rounds to inf, where z = 65497.9).
+    Elsewhere a kernel that rounds z to o may get inf."""
     x, a, c = _f(args["x"]), _f(args["sub_weight"]), _f(args["sub_bias"])
     alpha = float(args["alpha"])
     n = x.shape[-1]
@@ -302,7 +305,7 @@ def _deep_z(ctx, args):
     dz = ctx.gam(n + 2) * (mat + np.abs(alpha * x)) + ctx.uo * (np.abs(alpha * x) + np.abs(f) + np.abs(z))
     with np.errstate(all="ignore"):
         peak = np.maximum(np.maximum(np.abs(alpha * x), np.abs(f)), np.abs(z))
-        fits = np.all(~(peak >= ctx.omax), axis=-1, keepdims=True)  # NaN (from NaN input) counts as fitting
+        fits = np.all(~(peak + dz >= ctx.omax), axis=-1, keepdims=True)  # NaN (from NaN input) counts as fitting
     return z, dz, a, alpha, fits
 
 

@@ -165,3 +165,21 @@ def test_silu_far_below_negligible_is_float64s_own_zero():
         for name, v, sign in (("y", y, -su), ("dgate", grads["gate"], -su * sd), ("dup", grads["up"], -sd)):
             assert np.all(v[0, :4] == 0) and np.array_equal(np.signbit(v[0, :4]), sign < 0), f"{path} {name}: {v}"
         assert grads["gate"][0, 4] != 0, f"{path}: above the cut u dy silu'(g) is a normal double"
+
+
+def test_deep_norm_claims_nothing_where_rounded_parts_overflow():
+    """z = alpha x + sublayer(x) = 65497.9 is below float16's 65504, but alpha x = 32817 and
+    sublayer(x) = 32680.9 round to 32832 and 32688, whose sum rounds to inf: a correct float16
+    kernel (the eager one) gets NaN there, and the bound must make no claim on that row."""
+    from normcert.impls.eager import deep_norm  # noqa: PLC0415
+    from normcert.oracle.deep_norm import affine_sublayer  # noqa: PLC0415
+    h = torch.float16
+    args = dict(x=torch.tensor([[32800.0, 0.0]], dtype=h), sub_weight=torch.tensor([[0.99560546875, 0.0], [0.0, 0.0]], dtype=h),
+                sub_bias=torch.tensor([25.0, 0.0], dtype=h), weight=torch.ones(2, dtype=h), bias=torch.zeros(2, dtype=h),
+                alpha=32817 / 32800, eps=1e-5)
+    exact = oracle.forward("deep_norm", **args)
+    got = deep_norm(args["x"], affine_sublayer(args["sub_weight"], args["sub_bias"]), args["alpha"],
+                    args["weight"], args["bias"], args["eps"])
+    assert np.all(np.isfinite(exact[0])) and torch.isnan(got).all(), (exact, got)
+    (bound,) = oracle.OPS["deep_norm"].forward_bound(args, exact)
+    assert np.all(np.isinf(bound)), bound

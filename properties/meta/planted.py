@@ -181,7 +181,8 @@ BATCH_SIZE_BUGS = [  # (op, kernel, the families that must kill it on every seed
 
 # ------------------------------------------------------------------ bugs that hide in one bucket
 # Right on every shape the random search draws; wrong only on the shapes ``strategies.buckets``
-# schedules (``BUCKET_BUGS``, test_buckets.py).
+# schedules (``BUCKET_BUGS``, test_meta.py).  The backward ones are right in the forward: only the
+# gradients family's buckets can see them (its random search draws rows of at most 4096).
 def rms_ignores_tail_past_4096(x, weight, eps):
     """One block of 4096 columns, no loop: the squares past column 4096 are never summed."""
     xf = up(x)
@@ -205,6 +206,55 @@ def ln_rows_past_65535_unlaunched(x, weight, bias, eps):
     y = layer_norm(x, weight, bias, eps).reshape(-1, n).clone()
     y[65535:] = 0
     return y.reshape(x.shape)
+
+
+class _RmsGradTailPast4096(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        xf = up(x)
+        rho = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(xf, weight, rho)
+        return rms_formula(xf, up(weight, x), eps).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        xf, weight, rho = ctx.saved_tensors
+        n = xf.shape[-1]
+        g = up(dy, xf) * up(weight, xf)
+        dot = (g * xf)[..., :4096].sum(-1, keepdim=True) / n
+        dx = rho * g - rho.pow(3) * xf * dot
+        dw = (up(dy, xf) * xf * rho).reshape(-1, n).sum(0)
+        return dx.to(dy.dtype), dw.to(weight.dtype), None
+
+
+def rms_grad_ignores_tail_past_4096(x, weight, eps):
+    """A right forward; dx = rho g - rho**3 x mean(g x), g = dy w, rho = 1/sqrt(mean(x**2) + eps),
+    with the dot product's reduction in one block of 4096 columns: past it g x is never summed."""
+    return _RmsGradTailPast4096.apply(x, weight, eps)
+
+
+class _LnGradRowsPast65535(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        ctx.save_for_backward(x, weight, bias)
+        ctx.eps = eps
+        return layer_norm(x, weight, bias, eps)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, bias = ctx.saved_tensors
+        with torch.enable_grad():
+            xl, wl, bl = (t.detach().requires_grad_() for t in (x, weight, bias))
+            dx, dw, db = torch.autograd.grad(layer_norm(xl, wl, bl, ctx.eps), (xl, wl, bl), dy)
+        dx = dx.reshape(-1, x.shape[-1]).clone()
+        dx[65535:] = 0
+        return dx.reshape(x.shape), dw, db, None
+
+
+def ln_grad_rows_past_65535_unlaunched(x, weight, bias, eps):
+    """A right forward; the backward's one-program-per-row grid is capped at 65,535 rows, so
+    later rows of dx keep the buffer's zeros (apex#411, in the backward kernel)."""
+    return _LnGradRowsPast65535.apply(x, weight, bias, eps)
 
 
 # ------------------------------------------------------------------ add_rms_norm bugs
@@ -560,6 +610,8 @@ BUCKET_BUGS = [  # (op, kernel, the families that must kill it on every seed)
     ("rms_norm", rms_ignores_tail_past_4096, {"accuracy"}),
     ("rms_norm", rms_drops_partial_block, {"accuracy"}),
     ("layer_norm", ln_rows_past_65535_unlaunched, {"accuracy"}),
+    ("rms_norm", rms_grad_ignores_tail_past_4096, {"gradients"}),
+    ("layer_norm", ln_grad_rows_past_65535_unlaunched, {"gradients"}),
 ]
 
 CORRECT = [
