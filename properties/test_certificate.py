@@ -92,11 +92,19 @@ def test_a_crashed_xdist_worker_is_recorded_and_not_certified(tmp_path):
     assert "crashed tests: " + cert["crashed"][0] in (tmp_path / "c.md").read_text()
 
 
+def _sigint_as_at_a_terminal():
+    """SIGINT's default disposition in the child: a shell starts a background job (``cmd &``,
+    ``nohup``) with SIGINT ignored, the child inherits that, and Python then never raises
+    KeyboardInterrupt: the run below would go on to its end (a CI job started so hung here)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_leaves_an_interrupted_certificate(tmp_path):
     (tmp_path / "slow.py").write_text(_DRASTIC.format(action="pathlib.Path('called').touch(); time.sleep(30)"))
     run = subprocess.Popen([sys.executable, "-m", "normcert", "certify", "rms_norm=slow:rms", "--certificate",
                             "c.json", "--", "-k", "test_accuracy and float32"],
-                           cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                           cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=_sigint_as_at_a_terminal)
     deadline = time.monotonic() + 300
     while not (tmp_path / "called").exists() and run.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
