@@ -65,6 +65,8 @@ class Op:
     rounded:     outputs defined as the exact value rounded (nearest even) to the main dtype
     unfused:     the op this one fuses with the residual add: ``self(x, residual, ...)`` is
                  ``(unfused(x + residual, ...), residual_out = x + residual)``
+    headwise:    models also apply it per attention head (QK-norm): over the last dim of a
+                 (tokens, heads, head_dim) view of a fused QKV projection, one weight of length head_dim
     indeterminate: where an infinite exact output may come back NaN (``error_model``), or None
     """
 
@@ -86,6 +88,7 @@ class Op:
     max_rank: int = 4
     rounded: tuple[str, ...] = ()
     unfused: str | None = None
+    headwise: bool = False
     indeterminate: Callable | None = None
 
     @property

@@ -71,13 +71,17 @@ ODD_WIDTHS = (769, 3584, 5125, 4097, 8193)  # just past multiples of 256, 512, 1
 MANY_ROWS = 65537  # past 2**16 rows: grid and block-count limits (apex#411)
 MANY_ROWS_INTERPRETED = 1025  # under Triton's interpreter every program is a Python loop iteration
 SMALL_WIDTHS = (2, 3, 4)  # 65537 rows of these: under 2**18 elements, and 2**19 for halves
+HEAD_DIMS = (64, 128, 256)  # QK-norm: Llama-4, Qwen3, OLMo2, Gemma 3 ...
+QK_HEADS = 64  # past the 32 heads a (tokens, 32) grid would cover
+QK_TOKENS = 3
 
 
 @dataclass(frozen=True)
 class Bucket:
     """A scheduled shape: ``rows`` x ``width`` (width: the output row's length; x is twice as
-    wide for ``halves`` ops), row tensors in ``layout`` (None: drawn), other choices spun by ``spin``;
-    ``note``: how it differs from the bucket's nominal size."""
+    wide for ``halves`` ops), or rows x ``heads`` x width where heads > 0; row tensors in
+    ``layout`` (None: drawn), other choices spun by ``spin``; ``note``: how it differs from the
+    bucket's nominal size."""
 
     name: str
     rows: int
@@ -85,17 +89,18 @@ class Bucket:
     layout: str | None = None
     spin: int = 0
     note: str = ""
+    heads: int = 0
 
-    def shape(self, rec) -> tuple[int, int]:
-        return (self.rows, 2 * self.width if rec.halves else self.width)
+    def shape(self, rec) -> tuple[int, ...]:
+        return (self.rows,) + ((self.heads,) if self.heads else ()) + (2 * self.width if rec.halves else self.width,)
 
     @property
     def label(self) -> str:
-        text = f"{self.name} {self.rows}x{self.width}"
+        text = f"{self.name} {self.rows}x" + (f"{self.heads}x" if self.heads else "") + f"{self.width}"
         return text + (f" ({self.note})" if self.note else "")
 
 
-BUCKETS = ("long", "odd", "strided", "many")
+BUCKETS = ("long", "odd", "strided", "many", "qk")
 
 
 def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
@@ -105,6 +110,8 @@ def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
     odd      3 rows of one of ODD_WIDTHS, layout drawn
     strided  3 rows of another of ODD_WIDTHS, row stride > width (the "sliced" layout)
     many     MANY_ROWS rows of a small width
+    qk       (headwise ops) QK_TOKENS x QK_HEADS x one of HEAD_DIMS, the k part of a fused QKV
+             projection (layout "fused_qkv"): QK-norm as models call it
 
     Widths are capped at the op's ``max_width``; with ``interpreted`` (a kernel that runs
     under Triton's interpreter) "many" has MANY_ROWS_INTERPRETED rows."""
@@ -118,10 +125,12 @@ def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
     odd = _mix(spin, "odd") % len(ODD_WIDTHS)
     many = (MANY_ROWS_INTERPRETED, f"scaled from {MANY_ROWS} rows: Triton's interpreter") if interpreted \
         else (MANY_ROWS, "")
+    qk = (Bucket("qk", QK_TOKENS, HEAD_DIMS[_mix(spin, "qk") % len(HEAD_DIMS)], "fused_qkv", _mix(spin, "qk"),
+                 heads=QK_HEADS),) if rec.headwise else ()
     return (make("long", 1, LONG_WIDTH),
             make("odd", 3, ODD_WIDTHS[odd]),
             make("strided", 3, ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], layout="sliced"),
-            make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1]))
+            make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1])) + qk
 
 
 # ---------------------------------------------------------------- large (--profile large, a GPU)
@@ -313,6 +322,10 @@ def layout_tensor(values, dtype, layout, device):
         buf = torch.zeros(shape[:-1] + (shape[-1] + 3,), dtype=dtype, device=device)
         buf[..., : shape[-1]] = torch.from_numpy(values).to(dtype)
         return buf[..., : shape[-1]]
+    if layout == "fused_qkv":  # (tokens, heads, d): the k part of a (tokens, 3, heads, d) q|k|v buffer
+        buf = torch.zeros(shape[:-2] + (3,) + shape[-2:], dtype=dtype, device=device)
+        buf[..., 1, :, :] = torch.from_numpy(values).to(dtype)
+        return buf[..., 1, :, :]
     if layout == "offset":
         buf = torch.zeros(values.size + 5, dtype=dtype, device=device)
         buf[5:] = torch.from_numpy(values.reshape(-1)).to(dtype)

@@ -208,6 +208,14 @@ def ln_rows_past_65535_unlaunched(x, weight, bias, eps):
     return y.reshape(x.shape)
 
 
+def rms_heads_past_32_unlaunched(x, weight, eps):
+    """QK-norm on a (tokens, heads, head_dim) view launched on a (tokens, 32) grid: heads past
+    32 are never written and keep the output buffer's zeros."""
+    y = rms_formula(up(x), up(weight, x), eps).to(x.dtype)
+    if x.dim() == 3:
+        y[:, 32:] = 0
+    return y
+
 class _RmsGradTailPast4096(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
@@ -610,6 +618,7 @@ BUCKET_BUGS = [  # (op, kernel, the families that must kill it on every seed)
     ("rms_norm", rms_ignores_tail_past_4096, {"accuracy"}),
     ("rms_norm", rms_drops_partial_block, {"accuracy"}),
     ("layer_norm", ln_rows_past_65535_unlaunched, {"accuracy"}),
+    ("rms_norm", rms_heads_past_32_unlaunched, {"accuracy"}),
     ("rms_norm", rms_grad_ignores_tail_past_4096, {"gradients"}),
     ("layer_norm", ln_grad_rows_past_65535_unlaunched, {"gradients"}),
 ]
