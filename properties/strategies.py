@@ -117,16 +117,16 @@ def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
     under Triton's interpreter) "many" has MANY_ROWS_INTERPRETED rows."""
     cap = rec.max_width // 2 if rec.halves else rec.max_width
 
-    def make(name, rows, width, layout=None, note=""):
+    def make(name, rows, width, layout=None, note="", heads=0):
         if width > cap:
             width, note = cap, f"width capped at the op's {cap}"
-        return Bucket(name, rows, width, layout, _mix(spin, name), note)
+        return Bucket(name, rows, width, layout, _mix(spin, name), note, heads)
 
     odd = _mix(spin, "odd") % len(ODD_WIDTHS)
     many = (MANY_ROWS_INTERPRETED, f"scaled from {MANY_ROWS} rows: Triton's interpreter") if interpreted \
         else (MANY_ROWS, "")
-    qk = (Bucket("qk", QK_TOKENS, HEAD_DIMS[_mix(spin, "qk") % len(HEAD_DIMS)], "fused_qkv", _mix(spin, "qk"),
-                 heads=QK_HEADS),) if rec.headwise else ()
+    qk = (make("qk", QK_TOKENS, HEAD_DIMS[_mix(spin, "qk") % len(HEAD_DIMS)], "fused_qkv", heads=QK_HEADS),) \
+        if rec.headwise else ()
     return (make("long", 1, LONG_WIDTH),
             make("odd", 3, ODD_WIDTHS[odd]),
             make("strided", 3, ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], layout="sliced"),

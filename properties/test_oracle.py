@@ -174,7 +174,8 @@ def test_deep_norm_claims_nothing_where_rounded_parts_overflow():
     from normcert.impls.eager import deep_norm  # noqa: PLC0415
     from normcert.oracle.deep_norm import affine_sublayer  # noqa: PLC0415
     h = torch.float16
-    args = dict(x=torch.tensor([[32800.0, 0.0]], dtype=h), sub_weight=torch.tensor([[0.99560546875, 0.0], [0.0, 0.0]], dtype=h),
+    args = dict(x=torch.tensor([[32800.0, 0.0]], dtype=h),
+                sub_weight=torch.tensor([[0.99560546875, 0.0], [0.0, 0.0]], dtype=h),
                 sub_bias=torch.tensor([25.0, 0.0], dtype=h), weight=torch.ones(2, dtype=h), bias=torch.zeros(2, dtype=h),
                 alpha=32817 / 32800, eps=1e-5)
     exact = oracle.forward("deep_norm", **args)

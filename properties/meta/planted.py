@@ -216,18 +216,20 @@ def rms_heads_past_32_unlaunched(x, weight, eps):
         y[:, 32:] = 0
     return y
 
+
 class _RmsGradTailPast4096(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
         xf = up(x)
-        rho = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-        ctx.save_for_backward(xf, weight, rho)
+        ctx.save_for_backward(xf, weight)
+        ctx.eps = eps
         return rms_formula(xf, up(weight, x), eps).to(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
-        xf, weight, rho = ctx.saved_tensors
+        xf, weight = ctx.saved_tensors
         n = xf.shape[-1]
+        rho = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + ctx.eps)
         g = up(dy, xf) * up(weight, xf)
         dot = (g * xf)[..., :4096].sum(-1, keepdim=True) / n
         dx = rho * g - rho.pow(3) * xf * dot
