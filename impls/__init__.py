@@ -26,7 +26,8 @@ from normcert.oracle.formats import DTYPES
 from . import conventions
 
 BACKENDS = ("eager", "compiled", "triton", "case-study", "plugin")
-MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "triton_norms", "triton_swiglu", "case_studies"))
+MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "triton_norms", "triton_swiglu", "triton_geglu",
+                                                 "case_studies"))
 
 
 @dataclass(frozen=True)

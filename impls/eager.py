@@ -8,8 +8,13 @@ low precision, which the suite rejects -- see the case-study table.)
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
+
+from normcert.oracle.record import APPROXIMATE
+from normcert.oracle.validate import one_of
 
 from . import make
 
@@ -84,6 +89,25 @@ def silu_and_mul(x):
     return swiglu(gate, value)
 
 
+def gelu(g, approximate):
+    """GELU by its defining formulas in g's precision: 0.5 g (1 + erf(g / sqrt 2)), or 0.5 g (1 +
+    tanh(sqrt(2 / pi) (g + 0.044715 g**3))).  Not F.gelu: on the CPU (torch 2.13) its erf form gives
+    NaN at g = +inf, whose value is +inf * 1 = +inf."""
+    one_of("gelu", "approximate", approximate, APPROXIMATE)
+    if approximate == "tanh":
+        return 0.5 * g * (1 + torch.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g * g * g)))
+    return 0.5 * g * (1 + torch.erf(g * math.sqrt(0.5)))
+
+
+def geglu(gate, up_, approximate):
+    return (gelu(up(gate), approximate) * up(up_)).to(gate.dtype)
+
+
+def gelu_and_mul(x, approximate):
+    gate, value = x.chunk(2, dim=-1)
+    return geglu(gate, value, approximate)
+
+
 IMPLS = [
     make("rms_norm", "eager", "eager", rms_norm),
     make("gemma_rms_norm", "eager", "eager", gemma_rms_norm),
@@ -93,4 +117,6 @@ IMPLS = [
     make("deep_norm", "eager", "eager", deep_norm),
     make("swiglu", "eager", "eager", swiglu),
     make("silu_and_mul", "eager", "eager", silu_and_mul),
+    make("geglu", "eager", "eager", geglu),
+    make("gelu_and_mul", "eager", "eager", gelu_and_mul),
 ]

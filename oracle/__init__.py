@@ -6,7 +6,7 @@ rounded inputs the kernel saw, by one of two paths (``oracle.backends``):
     forward(op, path="float64", **args)          -> tuple of float64 arrays
     vjp(op, cotangents, path="float64", **args)  -> {input name: float64 array}
 
-``args`` are the op's arguments by name (torch tensors and Python floats; for
+``args`` are the op's arguments by name (torch tensors, Python floats and GELU's form; for
 ``deep_norm`` the affine sublayer is given as ``sub_weight``/``sub_bias``).
 Results are the exact values rounded once to float64, *not* rounded to the
 kernel's dtype: the error model measures against the exact value.
@@ -21,7 +21,7 @@ import torch
 from .backends import BACKENDS, MP_PREC
 from .formats import fmt, to_float64
 from .ops import OPS
-from .record import Op
+from .record import SCALAR_KINDS, Op
 
 
 def _op(name) -> Op:
@@ -51,8 +51,9 @@ def arguments(op: Op, B, args: dict) -> dict:
             kw[k] = None if t is None else t.detach().cpu().numpy().astype(bool)
         else:
             kw[k] = B.array(to_float64(t))
-    for k in op.scalars:
-        kw[k] = float(args[k])
+    for a in op.args:
+        if a.kind in SCALAR_KINDS:
+            kw[a.name] = args[a.name] if a.kind == "approximate" else float(args[a.name])
     return kw
 
 

@@ -16,7 +16,8 @@ Where the float64 backend's pieces live: ``eft`` (error-free
 transformations: TwoSum, Veltkamp's split, TwoProduct, extraction), ``sums``
 (certified, correctly rounded row sums), ``exact`` (the exact slow paths, with
 Python integers), ``native`` and ``native.c`` (optional one-pass C kernels for
-the extraction; ``NORMCERT_ORACLE_NATIVE=0`` turns them off), ``arrays``
+the extraction; ``NORMCERT_ORACLE_NATIVE=0`` turns them off), ``special``
+(GELU's special functions, their arguments in double-double), ``arrays``
 (numpy/torch views and scratch buffers).
 
 Interface (``a`` has rows along the last axis; results keep that axis as 1):
@@ -34,6 +35,12 @@ Interface (``a`` has rows along the last axis; results keep that axis as 1):
     B.row_peak(a)         max_i |a_i| of every row, as a float64 ndarray (NaN
                           where the row has a NaN)
     B.exp                 elementwise
+    B.ncdf(a), B.npdf(a)  the standard normal CDF Phi(a) = erfc(-a / sqrt 2) / 2 and density
+                          phi(a) = e**(-a**2 / 2) / sqrt(2 pi), elementwise
+    B.sigmoid_cubic(a, c1, c3)
+                          sigma(c1 a + c3 a**3) = 1 / (1 + e**-(c1 a + c3 a**3)), elementwise,
+                          for real constants c1, c3 given as mpmath numbers; F64 forms the
+                          arguments of all three in double-double (``special``)
     B.mul_add_(a, m, b)   a = a * m (+ b), in place on ``a`` (an array the caller
                           owns), m and b broadcast; returns a
     B.pointwise(fn, *a, risky=None)

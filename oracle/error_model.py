@@ -47,6 +47,10 @@ function below):
                   the normalisation's Jacobian; rows where alpha x, A x + c
                   or z overflow o (what those roundings would give) carry no claim
     swiglu        |y_i| (2 u_o + (2 FN_ULPS + 3) u_c + |g_i| gam(2) + ORACLE) + lam_o (2 + |up_i|) + lam_c |g_i up_i|
+    geglu         |g_i up_i| / 2 dP_i + |y_i| (2 u_o + 3 u_c + ORACLE) + lam_o (2 + |up_i|)
+                  + lam_c (|g_i up_i| + |up_i|),
+                  gelu(g) = g P / 2 and dP the error of P = 1 + erf or 1 + tanh (``_gelu_p``):
+                  absolute where 1 + erf(z) cancels, as in torch's own formula
 
 Gradients get the same treatment from their formulas in ``oracle/*``; each is
 ``(error of the terms, taken in absolute value) + 2 u_o |result| + floors``,
@@ -71,6 +75,7 @@ import numpy as np
 import torch
 
 from .formats import compute_format, fmt, to_float64
+from .special import erfc
 
 ROUNDINGS = 2
 FN_ULPS = 2
@@ -374,6 +379,87 @@ def silu_and_mul_indeterminate(args):
     return _indeterminate(args["x"].dtype, *_halves(args))
 
 
+# ---------------------------------------------------------------- GELU (geglu, gelu_and_mul)
+K0, K1 = float(np.sqrt(2 / np.pi)), 0.044715  # the tanh form's t = K0 (g + K1 g**3)
+TWO_OVER_SQRT_PI = 2 / np.sqrt(np.pi)
+
+
+def _gelu_p(ctx, g, approximate):
+    r"""P with gelu(g) = g P / 2 (P = 1 + erf(g / sqrt 2), or 1 + tanh(t)), and dP, the bound on a
+    correct kernel's absolute error in P, by whichever route it takes.
+
+    erf form, z = g / sqrt 2.  The argument rounds twice (the constant and the product), z (1 +
+    theta) with |theta| <= gam(2), which moves erf (or erfc) by (2 / sqrt pi) e**(-z**2) |z| gam(2)
+    at most (to first order).  erf(z), or erfc(-z), is good to FN_ULPS ulps: FN_ULPS u_c |erf z|
+    or FN_ULPS u_c P; 1 + erf rounds once (u_c P):
+
+        dP = FN_ULPS u_c (|erf z| + P) + (2 / sqrt pi) e**(-z**2) |z| gam(2) + u_c P
+
+    For z << 0 that is absolute, not relative to P: 1 + erf(z) cancels, and a float32 kernel's
+    gelu(-5) is good to about |g| u_c only -- torch's own formula is, and it is correct.
+
+    tanh form, t = K0 (g + K1 g**3).  A kernel forms t with up to 7 roundings (g**2, K1 g**2,
+    1 + ., g ., K0 ., the two constants) and, to take 2 sigma(2 t) = 2 / (1 + exp2(-2 t log2 e)),
+    2 more: a relative argument error of gam(10), which moves e**(-2 t), and with it sigma (whose
+    relative sensitivity to e is e / (1 + e) <= 1), by |2 t| gam(10) relative; exp2, 1 + e and
+    the division add (FN_ULPS + 2) u_c.  By tanh instead: tanh(t) is good to FN_ULPS u_c |tanh t|
+    (absolute in P, 1 + tanh cancels for t << 0), its argument's error moves it by
+    (1 - tanh**2) |t| gam(7) <= P |2 t| gam(10), and 1 + tanh rounds once:
+
+        dP = FN_ULPS u_c |tanh t| + (|2 t| gam(10) + (FN_ULPS + 3) u_c) P
+    """
+    with np.errstate(all="ignore"):
+        if approximate == "none":
+            z = g / np.sqrt(2)
+            p = erfc(-z)
+            dp = FN_ULPS * ctx.uc * (np.abs(p - 1) + p) + TWO_OVER_SQRT_PI * np.exp(-z * z) * np.abs(z) * ctx.gam(2) \
+                + ctx.uc * p
+        else:
+            t = K0 * (g + K1 * g * g * g)
+            p = 2 / (1 + np.exp(-2 * t))
+            dp = FN_ULPS * ctx.uc * np.abs(np.tanh(t)) + (np.abs(2 * t) * ctx.gam(10) + (FN_ULPS + 3) * ctx.uc) * p
+    return p, dp
+
+
+def geglu_fwd(args, exact, kernel=True, gate=None, up=None):
+    """y = (g P / 2) u: dP (``_gelu_p``) carried through g / 2 and u, the products rounding up to 3
+    times in c, the output's roundings, and floors for a flushed P (lam_c |g u|), gelu(g) (lam_c |u|)
+    or y."""
+    ctx = _Ctx(args[next(iter(args))].dtype, kernel=kernel)
+    g = _f(args["gate"]) if gate is None else gate
+    u = _f(args["up"]) if up is None else up
+    y = np.abs(exact[0])
+    p, dp = _gelu_p(ctx, g, args["approximate"])
+    with np.errstate(all="ignore"):
+        bound = np.abs(g * u) / 2 * dp + 3 * ctx.uc * y + ctx.round_out(y) + ctx.lam_o * (2 + np.abs(u)) \
+            + ctx.lam_c * (np.abs(g * u) + np.abs(u))
+    return (bound,)
+
+
+def gelu_and_mul_fwd(args, exact, kernel=True):
+    g, u = _halves(args)
+    return geglu_fwd(args, exact, kernel, gate=g, up=u)
+
+
+def _gelu_indeterminate(dtype, g, u, approximate):
+    """gelu(g) * up with up = +-inf and g finite, nonzero: the exact product is +-inf, but a correct
+    kernel's gelu(g) may be 0 -- its P may be (P <= dP: 1 + erf(z) rounds to 0 for z << 0), or
+    g P / 2 may flush (below lam_c) -- and 0 * inf = NaN."""
+    ctx = _Ctx(dtype)
+    p, dp = _gelu_p(ctx, g, approximate)
+    with np.errstate(all="ignore"):
+        vanishes = (p <= dp) | (np.abs(g) * (p + dp) / 2 < ctx.lam_c)
+    return np.isinf(u) & np.isfinite(g) & (g != 0) & vanishes
+
+
+def geglu_indeterminate(args):
+    return _gelu_indeterminate(args["gate"].dtype, _f(args["gate"]), _f(args["up"]), args["approximate"])
+
+
+def gelu_and_mul_indeterminate(args):
+    return _gelu_indeterminate(args["x"].dtype, *_halves(args), args["approximate"])
+
+
 # ---------------------------------------------------------------- gradient bounds
 def rms_norm_bwd(args, cot, exact, w=None, w_rel=0.0):
     """dx_i = rho g_i - rho^3 x_i M, M = mean(g x), g = dy w; dw = sum_rows dy x rho.
@@ -547,6 +633,65 @@ def exact_part(exact, name, gate, g):
 def silu_and_mul_bwd(args, cot, exact):
     g, u = _halves(args)
     return swiglu_bwd(args, cot, exact, gate=g, up=u)
+
+
+def _gelu_dp(ctx, g, p, approximate):
+    r"""P' = dP/dg, and its bound eP' on a correct kernel's absolute error.
+
+    erf:  P' = sqrt(2 / pi) e**(-g**2 / 2).  The exp argument g**2 / 2 (with log2 e) rounds up to
+          4 times: (g**2 / 2) gam(4) relative; exp2 FN_ULPS u_c, the constant and the product 2 u_c.
+    tanh: P' = (1 - tanh(t)**2) t',  t' = K0 (1 + 3 K1 g**2), formed with 5 roundings (gam(5)).
+          By tanh, 1 - th**2 with th off by FN_ULPS u_c |th| + (1 - th**2) |t| gam(7) is off by twice
+          that plus 2 u_c (absolute: it cancels for |th| -> 1); by sigmoids, 4 sigma(2 t) sigma(-2 t),
+          each factor off by |2 t| gam(10) + (FN_ULPS + 2) u_c relative.  Both fit
+
+              eP' = t' (2 FN_ULPS + 2) u_c + |P'| (2 |2 t| gam(10) + 2 (FN_ULPS + 3) u_c + gam(5))
+    """
+    with np.errstate(all="ignore"):
+        if approximate == "none":
+            dp = np.sqrt(2 / np.pi) * np.exp(-g * g / 2)
+            return dp, dp * (g * g / 2 * ctx.gam(4) + (FN_ULPS + 2) * ctx.uc)
+        t = K0 * (g + K1 * g * g * g)
+        dt = K0 * (1 + 3 * K1 * g * g)
+        dp = p * (2 / (1 + np.exp(2 * t))) * dt  # (1 + tanh)(1 - tanh) t' = 4 sigma(2t) sigma(-2t) t'
+        return dp, dt * (2 * FN_ULPS + 2) * ctx.uc + dp * (2 * np.abs(2 * t) * ctx.gam(10) + 2 * (FN_ULPS + 3) * ctx.uc
+                                                          + ctx.gam(5))
+
+
+def geglu_bwd(args, cot, exact, gate=None, up=None):
+    """dgate = dy u gelu'(g), gelu'(g) = P / 2 + g P' / 2;  dup = dy g P / 2.
+
+    gelu'(g)'s error: dP / 2 + |g| eP' / 2 (``_gelu_p``, ``_gelu_dp``), plus 3 u_c on its terms in
+    absolute value (the sum cancels near g = -0.75, where gelu' = 0).  Each gradient then carries
+    its products' roundings (2 u_c) and a value saved for backward in x.dtype (ROUNDINGS u_o) on
+    its shadow (its terms in absolute value), its output roundings, and floors for a flushed
+    intermediate, as swiglu's: lam_c (1 + |dy u| (1 + |g|)) and lam_c (1 + |dy| (1 + |g|)).
+    """
+    key = "gate" if gate is None else "x"
+    ctx = _Ctx(args[key].dtype)
+    g = _f(args["gate"]) if gate is None else gate
+    u = _f(args["up"]) if up is None else up
+    dy = to_float64(cot[0])
+    approximate = args["approximate"]
+    p, ep = _gelu_p(ctx, g, approximate)
+    dp, edp = _gelu_dp(ctx, g, p, approximate)
+    with np.errstate(all="ignore"):
+        terms = p / 2 + np.abs(g * dp) / 2
+        e_dgelu = ep / 2 + np.abs(g) * edp / 2 + 3 * ctx.uc * terms
+        rel = 2 * ctx.uc + ROUNDINGS * ctx.uo
+        dyu, dyg = np.abs(dy * u), np.abs(dy * g)
+        dg = dyu * e_dgelu + rel * dyu * terms + ctx.round_out(np.abs(exact_part(exact, "gate", gate, g))) \
+            + ctx.lam_c * (1 + dyu * (1 + np.abs(g)))
+        du = dyg / 2 * ep + rel * dyg * p / 2 + ctx.round_out(np.abs(exact_part(exact, "up", gate, g))) \
+            + ctx.lam_c * (1 + np.abs(dy) * (1 + np.abs(g)))
+    if gate is None:
+        return {"gate": dg, "up": du}
+    return {"x": np.concatenate([dg, du], axis=-1)}
+
+
+def gelu_and_mul_bwd(args, cot, exact):
+    g, u = _halves(args)
+    return geglu_bwd(args, cot, exact, gate=g, up=u)
 
 
 # ---------------------------------------------------------------- assessment

@@ -52,7 +52,7 @@ import mpmath
 import numpy as np
 import torch
 
-from . import native, sums
+from . import native, special, sums
 from .arrays import buf, np64, th
 from .eft import U, exps, extract, pow2, scale_rows, split_th, two_prod, two_sum
 from .exact import exact_sums, py_center, py_dot
@@ -72,6 +72,9 @@ class Float64Exact:
         return np64(a)
 
     exp = staticmethod(np.exp)
+    ncdf = staticmethod(special.ncdf)
+    npdf = staticmethod(special.npdf)
+    sigmoid_cubic = staticmethod(special.sigmoid_cubic)
 
     def mul_add_(self, a, m, b=None):
         t = torch.from_numpy(a)  # torch: multi-threaded, and b + a*m in one pass

@@ -35,6 +35,18 @@ class MPExact:
     def exp(self, a):
         return _elementwise(mpmath.exp, a)
 
+    # Past |v| = 2**500 (mpmath's erfc overflows there) these take their limits: the tails left out,
+    # below e**(-2**998), change no float64 result, since every product the oracles form with them
+    # has at most two more factors below 2**1024.
+    def ncdf(self, a):
+        return _elementwise(_limited(lambda v: mpmath.erfc(-v / mpmath.sqrt(2)) / 2, 1, 0), a)
+
+    def npdf(self, a):
+        return _elementwise(_limited(lambda v: mpmath.exp(-v * v / 2) / mpmath.sqrt(2 * mpmath.pi), 0, 0), a)
+
+    def sigmoid_cubic(self, a, c1, c3):
+        return _elementwise(_limited(lambda v: 1 / (1 + mpmath.exp(-(c1 * v + c3 * v ** 3))), 1, 0), a)
+
     def row_sum(self, a):
         return self._reduce(a, lambda row: mpmath.fsum(row))
 
@@ -74,6 +86,12 @@ class MPExact:
         out = np.empty(len(vals), dtype=object)
         out[:] = vals
         return out.reshape(a.shape[:-1] + (1,))
+
+
+def _limited(fn, at_plus, at_minus):
+    """fn, but at_plus / at_minus (its limits at +-inf) for |v| > 2**500; NaN stays NaN."""
+    big = mpmath.mpf(2) ** 500
+    return lambda v: fn(v) if not abs(v) > big else mpmath.mpf(at_plus if v > 0 else at_minus)
 
 
 def _elementwise(fn, a):

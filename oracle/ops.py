@@ -2,15 +2,17 @@
 
 The call conventions are the contract in the README: out-of-place, tensors
 positional in the order below, eps last; batch_norm takes ``mask=`` by keyword;
-deep_norm takes its sublayer as a callable (the suite's affine one).
+deep_norm takes its sublayer as a callable (the suite's affine one); GELU's form
+(``approximate``, "none" or "tanh") is the last argument of geglu and gelu_and_mul.
 """
 from __future__ import annotations
 
-from . import batch_norm, deep_norm, error_model, gemma_rms_norm, layer_norm, rms_norm, swiglu
+from . import batch_norm, deep_norm, error_model, geglu, gemma_rms_norm, layer_norm, rms_norm, swiglu
 from .record import Arg, Op
 
 X, RESIDUAL, WEIGHT, BIAS, EPS = Arg("x", "rows"), Arg("residual", "rows"), Arg("weight", "weight"), \
     Arg("bias", "bias"), Arg("eps", "eps")
+APPROXIMATE = Arg("approximate", "approximate")
 
 OPS: dict[str, Op] = {
     op.name: op
@@ -49,5 +51,13 @@ OPS: dict[str, Op] = {
            swiglu.mul_forward, swiglu.mul_vjp, error_model.silu_and_mul_fwd, error_model.silu_and_mul_bwd,
            call=lambda fn, a: fn(a["x"]),
            rowwise=True, elementwise=True, halves=True, indeterminate=error_model.silu_and_mul_indeterminate),
+        Op("geglu", (Arg("gate", "rows"), Arg("up", "rows"), APPROXIMATE), ("y",), ("gate", "up"),
+           geglu.forward, geglu.vjp, error_model.geglu_fwd, error_model.geglu_bwd,
+           call=lambda fn, a: fn(a["gate"], a["up"], a["approximate"]),
+           rowwise=True, elementwise=True, indeterminate=error_model.geglu_indeterminate),
+        Op("gelu_and_mul", (X, APPROXIMATE), ("y",), ("x",),
+           geglu.mul_forward, geglu.mul_vjp, error_model.gelu_and_mul_fwd, error_model.gelu_and_mul_bwd,
+           call=lambda fn, a: fn(a["x"], a["approximate"]),
+           rowwise=True, elementwise=True, halves=True, indeterminate=error_model.gelu_and_mul_indeterminate),
     ]
 }

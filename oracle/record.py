@@ -18,6 +18,7 @@ Argument kinds (n is the main tensor's last dim, the normalised length):
     mask     a bool tensor of shape main.shape[:-1], or None: the valid positions
     eps      a positive finite float
     alpha    a finite float (DeepNorm's residual scale, (2N)^(1/4) for N layers)
+    approximate  GELU's form, one of APPROXIMATE: "none" (erf) or "tanh"
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ import torch
 from . import validate as v
 
 TENSOR_KINDS = ("rows", "weight", "bias", "matrix", "vector", "mask")
-SCALAR_KINDS = ("eps", "alpha")
+SCALAR_KINDS = ("eps", "alpha", "approximate")
+APPROXIMATE = ("none", "tanh")
 
 
 @dataclass(frozen=True)
@@ -143,20 +145,22 @@ class Op:
                 v.mask(self.name, t, x)
             elif a.kind == "eps":
                 v.positive(self.name, a.name, t)
+            elif a.kind == "approximate":
+                v.one_of(self.name, a.name, t, APPROXIMATE)
             else:
                 v.finite(self.name, a.name, t)
 
     def sample(self, dtype: torch.dtype, device="cpu", rows: int = 3, width: int = 6, seed: int = 0) -> dict:
         """A small ordinary input, the same for every consumer that needs one (the dtype probe,
         gradcheck, benchmarks): standard normal rows, weight 1 + N(0, 1/16), bias N(0, 1/16), a
-        sublayer scaled by 1/sqrt(n), no mask, eps = 1e-5, alpha = 2.  ``width`` must be even
+        sublayer scaled by 1/sqrt(n), no mask, eps = 1e-5, alpha = 2, approximate = "none".  ``width`` must be even
         for ``halves`` ops."""
         gen = torch.Generator().manual_seed(seed)
         normal = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
         value = {"rows": lambda: normal(rows, width), "weight": lambda: 1 + normal(width) / 4,
                  "bias": lambda: normal(width) / 4, "matrix": lambda: normal(width, width) / math.sqrt(width),
                  "vector": lambda: normal(width) / 10, "mask": lambda: None, "eps": lambda: 1e-5,
-                 "alpha": lambda: 2.0}
+                 "alpha": lambda: 2.0, "approximate": lambda: "none"}
         out = {}
         for a in self.args:
             val = value[a.kind]()

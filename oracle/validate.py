@@ -67,3 +67,8 @@ def square(op, name, t, n, x_dtype):
     tensor(op, name, t, dtypes=(x_dtype,))
     if tuple(t.shape) != (n, n):
         _fail(op, name, f"of shape ({n}, {n})", tuple(t.shape))
+
+
+def one_of(op, name, v, choices):
+    if not isinstance(v, str) or v not in choices:
+        _fail(op, name, "one of " + ", ".join(repr(c) for c in choices), repr(v))

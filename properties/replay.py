@@ -24,6 +24,7 @@ import torch
 
 from normcert import oracle
 from normcert.oracle.formats import BY_NAME, DTYPE_NAMES
+from normcert.oracle.record import APPROXIMATE
 
 from .families import CASE_CHECKS
 
@@ -167,8 +168,15 @@ def _check_meta(path: str, meta) -> None:
     for field in ("scalars", "params", "notes", "tensors"):
         if not isinstance(meta.get(field), dict):
             _fail(path, f"{field!r} must be an object")
+    rec = oracle.OPS[meta["op"]]
+    if set(meta["scalars"]) != set(rec.scalars):
+        _fail(path, f"scalars {sorted(meta['scalars'])}, expected {sorted(rec.scalars)} for {meta['op']}")
+    kinds = {a.name: a.kind for a in rec.args}
     for k, v in {**meta["scalars"], **meta["params"]}.items():
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v):
+        if kinds.get(k) == "approximate" and k in meta["scalars"]:
+            if v not in APPROXIMATE:
+                _fail(path, f"{k} = {v!r}, expected one of {', '.join(map(repr, APPROXIMATE))}")
+        elif not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v):
             _fail(path, f"scalar {k!r} = {v!r}, expected a finite number")
     if "eps" in meta["scalars"] and not meta["scalars"]["eps"] > 0:
         _fail(path, f"eps = {meta['scalars']['eps']!r}, expected eps > 0")
@@ -181,7 +189,7 @@ def load(path: str, device: str) -> tuple[dict, Case]:
     """(meta, case) from a replay file; ReplayError says, in one line, what is wrong with it.
 
     Validated before anything is built: the format, op, property, target,
-    scalars (finite; eps > 0) and every tensor's dtype (one of the four, or
+    scalars (the op's, finite, eps > 0, GELU's form one of two names) and every tensor's dtype (one of the four, or
     bool), shape, strides (no negative ones) and offset.  Each tensor may
     declare and store at most ``MAX_ELEMENTS`` elements; member sizes are read
     from the zip directory and checked before a member is inflated, and only

@@ -48,6 +48,7 @@ from hypothesis import strategies as st
 
 from normcert.oracle import OPS
 from normcert.oracle.formats import fmt
+from normcert.oracle.record import APPROXIMATE
 
 from .case import Case
 
@@ -417,7 +418,7 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
     rows tensors from ``profiles`` (with hostile rows if asked); weight and bias
     vectors; an n x n sublayer scaled by 1/sqrt(n) and a small bias; a mask with
     padded positions overwritten (NaN, huge, zeros) to prove they are never read;
-    eps; alpha = (2N)^(1/4) for N layers.  min_rows: at least this many rows
+    eps; alpha = (2N)^(1/4) for N layers; GELU's form.  min_rows: at least this many rows
     (positions, for a masked op); padded: a mask with at least one padded position.
     bucket: the shape is the bucket's (max_elems, max_n, min_rows do not apply) and
     every other choice is spun (``choice``).
@@ -456,6 +457,8 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
                 t[rec.main] = pad_values(t[rec.main], t[arg.name], fill_kind, rng)
         elif kind == "eps":
             scalars[arg.name] = draw(eps(bucket))
+        elif kind == "approximate":
+            scalars[arg.name] = draw(choice(APPROXIMATE, bucket, "approximate"))
         else:  # alpha
             n_layers = draw(choice([1, 6, 12, 24, 100], bucket, "alpha"))
             scalars[arg.name] = float((2 * n_layers) ** 0.25)

@@ -167,6 +167,35 @@ def test_silu_far_below_negligible_is_float64s_own_zero():
         assert grads["gate"][0, 4] != 0, f"{path}: above the cut u dy silu'(g) is a normal double"
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_tails_float64_zero_below_negligible_and_mpmath_above(approximate):
+    """Below ``geglu.NEGLIGIBLE`` every product of gelu(g) or gelu'(g) (both < 0 there) with finite
+    u and dy is below 2**-1075: both paths give y and dup the zero of sign sign(-u), sign(-dy), and
+    dgate a zero (float64's gelu'(g) = Phi + g phi adds +0 and -0, so its zero's sign is not kept;
+    no check reads a zero's sign).
+    Between it and ``geglu.UNDERFLOW``, Phi(g) or sigma(2 t) is subnormal or zero in float64, yet
+    gelu(g) u with huge u is a normal double: the float64 path must get mpmath's value (it got 0
+    before the region was sent to mpmath)."""
+    from normcert.oracle.geglu import NEGLIGIBLE, UNDERFLOW  # noqa: PLC0415
+    big = 1.7e308
+    lo, hi = NEGLIGIBLE[approximate], UNDERFLOW[approximate]
+    g = torch.tensor([[lo - 0.5, -1e4, -300.0, (lo + hi) / 2, hi - 1]], dtype=torch.float64)
+    u = torch.tensor([[big, -big, -big, big, big]], dtype=torch.float64)
+    dy = torch.tensor([[-big, big, 2.0, big, big]], dtype=torch.float64)
+    su, sd = np.sign(u.numpy()[0, :3]), np.sign(dy.numpy()[0, :3])
+    got = {}
+    for path in ("float64", "mpmath"):
+        args = dict(gate=g, up=u, approximate=approximate)
+        (y,) = oracle.forward("geglu", path=path, **args)
+        grads = oracle.vjp("geglu", (dy,), path=path, **args)
+        for name, v, sign in (("y", y, -su), ("dup", grads["up"], -sd)):
+            assert np.all(v[0, :3] == 0) and np.array_equal(np.signbit(v[0, :3]), sign < 0), f"{path} {name}: {v}"
+        assert np.all(grads["gate"][0, :3] == 0), f"{path} dgate: {grads['gate']}"
+        got[path] = (y[0, 3:], grads["gate"][0, 3:], grads["up"][0, 3:])
+    for f64, mp in zip(*got.values()):
+        assert np.all(mp != 0) and np.all(np.abs(f64 - mp) <= 8 * 2.0 ** -53 * np.abs(mp)), (f64, mp)
+
+
 def test_deep_norm_claims_nothing_where_rounded_parts_overflow():
     """z = alpha x + sublayer(x) = 65497.9 is below float16's 65504, but alpha x = 32817 and
     sublayer(x) = 32680.9 round to 32832 and 32688, whose sum rounds to inf: a correct float16

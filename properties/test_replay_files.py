@@ -64,6 +64,22 @@ def test_mask_round_trip(tmp_path):
     assert back.tensors["mask"].dtype == torch.bool and torch.equal(back.tensors["mask"], mask)
 
 
+def test_gelu_form_round_trip_and_refusal(tmp_path):
+    """GELU's form is a string scalar: it comes back as written, and any other name is refused."""
+    case = Case("gelu_and_mul", {"x": torch.randn(2, 6)}, {"approximate": "tanh"})
+    cmd = save_failure(plugin("gelu_and_mul=normcert.impls.eager:gelu_and_mul"), "accuracy", case,
+                       directory=str(tmp_path))
+    path = shlex.split(cmd)[-1]
+    _, back = load(path, "cpu")
+    assert back.scalars == {"approximate": "tanh"}
+    _rewrite(path, _set("scalars.approximate", "erf"))
+    with pytest.raises(ReplayError, match="approximate = 'erf', expected one of 'none', 'tanh'"):
+        load(path, "cpu")
+    _rewrite(path, _set("scalars", {}))
+    with pytest.raises(ReplayError, match=r"scalars \[\], expected \['approximate'\]"):
+        load(path, "cpu")
+
+
 def _saved(tmp_path):
     cmd = save_failure(plugin("deep_norm=normcert.impls.eager:deep_norm"), "accuracy", _deep_norm_case(),
                        directory=str(tmp_path))

@@ -392,6 +392,79 @@ def swiglu_empty_crash(gate, up_):
     return (F.silu(up(gate)) * up(up_)).to(gate.dtype)
 
 
+# ------------------------------------------------------------------ geglu / gelu_and_mul bugs
+TANH_C = 0.7978845608028654  # sqrt(2 / pi)
+
+
+def _gelu_tanh(g):
+    return 0.5 * g * (1 + torch.tanh(TANH_C * (g + 0.044715 * g * g * g)))
+
+
+def geglu_tanh_always(gate, up_, approximate):
+    """The tanh form whatever ``approximate`` says: T5 v1.1 asks for erf-GELU, Gemma for tanh."""
+    return (_gelu_tanh(up(gate)) * up(up_)).to(gate.dtype)
+
+
+def geglu_quick_gelu(gate, up_, approximate):
+    """g sigma(1.702 g) (CLIP's QuickGELU) taken for the tanh form."""
+    g = up(gate)
+    gelu = g * torch.sigmoid(1.702 * g) if approximate == "tanh" else F.gelu(g)
+    return (gelu * up(up_)).to(gate.dtype)
+
+
+def gelu_and_mul_swapped(x, approximate):
+    """gelu(up) * gate: the halves the other way round."""
+    value, gate = x.chunk(2, dim=-1)
+    return (F.gelu(up(gate), approximate=approximate) * up(value)).to(x.dtype)
+
+
+def geglu_no_upcast(gate, up_, approximate):
+    """The formula in x.dtype: every step rounds to bfloat16 / float16."""
+    if approximate == "tanh":
+        return _gelu_tanh(gate) * up_
+    return 0.5 * gate * (1 + torch.erf(gate * 0.7071067811865476)) * up_
+
+
+class _GeGLUGrad(torch.autograd.Function):
+    """The erf form's forward; its backward takes gelu'(g) from ``derivative``."""
+
+    @staticmethod
+    def forward(ctx, gate, up_, approximate, derivative):
+        ctx.save_for_backward(gate, up_)
+        ctx.approximate, ctx.derivative = approximate, derivative
+        return (F.gelu(up(gate), approximate=approximate) * up(up_)).to(gate.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        gate, up_ = ctx.saved_tensors
+        g, u, d = up(gate), up(up_), up(dy)
+        return ((d * u * ctx.derivative(g, ctx.approximate)).to(gate.dtype),
+                (d * F.gelu(g, approximate=ctx.approximate)).to(up_.dtype), None, None)
+
+
+def _cdf_only(g, approximate):
+    """gelu'(g) taken as Phi(g) (or (1 + tanh t) / 2): the g phi(g) term forgotten."""
+    if approximate == "tanh":
+        return 0.5 * (1 + torch.tanh(TANH_C * (g + 0.044715 * g ** 3)))
+    return 0.5 * (1 + torch.erf(g * 0.7071067811865476))
+
+
+def _tanh_derivative_no_3(g, approximate):
+    """t'(g) = sqrt(2 / pi) (1 + 0.044715 g**2): the 3 of d(g**3)/dg forgotten (the erf form is right)."""
+    if approximate == "none":
+        return 0.5 * (1 + torch.erf(g * 0.7071067811865476)) + g * torch.exp(-0.5 * g * g) * 0.3989422804014327
+    th = torch.tanh(TANH_C * (g + 0.044715 * g ** 3))
+    return 0.5 * (1 + th) + 0.5 * g * (1 - th * th) * TANH_C * (1 + 0.044715 * g * g)
+
+
+def geglu_cdf_only_derivative(gate, up_, approximate):
+    return _GeGLUGrad.apply(gate, up_, approximate, _cdf_only)
+
+
+def geglu_tanh_derivative_no_3(gate, up_, approximate):
+    return _GeGLUGrad.apply(gate, up_, approximate, _tanh_derivative_no_3)
+
+
 # ------------------------------------------------------------------ correct variants
 def rms_llama_order(x, weight, eps):
     """Compute in fp32, round x*rho to x.dtype, multiply by the weight (as given), round again."""
@@ -449,6 +522,17 @@ def ln_welford(x, weight, bias, eps):
 def swiglu_sigmoid_form(gate, up_):
     g = up(gate)
     return (g * torch.sigmoid(g) * up(up_)).to(gate.dtype)
+
+
+def geglu_other_routes(gate, up_, approximate):
+    """erf form by erfc: g erfc(-g / sqrt 2) / 2 (no cancellation for g << 0); tanh form by the
+    sigmoid: g sigma(2 t), as GPU kernels take it."""
+    g = up(gate)
+    if approximate == "tanh":
+        gelu = g * torch.sigmoid(2 * TANH_C * (g + 0.044715 * g * g * g))
+    else:
+        gelu = 0.5 * g * torch.special.erfc(-g * 0.7071067811865476)
+    return (gelu * up(up_)).to(gate.dtype)
 
 
 def bn_float64_stats(x, weight, bias, eps, mask=None):
@@ -599,6 +683,12 @@ BUGS = [
     ("swiglu", swiglu_no_upcast, {"accuracy", "extremes"}),
     ("silu_and_mul", silu_and_mul_swapped, {"accuracy", "extremes"}),
     ("swiglu", swiglu_empty_crash, {"accuracy", "contract", "extremes", "gradients"}),
+    ("geglu", geglu_tanh_always, {"accuracy", "extremes"}),
+    ("geglu", geglu_quick_gelu, {"accuracy", "extremes"}),
+    ("gelu_and_mul", gelu_and_mul_swapped, {"accuracy", "extremes"}),
+    ("geglu", geglu_no_upcast, {"accuracy", "extremes"}),
+    ("geglu", geglu_cdf_only_derivative, {"gradients"}),
+    ("geglu", geglu_tanh_derivative_no_3, {"gradients"}),
 ]
 
 # ------------------------------------------------------------------ a bug past 2**31 elements, at a CPU's scale
@@ -634,5 +724,6 @@ CORRECT = [
     ("add_rms_norm", add_rms_unfused),
     ("layer_norm", ln_welford),
     ("swiglu", swiglu_sigmoid_form),
+    ("geglu", geglu_other_routes),
     ("batch_norm", bn_float64_stats),
 ]
