@@ -83,7 +83,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("gradcheck", "test_gradients", None, None, backward=True),
     Family("determinism", "test_bitwise", "check_determinism", "determinism_cases", bitwise=True),
     Family("batch-invariance", "test_bitwise", "check_batch_invariance", "batch_cases",
-           applies=lambda op: op.rowwise, bitwise=True),
+           applies=lambda op: op.rowwise, bitwise=True, buckets=("odd", "strided")),
     Family("large", "test_large", "check_large", "large_cases", applies=lambda op: op.rowwise, buckets=LARGE,
            profile="large"),
 )

@@ -19,7 +19,7 @@ from normcert.oracle.formats import bits
 
 from .families import BY_NAME
 from .harness import ContractViolation, PropertyFailure, certify, invoke, runs_interpreted
-from .strategies import cases
+from .strategies import cases, integer
 
 BATCH_SIZES = (1, 2, 3, 300, 4100)
 """The batch sizes each row is recomputed in: alone, tiny batches, and past the row counts at which
@@ -58,9 +58,14 @@ def check_determinism(session, impl, case, worst):
 
 @st.composite
 def batch_cases(draw, op, dtype, device, bucket=None):
-    case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset"), hostile=False, min_rows=2))
+    """Random cases of at least 2 rows; with a bucket (odd, strided: 3 rows of two different widths
+    past 256 lanes, one of them at most 5125 wide, so that a batch of 300 fits ``BATCH_ELEMS``)
+    the scheduled shape, so that every seed checks rows wide enough for a kernel's block size to
+    matter across batch sizes, not only the seeds whose random search drew one."""
+    case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset"), hostile=False, min_rows=2,
+                      bucket=bucket))
     rows = int(np.prod(case.main.shape[:-1]))
-    case.params["shift"] = draw(st.integers(0, rows - 1))
+    case.params["shift"] = draw(integer(0, rows - 1, bucket, "shift"))
     return case
 
 
