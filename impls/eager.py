@@ -33,8 +33,13 @@ def rms_formula(s, w, eps):
     return s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
+def _or(t, like, identity):
+    """t in like's compute precision; a weightless call's None as ``identity`` (exact: * 1, + 0)."""
+    return identity if t is None else up(t, like)
+
+
 def rms_norm(x, weight, eps):
-    return rms_formula(up(x), up(weight, x), eps).to(x.dtype)
+    return rms_formula(up(x), _or(weight, x, 1.0), eps).to(x.dtype)
 
 
 def gemma_rms_norm(x, weight, eps):
@@ -53,7 +58,8 @@ def layer_norm(x, weight, bias, eps):
     case-study table), while autograd through x - mean stays centered."""
     xf = up(x)
     d = xf - xf.mean(-1, keepdim=True)
-    return (d * torch.rsqrt(d.pow(2).mean(-1, keepdim=True) + eps) * up(weight, x) + up(bias, x)).to(x.dtype)
+    xhat = d * torch.rsqrt(d.pow(2).mean(-1, keepdim=True) + eps)
+    return (xhat * _or(weight, x, 1.0) + _or(bias, x, 0.0)).to(x.dtype)
 
 
 def batch_norm(x, weight, bias, eps, mask=None):

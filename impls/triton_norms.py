@@ -412,18 +412,25 @@ def _row_norm_backward(x, residual, weight, mean, rstd, dy, dres, bias_dtype=Non
     return dx.reshape(x.shape), dw, db
 
 
+def _ones_for_none(weight, x):
+    """A weightless call's weight: ones in x's dtype (multiplying by 1 is exact)."""
+    return torch.ones(x.shape[-1], dtype=x.dtype, device=x.device) if weight is None else weight
+
+
 class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps):
-        y, _, _, rstd = _row_norm_forward(x, None, weight, None, eps, center=False)
-        ctx.save_for_backward(x, weight, rstd)
+        w = _ones_for_none(weight, x)
+        y, _, _, rstd = _row_norm_forward(x, None, w, None, eps, center=False)
+        ctx.save_for_backward(x, w, rstd)
+        ctx.has_weight = weight is not None
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
         dx, dw, _ = _row_norm_backward(x, None, weight, None, rstd, dy, None)
-        return dx, dw, None
+        return dx, dw if ctx.has_weight else None, None
 
 
 class _AddRMSNorm(torch.autograd.Function):
@@ -443,16 +450,18 @@ class _AddRMSNorm(torch.autograd.Function):
 class _LayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
-        y, _, mean, rstd = _row_norm_forward(x, None, weight, bias, eps, center=True)
-        ctx.save_for_backward(x, weight, mean, rstd)
-        ctx.bias_dtype = bias.dtype
+        w = _ones_for_none(weight, x)
+        y, _, mean, rstd = _row_norm_forward(x, None, w, bias, eps, center=True)
+        ctx.save_for_backward(x, w, mean, rstd)
+        ctx.bias_dtype = x.dtype if bias is None else bias.dtype
+        ctx.has_weight, ctx.has_bias = weight is not None, bias is not None
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, mean, rstd = ctx.saved_tensors
         dx, dw, db = _row_norm_backward(x, None, weight, mean, rstd, dy, None, ctx.bias_dtype)
-        return dx, dw, db, None
+        return dx, dw if ctx.has_weight else None, db if ctx.has_bias else None, None
 
 
 class _DeepNorm(torch.autograd.Function):

@@ -21,7 +21,7 @@ import torch
 from .backends import BACKENDS, MP_PREC
 from .formats import fmt, to_float64
 from .ops import OPS
-from .record import SCALAR_KINDS, Op
+from .record import IDENTITY, TENSOR_KINDS, Op
 
 
 def _op(name) -> Op:
@@ -39,21 +39,24 @@ def _prepare(op: Op, path: str, args: dict):
 
 def arguments(op: Op, B, args: dict) -> dict:
     """``args`` (torch tensors and Python floats, by name) validated against ``op``'s signature
-    and converted to backend ``B``'s values: tensors exactly widened, the mask as numpy bools."""
+    and converted to backend ``B``'s values: tensors exactly widened, the mask as numpy bools, an
+    optional weight or bias given as None as its identity (ones, zeros)."""
     missing = [k for k in op.tensors + op.scalars if k not in args and k != op.mask]
     if missing:
         raise ValueError(f"{op.name}: missing argument(s) {', '.join(missing)}")
     op.check(args)
     kw = {}
-    for k in op.tensors:
-        t = args.get(k)
+    n = args[op.main].shape[-1]
+    for a in op.args:
+        k, t = a.name, args.get(a.name)
         if k == op.mask:
             kw[k] = None if t is None else t.detach().cpu().numpy().astype(bool)
-        else:
+        elif a.optional and t is None:
+            kw[k] = B.array(np.full(n, IDENTITY[a.kind]))
+        elif a.kind in TENSOR_KINDS:
             kw[k] = B.array(to_float64(t))
-    for a in op.args:
-        if a.kind in SCALAR_KINDS:
-            kw[a.name] = args[a.name] if a.kind == "approximate" else float(args[a.name])
+        else:
+            kw[k] = t if a.kind == "approximate" else float(t)
     return kw
 
 
@@ -79,4 +82,4 @@ def vjp(op: str, cotangents, path: str = "float64", **args) -> dict[str, np.ndar
         raise ValueError(f"{op}: cotangents must be {len(rec.outputs)} tensor(s), got {len(cotangents)}")
     cot = tuple(B.array(to_float64(c) if isinstance(c, torch.Tensor) else c) for c in cotangents)
     out = _run(B, rec.vjp, cot, **kw)
-    return {k: B.to_float64(out[k]) for k in rec.grads}
+    return {k: B.to_float64(out[k]) for k in rec.grads_in(args)}

@@ -52,7 +52,8 @@ function below):
                   gelu(g) = g P / 2 and dP the error of P = 1 + erf or 1 + tanh (``_gelu_p``):
                   absolute where 1 + erf(z) cancels, as in torch's own formula
 
-Gradients get the same treatment from their formulas in ``oracle/*``; each is
+Gradients get the same treatment from their formulas in ``oracle/*`` (a weight or bias passed
+as None has no gradient; its bound, computed at the gradient 0, goes unread); each is
 ``(error of the terms, taken in absolute value) + 2 u_o |result| + floors``,
 where the terms may also carry ``SAVED`` = 2 u_x (x.dtype's unit roundoff): a
 correct kernel may save forward intermediates for backward in x.dtype (the
@@ -75,6 +76,7 @@ import numpy as np
 import torch
 
 from .formats import compute_format, fmt, to_float64
+from .record import IDENTITY
 from .special import erfc
 
 ROUNDINGS = 2
@@ -208,8 +210,16 @@ def _f(t):
     return None if t is None else to_float64(t)
 
 
+def _vec(args, name):
+    """A weight or bias as float64; None (a weightless call) is its identity, ones or zeros."""
+    t = args[name]
+    return to_float64(t) if t is not None else np.full(args["x"].shape[-1], IDENTITY[name])
+
+
 def _wctx(args, name):
-    return _Ctx(args["x"].dtype, args[name].dtype)
+    """The context of a weight's or bias's gradient (its dtype; x's for a weightless call)."""
+    t = args[name]
+    return _Ctx(args["x"].dtype, (t if t is not None else args["x"]).dtype)
 
 
 def _rms(ctx, x, w, eps):
@@ -242,7 +252,7 @@ def _rms_claim(ctx, args, s):
 def rms_norm_fwd(args, exact, kernel=True, extra_rel=0.0, w=None):
     """w: the multiplier (default: the weight; gemma_rms_norm's is 1 + weight)."""
     ctx = _Ctx(args["x"].dtype, kernel=kernel)
-    x, w = _f(args["x"]), _f(args["weight"]) if w is None else w
+    x, w = _f(args["x"]), _vec(args, "weight") if w is None else w
     if "residual" in args:
         x = x + _f(args["residual"])
     _, rel = _rms(ctx, x, w, args["eps"])
@@ -255,12 +265,12 @@ def gemma_rms_norm_fwd(args, exact, kernel=True):
     """rms_norm's bound with the multiplier 1 + w, plus u_c |y_i|: the kernel adds the offset
     in its compute format, one more rounding of the factor (1 + w_i)."""
     ctx = _Ctx(args["x"].dtype, kernel=kernel)
-    return rms_norm_fwd(args, exact, kernel, extra_rel=ctx.uc, w=1.0 + _f(args["weight"]))
+    return rms_norm_fwd(args, exact, kernel, extra_rel=ctx.uc, w=1.0 + _vec(args, "weight"))
 
 
 def gemma_rms_norm_bwd(args, cot, exact):
     """rms_norm's with the multiplier 1 + w, g = dy (1 + w) off by u_c relative (``rms_norm_bwd``)."""
-    return rms_norm_bwd(args, cot, exact, w=1.0 + _f(args["weight"]), w_rel=_Ctx(args["x"].dtype).uc)
+    return rms_norm_bwd(args, cot, exact, w=1.0 + _vec(args, "weight"), w_rel=_Ctx(args["x"].dtype).uc)
 
 
 def add_rms_norm_fwd(args, exact, kernel=True):
@@ -272,7 +282,7 @@ def add_rms_norm_fwd(args, exact, kernel=True):
 def layer_norm_fwd(args, exact, kernel=True):
     ctx = _Ctx(args["x"].dtype, kernel=kernel)
     norm = _normalize_error(ctx, _f(args["x"]), args["eps"])
-    return (_affine_out(ctx, norm, _f(args["weight"]), _f(args["bias"])),)
+    return (_affine_out(ctx, norm, _vec(args, "weight"), _vec(args, "bias")),)
 
 
 def _bn_channels(args):
@@ -290,7 +300,7 @@ def batch_norm_fwd(args, exact, kernel=True):
     if keep.any():
         norm = _normalize_error(ctx, flat[keep].T, args["eps"])
         norm = _Norm(norm.xhat.T, norm.rho.T, norm.rho_rel.T, norm.dxhat.T, norm.claim.T)
-        bound[keep] = _affine_out(ctx, norm, _f(args["weight"]), _f(args["bias"]), axis=0)
+        bound[keep] = _affine_out(ctx, norm, _vec(args, "weight"), _vec(args, "bias"), axis=0)
     return (bound.reshape(exact[0].shape),)
 
 
@@ -318,7 +328,7 @@ def deep_norm_fwd(args, exact, kernel=True):
     ctx = _Ctx(args["x"].dtype, kernel=kernel)
     z, dz, _, _, fits = _deep_z(ctx, args)
     norm = _normalize_error(ctx, z, args["eps"], dz)
-    return (np.where(fits, _affine_out(ctx, norm, _f(args["weight"]), _f(args["bias"])), np.inf),)
+    return (np.where(fits, _affine_out(ctx, norm, _vec(args, "weight"), _vec(args, "bias")), np.inf),)
 
 
 def _silu_rel(ctx, g):
@@ -477,7 +487,7 @@ def rms_norm_bwd(args, cot, exact, w=None, w_rel=0.0):
     error of it in the kernel (each g_i off by w_rel |g_i|), which adds w_rel (rho |g_i| + rho^3 |x_i| mean|g x|).
     """
     ctx = _Ctx(args["x"].dtype)
-    x, w = _f(args["x"]), _f(args["weight"]) if w is None else w
+    x, w = _f(args["x"]), _vec(args, "weight") if w is None else w
     dy = to_float64(cot[0])
     dres = to_float64(cot[1]) if len(cot) > 1 else 0.0
     # add_rms_norm: the kernel may normalise s rounded to x.dtype (u_o |s_i| each)
@@ -508,7 +518,7 @@ def rms_norm_bwd(args, cot, exact, w=None, w_rel=0.0):
         cw = _wctx(args, "weight")
         terms = np.abs(dy * x * rho)
         err, total = _sum_rows_error(cw, terms)
-        dw_err = (err + (rho_rel.max(initial=0) + us + saved) * total + cw.round_out(np.abs(exact["weight"]))
+        dw_err = (err + (rho_rel.max(initial=0) + us + saved) * total + cw.round_out(np.abs(exact.get("weight", 0.0)))
                   + cw.lam_c * x.shape[0] + ROUNDINGS * ctx.lam_o * _reduce_rows(np.abs(dy) * tiny))
         out["weight"] = np.where(claim.all(), dw_err, np.inf)
     return out
@@ -528,7 +538,7 @@ def _ln_grads(ctx, args, norm, dy, w):
 
 def layer_norm_bwd(args, cot, exact):
     ctx = _Ctx(args["x"].dtype)
-    x, w = _f(args["x"]), _f(args["weight"])
+    x, w = _f(args["x"]), _vec(args, "weight")
     dy = to_float64(cot[0])
     norm = _normalize_error(ctx, x, args["eps"])
     dxn, (ew, _), (eb, _) = _ln_grads(ctx, args, norm, dy, w)
@@ -536,8 +546,8 @@ def layer_norm_bwd(args, cot, exact):
     cw, cb = _wctx(args, "weight"), _wctx(args, "bias")
     return {
         "x": np.where(claim, dxn + ctx.round_out(np.abs(exact["x"])), np.inf),
-        "weight": np.where(claim.all(), ew + cw.round_out(np.abs(exact["weight"])), np.inf),
-        "bias": eb + cb.round_out(np.abs(exact["bias"])),
+        "weight": np.where(claim.all(), ew + cw.round_out(np.abs(exact.get("weight", 0.0))), np.inf),
+        "bias": eb + cb.round_out(np.abs(exact.get("bias", 0.0))),
     }
 
 
@@ -546,7 +556,7 @@ def batch_norm_bwd(args, cot, exact):
     flat, keep = _bn_channels(args)
     c = flat.shape[-1]
     dy = to_float64(cot[0]).reshape(-1, c)
-    w = _f(args["weight"])
+    w = _vec(args, "weight")
     cw, cb = _wctx(args, "weight"), _wctx(args, "bias")
     dx = np.full(flat.shape, 2 * ctx.lam_o)  # padded positions: exactly 0 for a correct kernel
     ew = eb = np.zeros(c)
@@ -562,8 +572,8 @@ def batch_norm_bwd(args, cot, exact):
         claim = norm.claim.all()
     return {
         "x": dx.reshape(exact["x"].shape),
-        "weight": np.where(claim, ew + cw.round_out(np.abs(exact["weight"])), np.inf),
-        "bias": eb + cb.round_out(np.abs(exact["bias"])),
+        "weight": np.where(claim, ew + cw.round_out(np.abs(exact.get("weight", 0.0))), np.inf),
+        "bias": eb + cb.round_out(np.abs(exact.get("bias", 0.0))),
     }
 
 
@@ -575,7 +585,7 @@ def deep_norm_bwd(args, cot, exact):
     """
     ctx = _Ctx(args["x"].dtype)
     z, dzin, a, alpha, fits = _deep_z(ctx, args)
-    w = _f(args["weight"])
+    w = _vec(args, "weight")
     dy = to_float64(cot[0])
     norm = _normalize_error(ctx, z, args["eps"], dzin)
     e, (ew, _), (eb, _) = _ln_grads(ctx, args, norm, dy, w)
@@ -590,8 +600,8 @@ def deep_norm_bwd(args, cot, exact):
     cw, cb = _wctx(args, "weight"), _wctx(args, "bias")
     return {
         "x": np.where(norm.claim & fits, dx, np.inf),
-        "weight": np.where((norm.claim & fits).all(), ew + cw.round_out(np.abs(exact["weight"])), np.inf),
-        "bias": np.where(fits.all(), eb + cb.round_out(np.abs(exact["bias"])), np.inf),
+        "weight": np.where((norm.claim & fits).all(), ew + cw.round_out(np.abs(exact.get("weight", 0.0))), np.inf),
+        "bias": np.where(fits.all(), eb + cb.round_out(np.abs(exact.get("bias", 0.0))), np.inf),
     }
 
 

@@ -1,7 +1,8 @@
 """The ops normcert knows: one ``Op`` record each (see ``record``).
 
 The call conventions are the contract in the README: out-of-place, tensors
-positional in the order below, eps last; batch_norm takes ``mask=`` by keyword;
+positional in the order below, eps last; rms_norm's weight and layer_norm's
+weight and bias may be None (ones, zeros); batch_norm takes ``mask=`` by keyword;
 deep_norm takes its sublayer as a callable (the suite's affine one); GELU's form
 (``approximate``, "none" or "tanh") is the last argument of geglu and gelu_and_mul.
 """
@@ -13,11 +14,12 @@ from .record import Arg, Op
 X, RESIDUAL, WEIGHT, BIAS, EPS = Arg("x", "rows"), Arg("residual", "rows"), Arg("weight", "weight"), \
     Arg("bias", "bias"), Arg("eps", "eps")
 APPROXIMATE = Arg("approximate", "approximate")
+WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS = Arg("weight", "weight", optional=True), Arg("bias", "bias", optional=True)
 
 OPS: dict[str, Op] = {
     op.name: op
     for op in [
-        Op("rms_norm", (X, WEIGHT, EPS), ("y",), ("x", "weight"),
+        Op("rms_norm", (X, WEIGHTLESS_WEIGHT, EPS), ("y",), ("x", "weight"),
            rms_norm.forward, rms_norm.vjp, error_model.rms_norm_fwd, error_model.rms_norm_bwd,
            call=lambda fn, a: fn(a["x"], a["weight"], a["eps"]),
            rowwise=True, scale_invariant=True, headwise=True),
@@ -29,7 +31,7 @@ OPS: dict[str, Op] = {
            rms_norm.add_forward, rms_norm.add_vjp, error_model.add_rms_norm_fwd, error_model.rms_norm_bwd,
            call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"]),
            rowwise=True, scale_invariant=True, rounded=("residual_out",), unfused="rms_norm"),
-        Op("layer_norm", (X, WEIGHT, BIAS, EPS), ("y",), ("x", "weight", "bias"),
+        Op("layer_norm", (X, WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS, EPS), ("y",), ("x", "weight", "bias"),
            layer_norm.forward, layer_norm.vjp, error_model.layer_norm_fwd, error_model.layer_norm_bwd,
            call=lambda fn, a: fn(a["x"], a["weight"], a["bias"], a["eps"]),
            rowwise=True, scale_invariant=True, shift_invariant=True, headwise=True),

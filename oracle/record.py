@@ -19,6 +19,10 @@ Argument kinds (n is the main tensor's last dim, the normalised length):
     eps      a positive finite float
     alpha    a finite float (DeepNorm's residual scale, (2N)^(1/4) for N layers)
     approximate  GELU's form, one of APPROXIMATE: "none" (erf) or "tanh"
+
+An ``optional`` weight or bias may be passed as None (a weightless call, as vLLM, quack and
+Llama-4's QK-norm make it): it then means its kind's IDENTITY, a weight of ones or a bias of
+zeros, and gets no gradient.
 """
 from __future__ import annotations
 
@@ -33,17 +37,21 @@ from . import validate as v
 TENSOR_KINDS = ("rows", "weight", "bias", "matrix", "vector", "mask")
 SCALAR_KINDS = ("eps", "alpha", "approximate")
 APPROXIMATE = ("none", "tanh")
+IDENTITY = {"weight": 1.0, "bias": 0.0}  # what an optional weight or bias passed as None means
 
 
 @dataclass(frozen=True)
 class Arg:
     name: str
     kind: str
+    optional: bool = False  # may be None: the kind's IDENTITY (weight and bias only)
 
     def __post_init__(self):
         if self.kind not in TENSOR_KINDS + SCALAR_KINDS:
             raise ValueError(f"Arg {self.name}: kind must be one of {', '.join(TENSOR_KINDS + SCALAR_KINDS)}, "
                              f"got {self.kind!r}")
+        if self.optional and self.kind not in IDENTITY:
+            raise ValueError(f"Arg {self.name}: only a weight or bias may be optional, not a {self.kind}")
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,15 @@ class Op:
         """The mask argument's name (None: the op has none)."""
         return next((a.name for a in self.args if a.kind == "mask"), None)
 
+    @property
+    def optional(self) -> tuple[str, ...]:
+        """The arguments that may be None (a weightless call)."""
+        return tuple(a.name for a in self.args if a.optional)
+
+    def grads_in(self, args: dict) -> tuple[str, ...]:
+        """The inputs that get a gradient in this call: ``grads`` less those passed as None."""
+        return tuple(k for k in self.grads if args.get(k) is not None)
+
     def call_outputs(self, fn: Callable, args: dict) -> tuple:
         """``call(fn, args)``'s result as a tuple of outputs (a lone tensor is the one output);
         no contract check: that is ``properties.harness``'s."""
@@ -133,7 +150,7 @@ class Op:
         n = x.shape[-1]
         for a in self.args:
             t = args.get(a.name)
-            if a.name == self.main:
+            if a.name == self.main or (a.optional and t is None):
                 continue
             if a.kind == "rows":
                 v.same_as(self.name, a.name, t, x)

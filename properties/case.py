@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from normcert.oracle import OPS, Op
+from normcert.oracle.record import IDENTITY
 
 
 @dataclass
@@ -46,6 +47,17 @@ class Case:
         parts += [f"{k}={v!r}" for k, v in {**self.scalars, **self.params}.items()]
         parts += [f"{k}={v}" for k, v in self.notes.items()]
         return f"{self.op}(" + ", ".join(parts) + ")"
+
+    def with_identity(self) -> "Case":
+        """The case with each optional weight or bias given as None replaced by its identity (ones
+        in x.dtype, zeros): the same op, for a kernel that takes no None."""
+        x = self.main
+        filled = {a.name: torch.full((x.shape[-1],), IDENTITY[a.kind], dtype=x.dtype, device=x.device)
+                  for a in self.record.args if a.optional and self.tensors.get(a.name) is None}
+        if not filled:
+            return self
+        notes = {k: v for k, v in self.notes.items() if k not in filled}
+        return Case(self.op, {**self.tensors, **filled}, dict(self.scalars), notes, dict(self.params))
 
     def replace(self, **tensors) -> "Case":
         return Case(self.op, {**self.tensors, **tensors}, dict(self.scalars), dict(self.notes), dict(self.params))

@@ -329,21 +329,25 @@ class Result:
     replay: str = ""
 
 
-def on_sample(session, impl, dtype, *, grads=False):
+def on_sample(session, impl, dtype, *, grads=False, weightless=False):
     """Call the kernel once on the op record's small sample input (2 rows of 4) under
     ``kernel_code``; with ``grads``, in grad mode with the inputs that get gradients requiring
-    grad.  Returns (outcome, outputs, launches): outcome "ok", "refused" (NotImplementedError) or
-    "broke" (raised or hung: the properties report it); launches: Triton interpreter launches."""
+    grad; with ``weightless``, the op's optional weight and bias given as None.  Returns (outcome,
+    outputs, launches): outcome "ok", "refused" (NotImplementedError) or "broke" (raised or hung:
+    the properties report it); launches: Triton interpreter launches."""
     from normcert.impls import interpreter  # noqa: PLC0415
 
     rec = oracle.OPS[impl.op]
     args = rec.sample(dtype, session.device, rows=2, width=4)
+    if weightless:
+        args.update({k: None for k in rec.optional})
     if grads:
         args.update({k: args[k].detach().requires_grad_(True) for k in rec.grads})
     before = interpreter.launches()
     try:
         with torch.enable_grad() if grads else contextlib.nullcontext():
-            outputs = kernel_code(session, impl, "", lambda: rec.call_outputs(impl.fn, args), (dtype, grads))
+            outputs = kernel_code(session, impl, "", lambda: rec.call_outputs(impl.fn, args),
+                                  (dtype, grads, weightless))
         outcome = "ok"
     except NotSupported:
         outputs, outcome = (), "refused"
@@ -374,6 +378,18 @@ def runs_interpreted(session, impl, dtype) -> bool:
     if key not in session.interpreted:
         session.interpreted[key] = on_sample(session, impl, dtype)[2] > 0
     return session.interpreted[key]
+
+
+def accepts_weightless(session, impl, dtype) -> bool:
+    """Does the kernel take None for its op's optional weight and bias (``oracle.record``)?  Asked
+    once, on the op's sample: a kernel that raises there (most do: ``weight.float()`` on None) was
+    not written for weightless calls, which is no defect, and its cases give the identity (ones,
+    zeros) instead of None; its certificate's domain says so.  One that returns is checked on
+    weightless calls like any other (a kernel that reads None as zeros fails accuracy)."""
+    key = (impl.id, DTYPE_NAMES[dtype])
+    if key not in session.weightless:
+        session.weightless[key] = on_sample(session, impl, dtype, weightless=True)[0] == "ok"
+    return session.weightless[key]
 
 
 def backward_gate(session, family, impl, dtype) -> None:
@@ -407,6 +423,7 @@ class Coverage:
         self.buckets: list[str] = []
         self.batch_sizes: set[int] = set()
         self.refused_example = ""
+        self.weightless = ""  # how the op's optional weight / bias were given, where the op has one
 
     def checked(self, case: Case) -> None:
         main = case.main
@@ -432,6 +449,8 @@ class Coverage:
             text += f"; buckets: {', '.join(self.buckets)}"
         if self.batch_sizes:
             text += f"; batch sizes: {', '.join(map(str, sorted(self.batch_sizes)))}"
+        if self.weightless:
+            text += f"; {self.weightless}"
         if self.refused:
             text += f"; refused {self.refused} of {self.examples} cases, e.g. {self.refused_example}"
         return text
@@ -477,6 +496,13 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
     worst = Worst()
     cover = Coverage()
     state = {}
+    if oracle.OPS[impl.op].optional:
+        if accepts_weightless(session, impl, dtype):
+            cover.weightless = "weightless calls (None weight / bias) checked"
+        else:
+            cover.weightless = "weightless calls not accepted (raised on None): None given as ones / zeros"
+            strategy = None if strategy is None else strategy.map(Case.with_identity)
+            buckets = [(label, strat.map(Case.with_identity)) for label, strat in buckets]
 
     overrides = {"suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
                  # too_slow: an 8192-wide row through the Triton interpreter is slow by design;

@@ -25,6 +25,8 @@ class Session:
     called: the (kernel id, what, specialisation) the watchdog has called (``harness.kernel_code``);
     interpreter: the corrections made to Triton's interpreter (``impls.interpreter``), None without it;
     interpreted: (kernel id, dtype) -> does it run under that interpreter (``harness.runs_interpreted``);
+    weightless: (kernel id, dtype) -> does it accept None for the op's optional weight and bias
+    (``harness.accepts_weightless``);
     profile: the run's profile (``plugin.PROFILES``): "large" adds the large family."""
 
     device: str = "cpu"
@@ -42,6 +44,7 @@ class Session:
     called: set = field(default_factory=set)
     interpreter: list | None = None
     interpreted: dict = field(default_factory=dict)
+    weightless: dict = field(default_factory=dict)
     profile: str = "ci"
 
     def derive_seed(self, *parts) -> int:

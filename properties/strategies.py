@@ -416,7 +416,7 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
     """A Case for ``op`` with the given dtype on the given device, every argument drawn by its kind.
 
     rows tensors from ``profiles`` (with hostile rows if asked); weight and bias
-    vectors; an n x n sublayer scaled by 1/sqrt(n) and a small bias; a mask with
+    vectors (an optional one None in a third of the cases: a weightless call); an n x n sublayer scaled by 1/sqrt(n) and a small bias; a mask with
     padded positions overwritten (NaN, huge, zeros) to prove they are never read;
     eps; alpha = (2N)^(1/4) for N layers; GELU's form.  min_rows: at least this many rows
     (positions, for a masked op); padded: a mask with at least one padded position.
@@ -444,7 +444,10 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
             t[arg.name] = draw(tensors(rng, dtype, shape, device, profiles=profiles, hostile=hostile, notes=notes,
                                        name=arg.name, bucket=bucket))
         elif kind in ("weight", "bias"):
-            t[arg.name] = draw(vectors(rng, n, dtype, device, kind, bucket=bucket))
+            if arg.optional and draw(choice([False, False, True], bucket, arg.name + " None")):
+                t[arg.name], notes[arg.name] = None, "None"  # a weightless call
+            else:
+                t[arg.name] = draw(vectors(rng, n, dtype, device, kind, bucket=bucket))
         elif kind == "matrix":
             t[arg.name] = torch.from_numpy(f.round(rng.standard_normal((n, n)) / math.sqrt(n))).to(dtype).to(device)
         elif kind == "vector":

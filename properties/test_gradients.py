@@ -43,7 +43,7 @@ def gradient_cases(draw, op, dtype, device, bucket=None):
 
 def _leaves(case):
     """The case with fresh leaf tensors (same values and dtype) for the inputs that get gradients."""
-    leaves = {k: case.tensors[k].detach().clone().requires_grad_(True) for k in case.record.grads}
+    leaves = {k: case.tensors[k].detach().clone().requires_grad_(True) for k in case.record.grads_in(case.tensors)}
     return case.replace(**leaves), leaves
 
 

@@ -392,6 +392,19 @@ def swiglu_empty_crash(gate, up_):
     return (F.silu(up(gate)) * up(up_)).to(gate.dtype)
 
 
+# ------------------------------------------------------------------ weightless-call bugs
+def rms_weightless_as_zeros(x, weight, eps):
+    """weight=None read as a buffer of zeros (a default allocated with zeros, not ones)."""
+    w = torch.zeros(x.shape[-1], dtype=x.dtype, device=x.device) if weight is None else weight
+    return rms_formula(up(x), up(w, x), eps).to(x.dtype)
+
+
+def ln_weightless_bias_as_ones(x, weight, bias, eps):
+    """bias=None filled like a missing weight: ones, not zeros."""
+    ones = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
+    return layer_norm(x, ones if weight is None else weight, ones if bias is None else bias, eps)
+
+
 # ------------------------------------------------------------------ geglu / gelu_and_mul bugs
 TANH_C = 0.7978845608028654  # sqrt(2 / pi)
 
@@ -522,6 +535,14 @@ def ln_welford(x, weight, bias, eps):
 def swiglu_sigmoid_form(gate, up_):
     g = up(gate)
     return (g * torch.sigmoid(g) * up(up_)).to(gate.dtype)
+
+
+def rms_weight_required(x, weight, eps):
+    """The README's example kernel: a weight is required (weight.to(...) raises on None).  Not a
+    defect: its cases give ones where a weightless call would give None."""
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xf = x.to(compute)
+    return (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.to(compute)).to(x.dtype)
 
 
 def geglu_other_routes(gate, up_, approximate):
@@ -683,6 +704,8 @@ BUGS = [
     ("swiglu", swiglu_no_upcast, {"accuracy", "extremes"}),
     ("silu_and_mul", silu_and_mul_swapped, {"accuracy", "extremes"}),
     ("swiglu", swiglu_empty_crash, {"accuracy", "contract", "extremes", "gradients"}),
+    ("rms_norm", rms_weightless_as_zeros, {"accuracy", "extremes"}),
+    ("layer_norm", ln_weightless_bias_as_ones, {"accuracy", "extremes"}),
     ("geglu", geglu_tanh_always, {"accuracy", "extremes"}),
     ("geglu", geglu_quick_gelu, {"accuracy", "extremes"}),
     ("gelu_and_mul", gelu_and_mul_swapped, {"accuracy", "extremes"}),
@@ -725,5 +748,6 @@ CORRECT = [
     ("layer_norm", ln_welford),
     ("swiglu", swiglu_sigmoid_form),
     ("geglu", geglu_other_routes),
+    ("rms_norm", rms_weight_required),
     ("batch_norm", bn_float64_stats),
 ]

@@ -19,8 +19,10 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from hypothesis import Phase, given, settings
 
+from normcert.impls import eager as eager_kernels
 from normcert.impls import make
 from normcert.oracle import OPS
 from normcert.oracle.formats import DTYPES
@@ -204,6 +206,18 @@ def test_correct_variant_is_certified(op, fn, session, request):
                 continue
             for dtype in DTYPES:
                 _run(session, family, impl, dtype)
+
+
+def test_weightless_calls_are_checked_where_accepted_and_said_where_not(session):
+    """A kernel that takes weight=None is checked on weightless calls; one that raises on None
+    (the README's example) is certified on the same cases with ones for None, and its domain says
+    so, not rejected for a call it was never written for."""
+    eager = make("rms_norm", "eager", "eager", eager_kernels.rms_norm)
+    required = _impl("rms_norm", planted.rms_weight_required)
+    for impl, says in ((eager, "weightless calls (None weight / bias) checked"),
+                       (required, "weightless calls not accepted (raised on None): None given as ones / zeros")):
+        res = _run(session, BY_NAME["accuracy"], impl, torch.float32)
+        assert res.outcome == "pass" and says in res.domain, (impl.id, res.domain)
 
 
 def test_a_backward_that_writes_over_dy_is_named(session):
