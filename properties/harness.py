@@ -423,7 +423,8 @@ class Coverage:
         self.buckets: list[str] = []
         self.batch_sizes: set[int] = set()
         self.refused_example = ""
-        self.weightless = ""  # how the op's optional weight / bias were given, where the op has one
+        self.weightless = ""  # where the op has an optional weight / bias: "taken", or "filled" (ones for None)
+        self.nones = 0  # cases checked with an optional weight or bias given as None
 
     def checked(self, case: Case) -> None:
         main = case.main
@@ -431,6 +432,7 @@ class Coverage:
         self.rows = max(self.rows, main.numel() // max(width, 1))
         self.width = max(self.width, width)
         self.layouts.add("contiguous" if main.is_contiguous() else "strided")
+        self.nones += any(case.tensors.get(k) is None for k in case.record.optional)
         if "bucket" in case.notes:
             self.buckets.append(case.notes["bucket"])
         if "batch sizes" in case.notes:
@@ -449,8 +451,10 @@ class Coverage:
             text += f"; buckets: {', '.join(self.buckets)}"
         if self.batch_sizes:
             text += f"; batch sizes: {', '.join(map(str, sorted(self.batch_sizes)))}"
-        if self.weightless:
-            text += f"; {self.weightless}"
+        if self.weightless == "taken":
+            text += f"; weightless calls (None weight / bias): {self.nones} cases"
+        elif self.weightless == "filled":
+            text += "; weightless calls not accepted (raised on None): None given as ones / zeros"
         if self.refused:
             text += f"; refused {self.refused} of {self.examples} cases, e.g. {self.refused_example}"
         return text
@@ -497,10 +501,8 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
     cover = Coverage()
     state = {}
     if oracle.OPS[impl.op].optional:
-        if accepts_weightless(session, impl, dtype):
-            cover.weightless = "weightless calls (None weight / bias) checked"
-        else:
-            cover.weightless = "weightless calls not accepted (raised on None): None given as ones / zeros"
+        cover.weightless = "taken" if accepts_weightless(session, impl, dtype) else "filled"
+        if cover.weightless == "filled":
             strategy = None if strategy is None else strategy.map(Case.with_identity)
             buckets = [(label, strat.map(Case.with_identity)) for label, strat in buckets]
 

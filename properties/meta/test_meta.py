@@ -214,10 +214,10 @@ def test_weightless_calls_are_checked_where_accepted_and_said_where_not(session)
     so, not rejected for a call it was never written for."""
     eager = make("rms_norm", "eager", "eager", eager_kernels.rms_norm)
     required = _impl("rms_norm", planted.rms_weight_required)
-    for impl, says in ((eager, "weightless calls (None weight / bias) checked"),
-                       (required, "weightless calls not accepted (raised on None): None given as ones / zeros")):
+    for impl, says in ((eager, r"weightless calls \(None weight / bias\): [1-9]\d* cases"),
+                       (required, r"weightless calls not accepted \(raised on None\): None given as ones / zeros")):
         res = _run(session, BY_NAME["accuracy"], impl, torch.float32)
-        assert res.outcome == "pass" and says in res.domain, (impl.id, res.domain)
+        assert res.outcome == "pass" and re.search(says, res.domain), (impl.id, res.domain)
 
 
 def test_a_backward_that_writes_over_dy_is_named(session):
