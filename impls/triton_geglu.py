@@ -29,8 +29,8 @@ from normcert.oracle.record import APPROXIMATE
 from normcert.oracle.validate import one_of
 
 from . import make
-from .triton_norms import as_rows, compute_dtype, div_rn, tile_ptrs
-from .triton_swiglu import _grid, _halves, _tile_mask
+from .triton_norms import compute_dtype, div_rn, tile_ptrs
+from .triton_swiglu import Gated, GatedHalves, _grid, _tile_mask
 
 
 
@@ -113,50 +113,14 @@ def _backward(g2, u2, dy2, dg2, du2, approximate):
                                 TANH=approximate == "tanh", ACC=acc, BLOCK_R=block_r, BLOCK_N=block_n)
 
 
-class _GeGLU(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, gate, up, approximate):
-        ctx.save_for_backward(gate, up)
-        ctx.approximate = approximate
-        n = gate.shape[-1]
-        return _forward(as_rows(gate, n), as_rows(up, n), approximate).reshape(gate.shape)
-
-    @staticmethod
-    def backward(ctx, dy):
-        gate, up = ctx.saved_tensors
-        n = gate.shape[-1]
-        dgate = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
-        dup = torch.empty(up.shape, dtype=up.dtype, device=up.device)
-        _backward(as_rows(gate, n), as_rows(up, n), as_rows(dy, n), as_rows(dgate, n), as_rows(dup, n),
-                  ctx.approximate)
-        return dgate, dup, None
-
-
-class _GeluAndMul(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, approximate):
-        ctx.save_for_backward(x)
-        ctx.approximate = approximate
-        x2 = as_rows(x, x.shape[-1])
-        return _forward(*_halves(x2), approximate).reshape(x.shape[:-1] + (x.shape[-1] // 2,))
-
-    @staticmethod
-    def backward(ctx, dy):
-        (x,) = ctx.saved_tensors
-        x2 = as_rows(x, x.shape[-1])
-        dx = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
-        _backward(*_halves(x2), as_rows(dy, dy.shape[-1]), *_halves(dx), ctx.approximate)
-        return dx.reshape(x.shape), None
-
-
 def geglu(gate, up, approximate):
     one_of("geglu", "approximate", approximate, APPROXIMATE)
-    return _GeGLU.apply(gate, up, approximate)
+    return Gated.apply(gate, up, _forward, _backward, approximate)
 
 
 def gelu_and_mul(x, approximate):
     one_of("gelu_and_mul", "approximate", approximate, APPROXIMATE)
-    return _GeluAndMul.apply(x, approximate)
+    return GatedHalves.apply(x, _forward, _backward, approximate)
 
 
 IMPLS = [

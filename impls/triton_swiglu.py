@@ -107,12 +107,17 @@ def _backward(g2, u2, dy2, dg2, du2):
                                  ACC=compute_dtype(g2.dtype)[0], BLOCK_R=block_r, BLOCK_N=block_n)
 
 
-class _SwiGLU(torch.autograd.Function):
+class Gated(torch.autograd.Function):
+    """y = act(gate) * up for 2-D-viewable gate and up, by ``fwd(g2, u2, *extra) -> y2`` and
+    ``bwd(g2, u2, dy2, dg2, du2, *extra)`` (which writes dgate and dup): SwiGLU's kernels here,
+    GeGLU's in ``triton_geglu`` (``extra``: its form)."""
+
     @staticmethod
-    def forward(ctx, gate, up):
+    def forward(ctx, gate, up, fwd, bwd, *extra):
         ctx.save_for_backward(gate, up)
+        ctx.bwd, ctx.extra = bwd, extra
         n = gate.shape[-1]
-        return _forward(as_rows(gate, n), as_rows(up, n)).reshape(gate.shape)
+        return fwd(as_rows(gate, n), as_rows(up, n), *extra).reshape(gate.shape)
 
     @staticmethod
     def backward(ctx, dy):
@@ -120,8 +125,8 @@ class _SwiGLU(torch.autograd.Function):
         n = gate.shape[-1]
         dgate = torch.empty(gate.shape, dtype=gate.dtype, device=gate.device)
         dup = torch.empty(up.shape, dtype=up.dtype, device=up.device)
-        _backward(as_rows(gate, n), as_rows(up, n), as_rows(dy, n), as_rows(dgate, n), as_rows(dup, n))
-        return dgate, dup
+        ctx.bwd(as_rows(gate, n), as_rows(up, n), as_rows(dy, n), as_rows(dgate, n), as_rows(dup, n), *ctx.extra)
+        return (dgate, dup, None, None) + (None,) * len(ctx.extra)
 
 
 def _halves(x2):
@@ -129,28 +134,32 @@ def _halves(x2):
     return x2[:, :h], x2[:, h:]
 
 
-class _SiluAndMul(torch.autograd.Function):
+class GatedHalves(torch.autograd.Function):
+    """``Gated`` on the two halves of x's last dim [gate | up], passed to the kernels as two strided
+    views of x; the gradient is written into the two halves of one buffer."""
+
     @staticmethod
-    def forward(ctx, x):
+    def forward(ctx, x, fwd, bwd, *extra):
         ctx.save_for_backward(x)
+        ctx.bwd, ctx.extra = bwd, extra
         x2 = as_rows(x, x.shape[-1])
-        return _forward(*_halves(x2)).reshape(x.shape[:-1] + (x.shape[-1] // 2,))
+        return fwd(*_halves(x2), *extra).reshape(x.shape[:-1] + (x.shape[-1] // 2,))
 
     @staticmethod
     def backward(ctx, dy):
         (x,) = ctx.saved_tensors
         x2 = as_rows(x, x.shape[-1])
         dx = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
-        _backward(*_halves(x2), as_rows(dy, dy.shape[-1]), *_halves(dx))
-        return dx.reshape(x.shape)
+        ctx.bwd(*_halves(x2), as_rows(dy, dy.shape[-1]), *_halves(dx), *ctx.extra)
+        return (dx.reshape(x.shape), None, None) + (None,) * len(ctx.extra)
 
 
 def swiglu(gate, up):
-    return _SwiGLU.apply(gate, up)
+    return Gated.apply(gate, up, _forward, _backward)
 
 
 def silu_and_mul(x):
-    return _SiluAndMul.apply(x)
+    return GatedHalves.apply(x, _forward, _backward)
 
 
 IMPLS = [
