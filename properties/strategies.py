@@ -249,6 +249,23 @@ def shapes(draw, n=None, max_rank=4, max_elems=MAX_ELEMS, max_n=16384, even=Fals
     return tuple(lead) + (n,)
 
 
+@st.composite
+def qk_shapes(draw, max_elems=MAX_ELEMS, max_n=16384, min_rows=0):
+    """(tokens, heads, head_dim) of a QK-norm call, or None where none fits: head_dim one of
+    HEAD_DIMS (<= max_n), heads 1..QK_HEADS, tokens 1..4, at most max_elems elements and at least
+    min_rows rows (tokens x heads)."""
+    dims = [d for d in HEAD_DIMS if d <= max_n and max(min_rows, 1) * d <= max_elems]
+    if not dims:
+        return None
+    d = draw(st.sampled_from(dims))
+    heads = draw(st.integers(1, max(1, min(QK_HEADS, max_elems // d))))
+    lo = -(-max(min_rows, 1) // heads)
+    hi = max(lo, min(4, max_elems // (heads * d)))
+    if lo * heads * d > max_elems:
+        return None
+    return (draw(st.integers(lo, hi)), heads, d)
+
+
 def eps(bucket: Bucket | None = None):
     common = choice([1e-12, 1e-6, 1e-5, 1e-3, 0.5], bucket, "eps")
     return st.one_of(common, st.floats(-12, math.log10(0.5)).map(lambda e: float(10.0 ** e)))
@@ -416,10 +433,14 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
     """A Case for ``op`` with the given dtype on the given device, every argument drawn by its kind.
 
     rows tensors from ``profiles`` (with hostile rows if asked); weight and bias
-    vectors (an optional one None in a third of the cases: a weightless call); an n x n sublayer scaled by 1/sqrt(n) and a small bias; a mask with
-    padded positions overwritten (NaN, huge, zeros) to prove they are never read;
-    eps; alpha = (2N)^(1/4) for N layers; GELU's form.  min_rows: at least this many rows
-    (positions, for a masked op); padded: a mask with at least one padded position.
+    vectors (an optional one None in a third of the cases: a weightless call); an
+    n x n sublayer scaled by 1/sqrt(n) and a small bias; a mask with padded
+    positions overwritten (NaN, huge, zeros) to prove they are never read; eps;
+    alpha = (2N)^(1/4) for N layers; GELU's form.  For a ``headwise`` op a quarter
+    of the cases are QK-norm calls (``qk_shapes``: tokens x heads x head_dim, the k
+    part of a fused QKV buffer), where one fits the limits.  min_rows: at least
+    this many rows (positions, for a masked op); padded: a mask with at least one
+    padded position.
     bucket: the shape is the bucket's (max_elems, max_n, min_rows do not apply) and
     every other choice is spun (``choice``).
     """
@@ -430,7 +451,13 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
     rng = np.random.default_rng(seed)
     notes = {"seed": str(seed)}
     f = fmt(dtype)
-    if bucket is None:
+    layouts = LAYOUTS
+    qk = None
+    if bucket is None and rec.headwise and draw(st.integers(0, 3)) == 3:  # a quarter of the cases
+        qk = draw(qk_shapes(max_elems, min(max_n, rec.max_width), min_rows))
+    if qk is not None:  # QK-norm: per head of a fused QKV projection's k part
+        shape, layouts = qk, ("fused_qkv",)
+    elif bucket is None:
         shape = draw(shapes(max_elems=max_elems, max_n=min(max_n, rec.max_width), max_rank=rec.max_rank,
                             even=rec.halves, min_rows=min_rows))
     else:
@@ -442,7 +469,7 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
         kind = arg.kind
         if kind == "rows":
             t[arg.name] = draw(tensors(rng, dtype, shape, device, profiles=profiles, hostile=hostile, notes=notes,
-                                       name=arg.name, bucket=bucket))
+                                       name=arg.name, bucket=bucket, layouts=layouts))
         elif kind in ("weight", "bias"):
             if arg.optional and draw(choice([False, False, True], bucket, arg.name + " None")):
                 t[arg.name], notes[arg.name] = None, "None"  # a weightless call

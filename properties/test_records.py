@@ -114,3 +114,20 @@ def test_bucket_cases_differ_from_seed_to_seed():
               for spin in range(10)]
     assert len({c.notes["seed"] for c in firsts}) == 10
     assert len({c.notes["x"] for c in firsts}) >= 3
+
+
+@pytest.mark.parametrize("op", [op for op, rec in oracle.OPS.items() if rec.headwise])
+def test_random_search_draws_qk_norm_calls_for_headwise_ops(op):
+    """Besides the qk bucket, the random search of a headwise op draws QK-norm calls: (tokens,
+    heads, head_dim) views of a fused QKV buffer, head_dim from HEAD_DIMS, past 32 heads too."""
+    from hypothesis import find  # noqa: PLC0415
+
+    from normcert.properties.strategies import HEAD_DIMS, cases  # noqa: PLC0415
+
+    def qk_past_32(case):
+        x = case.main
+        fused = x.dim() == 3 and x.stride(0) == 3 * x.shape[1] * x.shape[2]
+        return fused and x.shape[-1] in HEAD_DIMS and x.shape[1] > 32
+
+    found = find(cases(op, torch.float32, "cpu"), qk_past_32, settings=settings(database=None, max_examples=500))
+    assert found.main.storage_offset() == found.main.shape[1] * found.main.shape[2]  # the k part
