@@ -75,6 +75,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from . import geglu
 from .formats import compute_format, fmt, to_float64
 from .record import IDENTITY
 from .special import erfc
@@ -390,8 +391,13 @@ def silu_and_mul_indeterminate(args):
 
 
 # ---------------------------------------------------------------- GELU (geglu, gelu_and_mul)
-K0, K1 = float(np.sqrt(2 / np.pi)), 0.044715  # the tanh form's t = K0 (g + K1 g**3)
+K0, K1 = float(geglu.K0), float(geglu.K1)  # the tanh form's t = K0 (g + K1 g**3), as the oracle defines it
 TWO_OVER_SQRT_PI = 2 / np.sqrt(np.pi)
+
+
+def _tanh_arg(g):
+    """t = K0 (g + K1 g**3), the tanh form's argument, in float64."""
+    return K0 * (g + K1 * g * g * g)
 
 
 def _gelu_p(ctx, g, approximate):
@@ -425,7 +431,7 @@ def _gelu_p(ctx, g, approximate):
             dp = FN_ULPS * ctx.uc * (np.abs(p - 1) + p) + TWO_OVER_SQRT_PI * np.exp(-z * z) * np.abs(z) * ctx.gam(2) \
                 + ctx.uc * p
         else:
-            t = K0 * (g + K1 * g * g * g)
+            t = _tanh_arg(g)
             p = 2 / (1 + np.exp(-2 * t))
             dp = FN_ULPS * ctx.uc * np.abs(np.tanh(t)) + (np.abs(2 * t) * ctx.gam(10) + (FN_ULPS + 3) * ctx.uc) * p
     return p, dp
@@ -572,8 +578,8 @@ def batch_norm_bwd(args, cot, exact):
         claim = norm.claim.all()
     return {
         "x": dx.reshape(exact["x"].shape),
-        "weight": np.where(claim, ew + cw.round_out(np.abs(exact.get("weight", 0.0))), np.inf),
-        "bias": eb + cb.round_out(np.abs(exact.get("bias", 0.0))),
+        "weight": np.where(claim, ew + cw.round_out(np.abs(exact["weight"])), np.inf),
+        "bias": eb + cb.round_out(np.abs(exact["bias"])),
     }
 
 
@@ -600,8 +606,8 @@ def deep_norm_bwd(args, cot, exact):
     cw, cb = _wctx(args, "weight"), _wctx(args, "bias")
     return {
         "x": np.where(norm.claim & fits, dx, np.inf),
-        "weight": np.where((norm.claim & fits).all(), ew + cw.round_out(np.abs(exact.get("weight", 0.0))), np.inf),
-        "bias": np.where(fits.all(), eb + cb.round_out(np.abs(exact.get("bias", 0.0))), np.inf),
+        "weight": np.where((norm.claim & fits).all(), ew + cw.round_out(np.abs(exact["weight"])), np.inf),
+        "bias": np.where(fits.all(), eb + cb.round_out(np.abs(exact["bias"])), np.inf),
     }
 
 
@@ -661,7 +667,7 @@ def _gelu_dp(ctx, g, p, approximate):
         if approximate == "none":
             dp = np.sqrt(2 / np.pi) * np.exp(-g * g / 2)
             return dp, dp * (g * g / 2 * ctx.gam(4) + (FN_ULPS + 2) * ctx.uc)
-        t = K0 * (g + K1 * g * g * g)
+        t = _tanh_arg(g)
         dt = K0 * (1 + 3 * K1 * g * g)
         dp = p * (2 / (1 + np.exp(2 * t))) * dt  # (1 + tanh)(1 - tanh) t' = 4 sigma(2t) sigma(-2t) t'
         return dp, dt * (2 * FN_ULPS + 2) * ctx.uc + dp * (2 * np.abs(2 * t) * ctx.gam(10) + 2 * (FN_ULPS + 3) * ctx.uc
