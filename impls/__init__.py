@@ -60,6 +60,8 @@ def make(op, name, backend, fn, **kw) -> Impl:
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r} for {name!r}: expected one of {', '.join(BACKENDS)}")
     target = kw.pop("target", None) or f"{fn.__module__}:{fn.__name__}"
+    if not OPS[op].grads:
+        kw["backward"] = False  # an inference-only op: no backward to have
     convention = kw.get("convention", "")
     try:
         conventions.check(convention, OPS[op])

@@ -61,6 +61,9 @@ def check(convention: str, op) -> None:
         if op.halves or len(op.outputs) > len(rows):
             raise ValueError(f"@inplace: {op.name}'s outputs ({', '.join(op.outputs)}) do not each have an input "
                              f"of their own shape to be written into")
+        if op.quantised:
+            raise ValueError(f"@inplace: {op.name}'s {', '.join(dict(op.quantised))} has a dtype of its own "
+                             f"(float8_e4m3fn), not its input's: use @out or @outkw")
 
 
 def poisoned(shape, dtype, device) -> torch.Tensor:
@@ -111,7 +114,7 @@ def adapt(convention: str, op, fn: Callable) -> Callable:
             _returns(fn(*bufs, *args[len(bufs):], **kwargs), None, convention)
         else:
             shape = op.out_shape(tuple(main.shape))
-            bufs = [poisoned(shape, main.dtype, main.device) for _ in op.outputs]
+            bufs = [poisoned(shape, op.out_dtype(name, main.dtype), main.device) for name in op.outputs]
             if convention == "out":
                 _returns(fn(*bufs, *args, **kwargs), None, convention)
             else:

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from normcert.oracle.record import APPROXIMATE
-from normcert.oracle.validate import one_of
+from normcert.oracle.validate import one_of, positive
 
 from . import make
 
@@ -50,6 +50,31 @@ def gemma_rms_norm(x, weight, eps):
 def add_rms_norm(x, residual, weight, eps):
     s = up(x) + up(residual)
     return rms_formula(s, up(weight, x), eps).to(x.dtype), s.to(x.dtype)
+
+
+def to_e4m3(v):
+    """v rounded once to float8_e4m3fn: nearest-even, saturating at +-448, NaN kept (torch.clamp
+    keeps it).  float64 is first rounded to the format's quantum 2**(max(e, -6) - 3), e = floor(log2
+    |v|) read from v's exponent bits, in float64 (exact: torch.round ties to even): torch's float64
+    -> float8 cast goes through float32 and rounds twice (17 + 2**-30 gives 16, not 18).  (Not
+    torch.frexp: inductor's C++ code for its exponent does not compile, torch 2.13.)  From float32
+    the cast itself is exact RNE."""
+    if v.dtype == torch.float64:
+        e = ((v.view(torch.int64) >> 52) & 0x7FF) - 1023
+        quantum = ((e.clamp(min=-6) - 3 + 1023) << 52).view(torch.float64)
+        v = torch.round(v / quantum) * quantum
+    return v.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+
+
+def rms_norm_fp8(x, weight, eps, scale):
+    positive("rms_norm_fp8", "scale", scale)
+    return to_e4m3(rms_formula(up(x), up(weight, x), eps) / scale)
+
+
+def add_rms_norm_fp8(x, residual, weight, eps, scale):
+    positive("add_rms_norm_fp8", "scale", scale)
+    s = up(x) + up(residual)
+    return to_e4m3(rms_formula(s, up(weight, x), eps) / scale), s.to(x.dtype)
 
 
 def layer_norm(x, weight, bias, eps):
@@ -118,6 +143,8 @@ IMPLS = [
     make("rms_norm", "eager", "eager", rms_norm),
     make("gemma_rms_norm", "eager", "eager", gemma_rms_norm),
     make("add_rms_norm", "eager", "eager", add_rms_norm),
+    make("rms_norm_fp8", "eager", "eager", rms_norm_fp8),
+    make("add_rms_norm_fp8", "eager", "eager", add_rms_norm_fp8),
     make("layer_norm", "eager", "eager", layer_norm),
     make("batch_norm", "eager", "eager", batch_norm),
     make("deep_norm", "eager", "eager", deep_norm),

@@ -37,6 +37,13 @@ environment lists what was corrected.  The gaps (Triton 3.7.1):
     over all 65,536 patterns and the fp32 rounding cases against exact
     references.  Correction: ``interpreter_bf16``, which computes bf16 as a GPU
     does (round to nearest even, exact subnormals, one rounding per operation).
+``float8_e4m3fn``
+    Its conversions to and from ``tl.float8e4nv`` are a generic bit shuffle: fp32 → e4m3fn
+    rounds a tie up, carries into the exponent wrongly (31.0 → 16.0) and does not saturate
+    (464 → NaN, +inf → 256); NaN widens to 480.  The probe
+    (``interpreter_probes.float8_mismatches``) converts all 256 patterns and the rounding
+    cases of every value.  Correction: ``interpreter_fp8`` (nearest even, saturating, as a
+    GPU's ``cvt.rn.satfinite`` and torch's cast).
 """
 from __future__ import annotations
 
@@ -60,11 +67,12 @@ def install() -> list[str]:
     except ImportError:
         return []
     made = []
-    from . import interpreter_bf16  # noqa: PLC0415
+    from . import interpreter_bf16, interpreter_fp8  # noqa: PLC0415
 
     for name, probe, correct in (("float scalars", probes.float_probe, _correct_floats),
                                  ("libdevice", probes.libdevice_probe, _correct_libdevice),
-                                 ("bfloat16", probes.bfloat16_probe, interpreter_bf16.install)):
+                                 ("bfloat16", probes.bfloat16_probe, interpreter_bf16.install),
+                                 ("float8_e4m3fn", probes.float8_probe, interpreter_fp8.install)):
         if not _runs(probe):
             correct()
             made.append(name if _runs(probe) else f"{name} (not corrected)")

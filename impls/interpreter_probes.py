@@ -14,6 +14,11 @@ arithmetic, which round once to nearest even):
   (where rounding happens), and pairs of zeros, subnormals and infinities;
 * a bf16 constant, ``tl.sum`` and ``tl.max`` of negative values, ``tl.dot``.
 
+``float8_mismatches`` does the same for float8_e4m3fn (``tl.float8e4nv``): e4m3fn → fp32 on
+all 256 patterns, and fp32 → e4m3fn on each finite value, the midpoint above it (a tie), the
+tie ± 1 fp32 ulp, the largest fp32 below the next value, and past 448, ±inf and NaN (torch's
+cast: nearest even, saturating, as a GPU's ``cvt.rn.satfinite``).
+
 NaN results must be NaN; their payload is not compared; max(+0, -0) may be
 either zero (IEEE 754-2008's maxNum leaves its sign open).  The same kernels run
 on a GPU (``device="cuda"``), where they must agree bit for bit as well.
@@ -191,3 +196,37 @@ def bfloat16_mismatches(device: str = "cpu") -> list[str]:
 
 def bfloat16_probe() -> bool:
     return not bfloat16_mismatches()
+
+
+def _e4m3_rounding_cases() -> torch.Tensor:
+    values = torch.arange(0, 0x7F, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).float()
+    above = torch.cat([values[1:], torch.tensor([480.0])])  # 480: where the next value would be
+    mid = (values + above) / 2  # exact in fp32
+    inf = torch.tensor(float("inf"))
+    cases = torch.cat([values, mid, torch.nextafter(mid, inf), torch.nextafter(mid, -inf), torch.nextafter(above, -inf),
+                       torch.tensor([1e30, float("inf"), float("nan")])])
+    return torch.cat([cases, -cases])
+
+
+def float8_mismatches(device: str = "cpu") -> list[str]:
+    """One line per way the e4m3fn conversions differ from a GPU's bits on ``device`` (empty: none)."""
+
+    def widening():
+        src = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn)
+        out = torch.empty(src.shape, dtype=torch.float32, device=device)
+        _launch(_convert, src.numel(), src.to(device), out)
+        return _differ("e4m3fn → fp32", lambda k: f"pattern {k:#04x}", out.cpu(), src.float())
+
+    def rounding():
+        src = _e4m3_rounding_cases()
+        out = torch.empty(src.shape, dtype=torch.float8_e4m3fn, device=device)
+        _launch(_convert, src.numel(), src.to(device), out)
+        got, want = out.cpu(), src.to(torch.float8_e4m3fn)
+        return _differ("fp32 → e4m3fn", lambda k: repr(src[k].item()), got.float(), want.float())
+
+    return [line for what, run in (("e4m3fn → fp32", widening), ("fp32 → e4m3fn", rounding))
+            for line in _check(what, run)]
+
+
+def float8_probe() -> bool:
+    return not float8_mismatches()

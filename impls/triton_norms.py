@@ -50,6 +50,9 @@ import torch
 import triton
 import triton.language as tl
 
+from normcert.oracle.formats import DTYPES
+from normcert.oracle.validate import positive
+
 from . import make
 
 TILE = 2048  # elements per tile: BLOCK_R * BLOCK_N
@@ -114,13 +117,15 @@ def _row_xhat(X, sxr, sxc, R, srr, src, alpha, row, col, m, mean, rstd, PRE: tl.
 
 @triton.jit
 def _row_norm_fwd_kernel(
-    X, sxr, sxc, R, srr, src, ALPHA, W, B, EPS, Y, RES, MEAN, RSTD, rows, n,
-    CENTER: tl.constexpr, PRE: tl.constexpr, HAS_BIAS: tl.constexpr,
+    X, sxr, sxc, R, srr, src, ALPHA, W, B, EPS, SCALE, Y, RES, MEAN, RSTD, rows, n,
+    CENTER: tl.constexpr, PRE: tl.constexpr, HAS_BIAS: tl.constexpr, QUANT: tl.constexpr,
     ACC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    """y = (s - mu) * rho * w (+ b) per row; saves mu (if CENTER) and rho; RES = s rounded (PRE 1)."""
+    """y = (s - mu) * rho * w (+ b) per row; saves mu (if CENTER) and rho; RES = s rounded (PRE 1).
+    QUANT: y / scale, saturated to +-448 (NaN kept) and rounded to Y's float8_e4m3fn."""
     row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     alpha = tl.load(ALPHA)
+    scale = tl.load(SCALE)
     in_rows = row < rows
     n_acc = tl.full([], n, ACC)
     mean = tl.zeros([BLOCK_R], ACC)
@@ -151,6 +156,8 @@ def _row_norm_fwd_kernel(
         y = (s - mean[:, None]) * rstd[:, None] * w[None, :]
         if HAS_BIAS:
             y += tl.load(B + col, mask=col < n, other=0.0).to(ACC)[None, :]
+        if QUANT:
+            y = tl.clamp(div_rn(y, scale), -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL)
         tl.store(tile_ptrs(Y, row, col, n, 1), y.to(Y.dtype.element_ty), mask=m)
 
 
@@ -356,16 +363,17 @@ def _prologue(residual, alpha) -> int:
     return 0 if residual is None else (1 if alpha is None else 2)
 
 
-def _row_norm_forward(x, residual, weight, bias, eps, center, alpha=None):
-    """(y, residual_out or None, mean or None, rstd) for the row norms."""
+def _row_norm_forward(x, residual, weight, bias, eps, center, alpha=None, scale=None):
+    """(y, residual_out or None, mean or None, rstd) for the row norms; with a ``scale``, y is
+    quantised to float8_e4m3fn (y / scale, saturating)."""
     n = x.shape[-1]
     pre = _prologue(residual, alpha)
     acc, acc_t = compute_dtype(x.dtype)
     x2 = as_rows(x, n)
     r2 = x2 if residual is None else as_rows(residual, n)
     rows = x2.shape[0]
-    y = torch.empty((rows, n), dtype=x.dtype, device=x.device)
-    res = torch.empty_like(y) if pre == 1 else None
+    y = torch.empty((rows, n), dtype=x.dtype if scale is None else torch.float8_e4m3fn, device=x.device)
+    res = torch.empty((rows, n), dtype=x.dtype, device=x.device) if pre == 1 else None
     mean = torch.empty(rows, dtype=acc_t, device=x.device) if center else None
     rstd = torch.empty(rows, dtype=acc_t, device=x.device)
     if rows * n:
@@ -374,8 +382,9 @@ def _row_norm_forward(x, residual, weight, bias, eps, center, alpha=None):
         b = w if bias is None else bias.contiguous()
         _row_norm_fwd_kernel[(triton.cdiv(rows, block_r),)](
             x2, x2.stride(0), x2.stride(1), r2, r2.stride(0), r2.stride(1), _scalar(1.0 if alpha is None else alpha, acc_t, x.device),
-            w, b, _scalar(eps, acc_t, x.device), y, y if res is None else res, rstd if mean is None else mean, rstd,
-            rows, n, CENTER=center, PRE=pre, HAS_BIAS=bias is not None,
+            w, b, _scalar(eps, acc_t, x.device), _scalar(1.0 if scale is None else scale, acc_t, x.device),
+            y, y if res is None else res, rstd if mean is None else mean, rstd,
+            rows, n, CENTER=center, PRE=pre, HAS_BIAS=bias is not None, QUANT=scale is not None,
             ACC=acc, BLOCK_R=block_r, BLOCK_N=block_n)
     res = None if res is None else res.reshape(x.shape)
     return y.reshape(x.shape), res, mean, rstd
@@ -568,10 +577,34 @@ def batch_norm(x, weight, bias, eps, mask=None):
     return _BatchNorm.apply(x, weight, bias, eps, mask)
 
 
+def _fp8_scale(op: str, x, scale) -> None:
+    """A positive finite scale (ValueError naming it); float64 x is not supported: a GPU has no
+    float64 -> e4m3fn conversion that rounds once (it would go through float32)."""
+    positive(op, "scale", scale)
+    if x.dtype == torch.float64:
+        raise NotImplementedError(f"{op}: float64 input (no single-rounding float64 -> float8_e4m3fn conversion)")
+
+
+def rms_norm_fp8(x, weight, eps, scale):
+    """rms_norm's forward kernel with its output divided by scale and stored as float8_e4m3fn
+    (inference only: no backward)."""
+    _fp8_scale("rms_norm_fp8", x, scale)
+    return _row_norm_forward(x, None, weight, None, eps, center=False, scale=scale)[0]
+
+
+def add_rms_norm_fp8(x, residual, weight, eps, scale):
+    """add_rms_norm's forward kernel, y quantised as rms_norm_fp8's; residual_out in x's dtype."""
+    _fp8_scale("add_rms_norm_fp8", x, scale)
+    y, res, _, _ = _row_norm_forward(x, residual, weight, None, eps, center=False, scale=scale)
+    return y, res
+
+
 IMPLS = [
     make("rms_norm", "triton", "triton", rms_norm, devices=("cpu", "cuda")),
     make("gemma_rms_norm", "triton", "triton", gemma_rms_norm, devices=("cpu", "cuda")),
     make("add_rms_norm", "triton", "triton", add_rms_norm, devices=("cpu", "cuda")),
+    make("rms_norm_fp8", "triton", "triton", rms_norm_fp8, devices=("cpu", "cuda"), dtypes=DTYPES[1:]),
+    make("add_rms_norm_fp8", "triton", "triton", add_rms_norm_fp8, devices=("cpu", "cuda"), dtypes=DTYPES[1:]),
     make("layer_norm", "triton", "triton", layer_norm, devices=("cpu", "cuda")),
     make("batch_norm", "triton", "triton", batch_norm, devices=("cpu", "cuda")),
     make("deep_norm", "triton", "triton", deep_norm, devices=("cpu", "cuda")),

@@ -9,7 +9,9 @@ rounded inputs the kernel saw, by one of two paths (``oracle.backends``):
 ``args`` are the op's arguments by name (torch tensors, Python floats and GELU's form; for
 ``deep_norm`` the affine sublayer is given as ``sub_weight``/``sub_bias``).
 Results are the exact values rounded once to float64, *not* rounded to the
-kernel's dtype: the error model measures against the exact value.
+kernel's dtype: the error model measures against the exact value.  A quantised
+output (``record.Op.quantised``) is also exact *for its rounding*: rounding it
+to its format gives the exactly rounded value (``_resolve``).
 The maths of each op is in the docstring of its module.
 """
 from __future__ import annotations
@@ -69,14 +71,63 @@ def forward(op: str, path: str = "float64", **args) -> tuple[np.ndarray, ...]:
     """The exact outputs of ``op`` on ``args``, rounded once to float64."""
     rec = _op(op)
     B, kw = _prepare(rec, path, args)
-    outs = [B.to_float64(o) for o in _run(B, rec.forward, **kw)]
+    outs = [_to_float64(B, rec, name, o) for name, o in zip(rec.outputs, _run(B, rec.forward, **kw))]
     dtype = args[rec.main].dtype
-    return tuple(fmt(dtype).round(o) if name in rec.rounded else o for name, o in zip(rec.outputs, outs))
+    outs = [fmt(dtype).round(o) if name in rec.rounded else o for name, o in zip(rec.outputs, outs)]
+    if rec.quantised and B is not BACKENDS["mpmath"]:
+        _resolve(rec, args, outs)
+    return tuple(outs)
+
+
+def _to_float64(B, rec: Op, name: str, o) -> np.ndarray:
+    """``B.to_float64(o)``; for a quantised output on mpmath, a float64 value v rounded to nearest
+    that lands exactly on a midpoint of the quantised format while the exact value does not is
+    moved one float64 ulp towards it, so that rounding v to the format rounds the exact value."""
+    v = B.to_float64(o)
+    if name not in dict(rec.quantised) or B is not BACKENDS["mpmath"]:
+        return v
+    f = fmt(rec.out_dtype(name, None))
+    with np.errstate(all="ignore"):
+        tie = np.isfinite(v) & (f.round(np.nextafter(v, -np.inf)) != f.round(np.nextafter(v, np.inf)))
+    for i in zip(*np.nonzero(tie)):
+        side = o[i] - mpmath.mpf(float(v[i]))
+        if side:
+            v[i] = np.nextafter(v[i], np.inf if side > 0 else -np.inf)
+    return v
+
+
+def _resolve(rec: Op, args: dict, outs: list) -> None:
+    """Quantised outputs from float64: where the oracle's own error (the bound with
+    ``kernel=False``) reaches past a midpoint of the format, rounding v might not round the exact
+    value; those rows are evaluated again on mpmath (a quantised op is rowwise), in place."""
+    bounds = rec.forward_bound(args, tuple(outs), kernel=False)
+    n = args[rec.main].shape[-1]
+    for k, name in enumerate(rec.outputs):
+        if name not in dict(rec.quantised):
+            continue
+        f = fmt(rec.out_dtype(name, None))
+        v, b = outs[k], bounds[k]
+        with np.errstate(all="ignore"):
+            near = np.isfinite(v) & (f.round(v - b) != f.round(v + b))
+        rows = np.nonzero(near.reshape(-1, n).any(axis=1))[0] if n else []
+        if len(rows):
+            sub = {a.name: _rows(args[a.name], rows) if a.kind == "rows" else args[a.name] for a in rec.args}
+            exact = forward(rec.name, path="mpmath", **sub)[k]
+            flat = v.reshape(-1, n).copy()
+            flat[rows] = exact.reshape(-1, n)
+            outs[k] = flat.reshape(v.shape)
+
+
+def _rows(t: torch.Tensor, rows) -> torch.Tensor:
+    """The given rows (flattened leading dims) of t, as a (len(rows), n) tensor."""
+    return t.reshape(-1, t.shape[-1])[torch.as_tensor(rows)]
 
 
 def vjp(op: str, cotangents, path: str = "float64", **args) -> dict[str, np.ndarray]:
     """Exact vector-Jacobian products of ``op`` for ``cotangents`` (one per output)."""
     rec = _op(op)
+    if rec.vjp is None:
+        raise ValueError(f"{op}: no VJP (an inference-only op: it has no gradients)")
     B, kw = _prepare(rec, path, args)
     if len(cotangents) != len(rec.outputs):
         raise ValueError(f"{op}: cotangents must be {len(rec.outputs)} tensor(s), got {len(cotangents)}")

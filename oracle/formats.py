@@ -1,4 +1,4 @@
-"""Floating-point formats of the four dtypes normcert certifies.
+"""Floating-point formats of the four dtypes normcert certifies, and of float8_e4m3fn outputs.
 
 A format with ``p`` significand bits (hidden bit included) and minimum normal
 exponent ``emin`` has
@@ -12,6 +12,13 @@ exponent ``emin`` has
 directly from float64.  torch's own float64 -> bfloat16 cast goes through
 float32 and so rounds twice (1 + 2**-8 + 2**-40 becomes 1.0 instead of
 1 + 2**-7); the oracle never uses it.
+
+``E4M3`` (torch.float8_e4m3fn) is an *output* format only (the fused FP8
+quantisation ops): p = 4, emin = -6, and no infinities -- the top pattern of the
+top binade is NaN, so the largest finite value is 448, not (2 - 2**-3) 2**8.
+Rounding to it *saturates*: RNE, then any magnitude past 448 (±inf included)
+becomes ±448; NaN stays NaN (the ``satfinite`` conversion of a GPU, and torch's
+cast).
 """
 from __future__ import annotations
 
@@ -27,6 +34,8 @@ class Format:
     p: int  # significand bits, hidden bit included
     emin: int
     emax: int
+    largest: float | None = None  # the largest finite value, where not (2 - 2**(1-p)) 2**emax
+    saturates: bool = False  # rounding past the largest finite value gives it, not inf
 
     @property
     def u(self) -> float:
@@ -38,7 +47,7 @@ class Format:
 
     @property
     def max(self) -> float:
-        return (2.0 - 2.0 ** (1 - self.p)) * 2.0 ** self.emax
+        return self.largest if self.largest is not None else (2.0 - 2.0 ** (1 - self.p)) * 2.0 ** self.emax
 
     def ulp(self, v: np.ndarray) -> np.ndarray:
         """ulp of each |v| in this format (the subnormal spacing ``tiny`` for zero and subnormals)."""
@@ -47,8 +56,26 @@ class Format:
         e = np.where(v > 0, e - 1, self.emin)
         return np.ldexp(1.0, np.maximum(e, self.emin) - self.p + 1)
 
+    def rounding_interval(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi): the closed interval of reals that round to each value q of this format, its
+        midpoints with the neighbours (a tie is counted on both sides); for a saturating format
+        the interval of ±max reaches ±inf.  NaN for NaN; ±inf for ±inf."""
+        q = np.asarray(q, dtype=np.float64)
+        a = np.abs(q)
+        with np.errstate(all="ignore"):
+            up = self.ulp(a) / 2
+            down = np.where(a > 0, self.ulp(np.nextafter(a, 0.0)) / 2, up)  # the binade below at a power of 2
+            top = a >= self.max
+            up = np.where(top, np.inf if self.saturates else up, up)
+            lo = np.where(q >= 0, q - down, q - up)
+            hi = np.where(q >= 0, q + up, q + down)
+            lo = np.where(np.isinf(q), q, lo)
+            hi = np.where(np.isinf(q), q, hi)
+        return lo, hi
+
     def round(self, v: np.ndarray) -> np.ndarray:
-        """Round float64 values to this format, nearest-even, overflow to ±inf."""
+        """Round float64 values to this format, nearest-even; past the largest finite value,
+        ±inf (or, for a saturating format, ±max, infinite inputs included)."""
         v = np.asarray(v, dtype=np.float64)
         if self.p == 53:
             return v.copy()
@@ -58,7 +85,8 @@ class Format:
         q = np.maximum(e - 1, self.emin) - self.p + 1  # exponent of the target ulp
         r = np.ldexp(np.rint(np.ldexp(safe, -q)), q)  # rint is nearest-even; scaling is exact
         r = np.where(np.abs(r) > self.max, np.copysign(np.inf, safe), r)
-        return np.where(finite, r, v)
+        r = np.where(finite, r, v)
+        return np.clip(r, -self.max, self.max) if self.saturates else r  # clip keeps NaN
 
 
 FORMATS: dict[torch.dtype, Format] = {
@@ -67,13 +95,16 @@ FORMATS: dict[torch.dtype, Format] = {
     torch.float16: Format("float16", 11, -14, 15),
     torch.bfloat16: Format("bfloat16", 8, -126, 127),
 }
+E4M3 = Format("float8_e4m3fn", 4, -6, 8, largest=448.0, saturates=True)
+OUTPUT_FORMATS: dict[torch.dtype, Format] = {**FORMATS, torch.float8_e4m3fn: E4M3}  # what an output may be
 DTYPES = tuple(FORMATS)
 DTYPE_NAMES = {d: f.name for d, f in FORMATS.items()}
 BY_NAME = {f.name: d for d, f in FORMATS.items()}
 
 
 def fmt(dtype: torch.dtype) -> Format:
-    return FORMATS[dtype]
+    """The format of a certified dtype, or of an output-only one (float8_e4m3fn)."""
+    return OUTPUT_FORMATS[dtype]
 
 
 def compute_format(dtype: torch.dtype) -> Format:
@@ -82,7 +113,7 @@ def compute_format(dtype: torch.dtype) -> Format:
 
 
 def to_float64(t: torch.Tensor) -> np.ndarray:
-    """Exact float64 copy of a tensor of any certified dtype (every value is representable)."""
+    """Exact float64 copy of a tensor of any dtype in OUTPUT_FORMATS (every value is representable)."""
     return t.detach().to("cpu", torch.float64).numpy().copy()
 
 

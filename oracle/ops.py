@@ -4,16 +4,20 @@ The call conventions are the contract in the README: out-of-place, tensors
 positional in the order below, eps last; rms_norm's weight and layer_norm's
 weight and bias may be None (ones, zeros); batch_norm takes ``mask=`` by keyword;
 deep_norm takes its sublayer as a callable (the suite's affine one); GELU's form
-(``approximate``, "none" or "tanh") is the last argument of geglu and gelu_and_mul.
+(``approximate``, "none" or "tanh") is the last argument of geglu and gelu_and_mul;
+the FP8 ops take the static scale last, after eps, and return float8_e4m3fn.
 """
 from __future__ import annotations
 
-from . import batch_norm, deep_norm, error_model, geglu, gemma_rms_norm, layer_norm, rms_norm, swiglu
+import torch
+
+from . import batch_norm, deep_norm, error_model, geglu, gemma_rms_norm, layer_norm, rms_norm, rms_norm_fp8, swiglu
 from .record import Arg, Op
 
 X, RESIDUAL, WEIGHT, BIAS, EPS = Arg("x", "rows"), Arg("residual", "rows"), Arg("weight", "weight"), \
     Arg("bias", "bias"), Arg("eps", "eps")
 APPROXIMATE = Arg("approximate", "approximate")
+SCALE, FP8 = Arg("scale", "scale"), (("y", torch.float8_e4m3fn),)
 WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS = Arg("weight", "weight", optional=True), Arg("bias", "bias", optional=True)
 
 OPS: dict[str, Op] = {
@@ -31,6 +35,14 @@ OPS: dict[str, Op] = {
            rms_norm.add_forward, rms_norm.add_vjp, error_model.add_rms_norm_fwd, error_model.rms_norm_bwd,
            call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"]),
            rowwise=True, scale_invariant=True, rounded=("residual_out",), unfused="rms_norm"),
+        Op("rms_norm_fp8", (X, WEIGHT, EPS, SCALE), ("y",), (),
+           rms_norm_fp8.forward, None, error_model.rms_norm_fp8_fwd, None,
+           call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["scale"]),
+           rowwise=True, scale_invariant=True, quantised=FP8),
+        Op("add_rms_norm_fp8", (X, RESIDUAL, WEIGHT, EPS, SCALE), ("y", "residual_out"), (),
+           rms_norm_fp8.add_forward, None, error_model.add_rms_norm_fp8_fwd, None,
+           call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["scale"]),
+           rowwise=True, scale_invariant=True, rounded=("residual_out",), unfused="rms_norm_fp8", quantised=FP8),
         Op("layer_norm", (X, WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS, EPS), ("y",), ("x", "weight", "bias"),
            layer_norm.forward, layer_norm.vjp, error_model.layer_norm_fwd, error_model.layer_norm_bwd,
            call=lambda fn, a: fn(a["x"], a["weight"], a["bias"], a["eps"]),

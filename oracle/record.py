@@ -19,6 +19,8 @@ Argument kinds (n is the main tensor's last dim, the normalised length):
     eps      a positive finite float
     alpha    a finite float (DeepNorm's residual scale, (2N)^(1/4) for N layers)
     approximate  GELU's form, one of APPROXIMATE: "none" (erf) or "tanh"
+    scale    a positive finite float: a static per-tensor quantisation scale (the output is
+             divided by it before it is rounded to its ``quantised`` format)
 
 An ``optional`` weight or bias may be passed as None (a weightless call, as vLLM, quack and
 Llama-4's QK-norm make it): it then means its kind's IDENTITY, a weight of ones or a bias of
@@ -35,7 +37,7 @@ import torch
 from . import validate as v
 
 TENSOR_KINDS = ("rows", "weight", "bias", "matrix", "vector", "mask")
-SCALAR_KINDS = ("eps", "alpha", "approximate")
+SCALAR_KINDS = ("eps", "alpha", "approximate", "scale")
 APPROXIMATE = ("none", "tanh")
 IDENTITY = {"weight": 1.0, "bias": 0.0}  # what an optional weight or bias passed as None means
 
@@ -60,12 +62,12 @@ class Op:
 
     args:        the oracle's arguments in call order, tensors then scalars
     outputs:     output names, in the order the kernel returns them
-    grads:       the arguments that get a gradient
+    grads:       the arguments that get a gradient (none: an inference-only op, no backward)
     forward:     oracle forward, ``forward(B, **args) -> outputs`` on backend B
-    vjp:         oracle VJP, ``vjp(B, cotangents, **args) -> {arg: gradient}``
+    vjp:         oracle VJP, ``vjp(B, cotangents, **args) -> {arg: gradient}`` (None without grads)
     forward_bound: the error model's forward bound, ``forward_bound(args, exact, kernel=True)``;
                  ``kernel=False`` gives the oracle's own error alone
-    grad_bound:  the error model's gradient bound, ``grad_bound(args, cotangents, exact)``
+    grad_bound:  the error model's gradient bound, ``grad_bound(args, cotangents, exact)`` (None without grads)
     call:        ``call(kernel, args) -> outputs``: how a kernel is called, args by name
     rowwise:     output row r depends on input row r only
     scale_invariant: y(c x, c^2 eps) = y(x, eps);  shift_invariant: y(x + d) = y(x)
@@ -73,6 +75,12 @@ class Op:
     halves:      the main tensor's last dim is [gate | up]: even, outputs n/2 wide
     max_width, max_rank: the largest cases drawn (the oracle's cost, e.g. an n x n sublayer per row)
     rounded:     outputs defined as the exact value rounded (nearest even) to the main dtype
+    quantised:   outputs of a fixed narrow dtype (float8_e4m3fn), whatever the main dtype: the
+                 exact value v rounded once to it (nearest even, saturating: ``formats``).  The
+                 oracle gives v; the forward bound B is on the kernel's value *before* that last
+                 rounding, and a kernel's output must lie in [RNE(v - B), RNE(v + B)]: one of the
+                 two neighbours of v where B reaches past a midpoint, bit-exact elsewhere
+                 (``error_model.assess``).  Other outputs have the main dtype.
     unfused:     the op this one fuses with the residual add: ``self(x, residual, ...)`` is
                  ``(unfused(x + residual, ...), residual_out = x + residual)``
     headwise:    models also apply it per attention head (QK-norm): over the last dim of a
@@ -85,9 +93,9 @@ class Op:
     outputs: tuple[str, ...]
     grads: tuple[str, ...]
     forward: Callable
-    vjp: Callable
+    vjp: Callable | None
     forward_bound: Callable
-    grad_bound: Callable
+    grad_bound: Callable | None
     call: Callable[[Callable, dict], object]
     rowwise: bool
     scale_invariant: bool = False
@@ -100,6 +108,17 @@ class Op:
     unfused: str | None = None
     headwise: bool = False
     indeterminate: Callable | None = None
+    quantised: tuple[tuple[str, torch.dtype], ...] = ()  # (output, its dtype) pairs
+
+    def __post_init__(self):
+        if bool(self.grads) != (self.vjp is not None) or bool(self.grads) != (self.grad_bound is not None):
+            raise ValueError(f"Op {self.name}: vjp and grad_bound are given exactly when grads are")
+        if self.quantised and not self.rowwise:
+            raise ValueError(f"Op {self.name}: a quantised output's oracle resolves rows one at a time; rowwise only")
+
+    def out_dtype(self, name: str, dtype: torch.dtype) -> torch.dtype:
+        """The dtype of output ``name`` for main dtype ``dtype``."""
+        return dict(self.quantised).get(name, dtype)
 
     @property
     def tensors(self) -> tuple[str, ...]:
@@ -160,7 +179,7 @@ class Op:
                 v.square(self.name, a.name, t, n, x.dtype)
             elif a.kind == "mask":
                 v.mask(self.name, t, x)
-            elif a.kind == "eps":
+            elif a.kind in ("eps", "scale"):
                 v.positive(self.name, a.name, t)
             elif a.kind == "approximate":
                 v.one_of(self.name, a.name, t, APPROXIMATE)
@@ -170,14 +189,14 @@ class Op:
     def sample(self, dtype: torch.dtype, device="cpu", rows: int = 3, width: int = 6, seed: int = 0) -> dict:
         """A small ordinary input, the same for every consumer that needs one (the dtype probe,
         gradcheck, benchmarks): standard normal rows, weight 1 + N(0, 1/16), bias N(0, 1/16), a
-        sublayer scaled by 1/sqrt(n), no mask, eps = 1e-5, alpha = 2, approximate = "none".  ``width`` must be even
-        for ``halves`` ops."""
+        sublayer scaled by 1/sqrt(n), no mask, eps = 1e-5, alpha = 2, approximate = "none", scale = 1/64.
+        ``width`` must be even for ``halves`` ops."""
         gen = torch.Generator().manual_seed(seed)
         normal = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
         value = {"rows": lambda: normal(rows, width), "weight": lambda: 1 + normal(width) / 4,
                  "bias": lambda: normal(width) / 4, "matrix": lambda: normal(width, width) / math.sqrt(width),
                  "vector": lambda: normal(width) / 10, "mask": lambda: None, "eps": lambda: 1e-5,
-                 "alpha": lambda: 2.0, "approximate": lambda: "none"}
+                 "alpha": lambda: 2.0, "approximate": lambda: "none", "scale": lambda: 1 / 64}
         out = {}
         for a in self.args:
             val = value[a.kind]()

@@ -26,6 +26,11 @@ def _every_op(op: Op) -> bool:
     return True
 
 
+def _has_backward(op: Op) -> bool:
+    """An op with gradients (the FP8 quantisation ops are inference-only)."""
+    return bool(op.grads)
+
+
 @dataclass(frozen=True)
 class Family:
     """name: as the certificate writes it; module: the test module holding check and cases
@@ -78,9 +83,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("row-independence", "test_masks", "check_row_independence", "row_cases", applies=lambda op: op.rowwise),
     Family("invariance", "test_invariance", "check_invariance", "invariance_cases",
            applies=lambda op: op.scale_invariant or op.shift_invariant, buckets=BUCKETS),
-    Family("gradients", "test_gradients", "check_gradients", "gradient_cases", core=True, backward=True,
-           buckets=BUCKETS),
-    Family("gradcheck", "test_gradients", None, None, backward=True),
+    Family("gradients", "test_gradients", "check_gradients", "gradient_cases", applies=_has_backward, core=True,
+           backward=True, buckets=BUCKETS),
+    Family("gradcheck", "test_gradients", None, None, applies=_has_backward, backward=True),
     Family("determinism", "test_bitwise", "check_determinism", "determinism_cases", bitwise=True),
     Family("batch-invariance", "test_bitwise", "check_batch_invariance", "batch_cases",
            applies=lambda op: op.rowwise, bitwise=True, buckets=("odd", "strided")),

@@ -233,8 +233,9 @@ def invoke(session, impl, case: Case) -> tuple[torch.Tensor, ...]:
     for name, o, shape in zip(info.outputs, outs, expected_shapes(case)):
         if tuple(o.shape) != shape:
             raise ContractViolation(f"{impl.id} returned {name} of shape {tuple(o.shape)}, expected {shape}")
-        if o.dtype != case.dtype:
-            raise ContractViolation(f"{impl.id} returned {name} of dtype {o.dtype}, expected {case.dtype}")
+        if o.dtype != info.out_dtype(name, case.dtype):
+            raise ContractViolation(f"{impl.id} returned {name} of dtype {o.dtype}, "
+                                    f"expected {info.out_dtype(name, case.dtype)}")
         if o.device != device:
             raise ContractViolation(f"{impl.id} returned {name} on {o.device}, expected {device}")
     check_unmutated(impl, case, before)
@@ -278,6 +279,8 @@ class Worst:
     where: str = ""
     unclaimed: int = 0
     example_units: float = 0.0  # worst of the current example: what Hypothesis climbs
+    exact: int = 0  # quantised outputs checked against the oracle: bit-exact ones ...
+    checked: int = 0  # ... of these
 
     def add(self, a: error_model.Assessment, case: Case) -> None:
         self.unclaimed += a.unclaimed
@@ -297,8 +300,22 @@ def check_against_oracle(outs, case: Case, worst: Worst, where=None, label="") -
     bounds = rec.forward_bound(args, exact)
     nan_ok = rec.indeterminate(args) if rec.indeterminate else None
     for name, o, e, b in zip(rec.outputs, outs, exact, bounds):
-        a = error_model.assess(label + name, o, e, b, case.dtype, where=where, nan_ok=nan_ok)
+        a = error_model.assess(label + name, o, e, b, rec.out_dtype(name, case.dtype), where=where, nan_ok=nan_ok,
+                               quantised=name in dict(rec.quantised))
+        worst.exact, worst.checked = worst.exact + a.exact, worst.checked + a.checked
         record_assessment(a, case, worst)
+
+
+def check_pair(label: str, name: str, actual, other, tol, case: Case, worst: Worst, where=None) -> None:
+    """Output ``name`` of one call (``actual``) within ``tol`` of another call's (``other``), tol
+    bounding how far apart the two may be before any rounding to a quantised format
+    (``error_model.pair_reference``)."""
+    rec = case.record
+    quantised = name in dict(rec.quantised)
+    ref, bound = error_model.pair_reference(other, tol, quantised)
+    a = error_model.assess(label, actual, ref, bound, rec.out_dtype(name, case.dtype), where=where,
+                           quantised=quantised)
+    record_assessment(a, case, worst)
 
 
 def record_assessment(a: error_model.Assessment, case: Case, worst: Worst) -> None:
@@ -568,6 +585,9 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
     finally:
         res.seconds = time.perf_counter() - t0
         res.examples, res.refused, res.domain = cover.examples, cover.refused, cover.domain
+        if worst.checked:
+            res.domain += (f"; quantised outputs bit-exact (the exactly rounded value): "
+                           f"{worst.exact} of {worst.checked} ({100 * worst.exact / worst.checked:.2f}%)")
         res.worst_units, res.worst_ulps, res.unclaimed = worst.units, worst.ulps, worst.unclaimed
         if res.outcome == "pass":
             res.worst_where = worst.where

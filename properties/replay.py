@@ -178,8 +178,9 @@ def _check_meta(path: str, meta) -> None:
                 _fail(path, f"{k} = {v!r}, expected one of {', '.join(map(repr, APPROXIMATE))}")
         elif not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v):
             _fail(path, f"scalar {k!r} = {v!r}, expected a finite number")
-    if "eps" in meta["scalars"] and not meta["scalars"]["eps"] > 0:
-        _fail(path, f"eps = {meta['scalars']['eps']!r}, expected eps > 0")
+    for k, v in meta["scalars"].items():
+        if kinds.get(k) in ("eps", "scale") and not v > 0:
+            _fail(path, f"{k} = {v!r}, expected {k} > 0")
     expected = set(oracle.OPS[meta["op"]].tensors)
     if set(meta["tensors"]) != expected:
         _fail(path, f"tensors {sorted(meta['tensors'])}, expected {sorted(expected)} for {meta['op']}")
@@ -189,7 +190,7 @@ def load(path: str, device: str) -> tuple[dict, Case]:
     """(meta, case) from a replay file; ReplayError says, in one line, what is wrong with it.
 
     Validated before anything is built: the format, op, property, target,
-    scalars (the op's, finite, eps > 0, GELU's form one of two names) and every tensor's dtype (one of the four, or
+    scalars (the op's, finite, eps and scale > 0, GELU's form one of two names) and every tensor's dtype (one of the four, or
     bool), shape, strides (no negative ones) and offset.  Each tensor may
     declare and store at most ``MAX_ELEMENTS`` elements; member sizes are read
     from the zip directory and checked before a member is inflated, and only

@@ -271,6 +271,14 @@ def eps(bucket: Bucket | None = None):
     return st.one_of(common, st.floats(-12, math.log10(0.5)).map(lambda e: float(10.0 ** e)))
 
 
+def quantisation_scales(bucket: Bucket | None = None):
+    """A static quantisation scale (1 + m / 2**23) 2**k, k in [-12, 3]: float32-representable, as
+    vLLM keeps it in a float32 tensor, and for outputs of order 1 spanning float8_e4m3fn's
+    subnormals (below 2**-6) to its saturation (past 448)."""
+    return st.tuples(integer(-12, 3, bucket, "scale k"), integer(0, 2 ** 23 - 1, bucket, "scale m")).map(
+        lambda km: (1 + km[1] / 2 ** 23) * 2.0 ** km[0])
+
+
 # ---------------------------------------------------------------- values
 def lattice(rng, f, shape, e_lo, e_hi):
     """Random values of format f with unbiased exponents in [e_lo, e_hi] (e < emin: subnormal)."""
@@ -436,7 +444,7 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
     vectors (an optional one None in a third of the cases: a weightless call); an
     n x n sublayer scaled by 1/sqrt(n) and a small bias; a mask with padded
     positions overwritten (NaN, huge, zeros) to prove they are never read; eps;
-    alpha = (2N)^(1/4) for N layers; GELU's form.  For a ``headwise`` op a quarter
+    alpha = (2N)^(1/4) for N layers; GELU's form; a quantisation scale.  For a ``headwise`` op a quarter
     of the cases are QK-norm calls (``qk_shapes``: tokens x heads x head_dim, the k
     part of a fused QKV buffer), where one fits the limits.  min_rows: at least
     this many rows (positions, for a masked op); padded: a mask with at least one
@@ -489,6 +497,8 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
             scalars[arg.name] = draw(eps(bucket))
         elif kind == "approximate":
             scalars[arg.name] = draw(choice(APPROXIMATE, bucket, "approximate"))
+        elif kind == "scale":
+            scalars[arg.name] = draw(quantisation_scales(bucket))
         else:  # alpha
             n_layers = draw(choice([1, 6, 12, 24, 100], bucket, "alpha"))
             scalars[arg.name] = float((2 * n_layers) ** 0.25)

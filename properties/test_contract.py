@@ -12,11 +12,10 @@ from __future__ import annotations
 
 
 from normcert import oracle
-from normcert.oracle import error_model
-from normcert.oracle.formats import DTYPES, to_float64
+from normcert.oracle.formats import DTYPES
 
 from .families import BY_NAME
-from .harness import certify, invoke, probe, record_assessment
+from .harness import certify, check_pair, invoke, probe
 from .strategies import cases
 from .test_accuracy import valid_positions
 
@@ -32,9 +31,7 @@ def check_contract(session, impl, case, worst):
     exact = oracle.forward(case.op, **args)
     bounds = case.record.forward_bound(args, exact)
     for name, o, r, b in zip(case.record.outputs, outs, ref, bounds):
-        a = error_model.assess(f"{name} (strided vs contiguous)", o, to_float64(r), 2 * b, case.dtype,
-                               where=valid_positions(case))
-        record_assessment(a, case, worst)
+        check_pair(f"{name} (strided vs contiguous)", name, o, r, 2 * b, case, worst, where=valid_positions(case))
 
 
 def contract_cases(op, dtype, device, bucket=None):

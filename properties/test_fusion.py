@@ -18,10 +18,9 @@ import numpy as np
 
 from normcert import oracle
 from normcert.oracle import error_model
-from normcert.oracle.formats import to_float64
 
 from .families import BY_NAME
-from .harness import certify, invoke, record_assessment
+from .harness import certify, check_pair, invoke, record_assessment
 from .case import Case
 from .strategies import cases
 
@@ -54,9 +53,8 @@ def check_fusion(session, impl, case, worst):
     with np.errstate(all="ignore"):
         tol = (rec.forward_bound(args, (exact_y, exact_res))[0] + g.forward_bound(g_args, exact_u)[0]
                + np.abs(exact_y - exact_u[0]))
-    a = error_model.assess(f"y vs {other.id}(residual_out)", y, to_float64(y_u), tol, case.dtype,
-                           where=~error_model.residual_overflows(args))
-    record_assessment(a, case, worst)
+    check_pair(f"y vs {other.id}(residual_out)", "y", y, y_u, tol, case, worst,
+               where=~error_model.residual_overflows(args))
 
 
 def fusion_cases(op, dtype, device, bucket=None):

@@ -23,15 +23,15 @@ pytest.importorskip("triton")
 
 from normcert.impls import interpreter, interpreter_bf16 as bf16  # noqa: E402
 
-GAPS = ["float scalars", "libdevice", "bfloat16"]
+GAPS = ["float scalars", "libdevice", "bfloat16", "float8_e4m3fn"]
 
 CHECK = """
 import os, json
 os.environ["TRITON_INTERPRET"] = "1"
 from normcert.impls import interpreter, interpreter_probes as p
-probes = (p.float_probe, p.libdevice_probe, p.bfloat16_probe)
+probes = (p.float_probe, p.libdevice_probe, p.bfloat16_probe, p.float8_probe)
 before = [interpreter._runs(f) for f in probes]
-listed = p.bfloat16_mismatches()
+listed = p.bfloat16_mismatches() + p.float8_mismatches()
 made = interpreter.install()
 after = [interpreter._runs(f) for f in probes]
 print(json.dumps({"before": before, "listed": listed, "made": made, "after": after}))
@@ -49,14 +49,14 @@ def fresh_interpreter():
 
 def test_the_interpreters_gaps_and_their_corrections(fresh_interpreter):
     got = fresh_interpreter
-    assert (got["before"], got["made"], got["after"]) == ([False] * 3, GAPS, [True] * 3)
+    assert (got["before"], got["made"], got["after"]) == ([False] * 4, GAPS, [True] * 4)
 
 
 def test_the_bfloat16_probe_lists_each_defect(fresh_interpreter):
     """The defects of the issue, each named by the probe on a bare interpreter (Triton 3.7.1)."""
     listed = "\n".join(fresh_interpreter["listed"])
     for what in ("bf16 → fp32", "fp32 → bf16", "bf16 + bf16", "bf16 × bf16", "bf16 < bf16", "get_bf16",
-                 "tl.dot(bf16, bf16)"):
+                 "tl.dot(bf16, bf16)", "e4m3fn → fp32", "fp32 → e4m3fn"):
         assert what in listed, listed
 
 
@@ -74,6 +74,23 @@ def test_the_probe_kernels_on_the_device(normcert_session):
     from normcert.impls import interpreter_probes  # noqa: PLC0415
 
     assert interpreter_probes.bfloat16_mismatches(normcert_session.device) == []
+    assert interpreter_probes.float8_mismatches(normcert_session.device) == []
+
+
+def test_e4m3fn_encoding_is_torchs_cast():
+    """The correction's fp8 rounding (``interpreter_fp8.encode``) gives torch's cast's bit patterns on
+    the probe's rounding cases and on a million random float32 values across e4m3fn's range."""
+    import torch  # noqa: PLC0415
+
+    from normcert.impls import interpreter_fp8, interpreter_probes  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    random = np.ldexp(rng.random(10 ** 6) * 2 - 1, rng.integers(-14, 12, 10 ** 6)).astype(np.float32)
+    for values in (interpreter_probes._e4m3_rounding_cases().numpy(), random):
+        want = torch.from_numpy(values).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+        got = interpreter_fp8.encode(values.astype(np.float64))
+        same = (got == want) | (np.isnan(values) & ((got & 0x7F) == 0x7F))
+        assert same.all(), values[~same][:5]
 
 
 def _exact_bf16(q: Fraction) -> float:

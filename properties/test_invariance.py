@@ -14,11 +14,10 @@ import torch
 from hypothesis import strategies as st
 
 from normcert import oracle
-from normcert.oracle import error_model
 from normcert.oracle.formats import fmt, to_float64
 
 from .families import BY_NAME
-from .harness import certify, invoke, record_assessment
+from .harness import certify, check_pair, invoke
 from .strategies import cases, choice, scales
 from .test_accuracy import valid_positions
 
@@ -73,9 +72,7 @@ def check_invariance(session, impl, case, worst):
         where = np.isfinite(bd0[i]) & np.isfinite(bd1[i])
         if valid is not None:
             where = where & np.broadcast_to(valid, where.shape)
-        a = error_model.assess(f"{name} under {case.params['transform']}", y1[i], to_float64(y0[i]), tol,
-                               case.dtype, where=where)
-        record_assessment(a, case, worst)
+        check_pair(f"{name} under {case.params['transform']}", name, y1[i], y0[i], tol, case, worst, where=where)
 
 
 def test_invariance(normcert_session, impl, dtype):

@@ -16,11 +16,10 @@ import numpy as np
 from hypothesis import strategies as st
 
 from normcert import oracle
-from normcert.oracle import error_model
 from normcert.oracle.formats import fmt, to_float64
 
 from .families import BY_NAME
-from .harness import certify, invoke, record_assessment
+from .harness import certify, check_pair, invoke
 from .strategies import cases, choice, integer, layout_tensor
 from .test_accuracy import valid_positions
 
@@ -41,8 +40,7 @@ def _self_check(session, impl, case, other, where, worst, label):
     exact = oracle.forward(case.op, **args)
     bounds = case.record.forward_bound(args, exact)
     for name, a0, a1, b in zip(case.record.outputs, y0, y1, bounds):
-        a = error_model.assess(f"{name} ({label})", a1, to_float64(a0), 2 * b, case.dtype, where=where)
-        record_assessment(a, case, worst)
+        check_pair(f"{name} ({label})", name, a1, a0, 2 * b, case, worst, where=where)
 
 
 @st.composite

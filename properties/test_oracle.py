@@ -33,6 +33,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from normcert import oracle
+from normcert.oracle.error_model import assess
+from normcert.oracle.formats import E4M3, fmt
 
 from .strategies import PROFILES, cases, cotangents
 from .test_accuracy import valid_positions
@@ -73,6 +75,11 @@ def _paths_agree(op, dtype, data):
     rec = oracle.OPS[op]
     for name, a, b, bound in zip(rec.outputs, f64, mp, rec.forward_bound(args, mp, kernel=False)):
         agree(op, name, a, b, bound, where=where)
+        if name in dict(rec.quantised):  # and both round to the same, the exactly rounded, value
+            f = fmt(rec.out_dtype(name, dtype))
+            assert np.array_equal(f.round(a), f.round(b), equal_nan=True), f"{op} {name}: rounded values differ"
+    if not rec.grads:
+        return
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
     cot = cotangents(rng, [(o.shape, dtype) for o in f64], "cpu")
     g64 = oracle.vjp(op, cot, path="float64", **args)
@@ -213,3 +220,46 @@ def test_deep_norm_claims_nothing_where_rounded_parts_overflow():
     assert np.all(np.isfinite(exact[0])) and torch.isnan(got).all(), (exact, got)
     (bound,) = oracle.OPS["deep_norm"].forward_bound(args, exact)
     assert np.all(np.isinf(bound)), bound
+
+
+def _fp8(value) -> torch.Tensor:
+    return torch.full((1, 4), float(value)).to(torch.float8_e4m3fn)
+
+
+def test_fp8_output_is_the_exactly_rounded_value():
+    """v = 19 (1 - 5e-19) lies below the e4m3fn midpoint 19 by less than float64 resolves: rounded to
+    float64 it is 19.0, a tie that rounds (to even) up to 20, while v rounds down to 18.  Both paths
+    give a v that rounds to 18.  A float32 kernel's own error (~u_c) reaches past the midpoint, so
+    it may give 18 or 20, and nothing else."""
+    args = dict(x=torch.ones(1, 4), weight=torch.full((4,), 19.0), eps=1e-18, scale=1.0)
+    for path in ("float64", "mpmath"):
+        (v,) = oracle.forward("rms_norm_fp8", path=path, **args)
+        assert (E4M3.round(v) == 18).all(), path
+    (v,) = oracle.forward("rms_norm_fp8", **args)
+    (bound,) = oracle.OPS["rms_norm_fp8"].forward_bound(args, (v,))
+    verdicts = {got: assess("y", _fp8(got), v, bound, torch.float8_e4m3fn, quantised=True).ok
+                for got in (16, 18, 20, 22)}
+    assert verdicts == {16: False, 18: True, 20: True, 22: False}
+
+
+@pytest.mark.parametrize("w, scale, allowed, refused", [
+    (1.3, 1.0, 1.25, 1.375),  # v ~ 1.3, far from the midpoint 1.3125: bit-exact
+    (1.0, 2.0 ** -10, 448.0, 416.0),  # v ~ 1024: saturates, to 448 exactly
+    (2.0 ** -10 * (1 + 2.0 ** -10), 1.0, 2.0 ** -9, 0.0),  # just past the tie between 0 and 2**-9: not flushed
+])
+def test_fp8_bit_exact_away_from_midpoints(w, scale, allowed, refused):
+    """Where the bound stays inside one rounding interval, only the exactly rounded value passes
+    (x a row of ones: v = w / scale (1 - eps / 2))."""
+    args = dict(x=torch.ones(1, 4), weight=torch.full((4,), w), eps=1e-30, scale=scale)
+    (v,) = oracle.forward("rms_norm_fp8", **args)
+    (bound,) = oracle.OPS["rms_norm_fp8"].forward_bound(args, (v,))
+    assert assess("y", _fp8(allowed), v, bound, torch.float8_e4m3fn, quantised=True).ok
+    assert not assess("y", _fp8(refused), v, bound, torch.float8_e4m3fn, quantised=True).ok
+
+
+@pytest.mark.parametrize("op", ["rms_norm_fp8", "add_rms_norm_fp8"])
+@pytest.mark.parametrize("scale", [0.0, -0.5, math.inf, math.nan])
+def test_bad_scale_is_a_clear_value_error(op, scale):
+    args = oracle.OPS[op].sample(torch.float32)
+    with pytest.raises(ValueError, match=f"^{op}: scale must be a positive finite float"):
+        oracle.forward(op, **{**args, "scale": scale})

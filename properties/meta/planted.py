@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from normcert.impls.compiled import compiled_at_first_call
-from normcert.impls.eager import layer_norm, rms_formula, up
+from normcert.impls.eager import layer_norm, rms_formula, to_e4m3, up
 
 # ------------------------------------------------------------------ helpers
 
@@ -506,6 +506,20 @@ rms_compiled_llama = compiled_at_first_call(rms_llama_order, dynamic=True)
 rms_compiled_llama.__name__ = "rms_compiled_llama"  # its own test id and replay target, not the eager one's
 
 
+def rms_fp8_vllm_order(x, weight, eps, scale):
+    """vLLM's order: x rho rounded to x.dtype, times the weight and rounded again, then times
+    1 / scale (the reciprocal in the compute format) and converted."""
+    xf = up(x)
+    y = (up((xf * _rms(xf, eps)).to(x.dtype), x) * up(weight, x)).to(x.dtype)
+    return to_e4m3(up(y) * (1 / torch.tensor(scale, dtype=xf.dtype)))
+
+
+def add_rms_fp8_unfused(x, residual, weight, eps, scale):
+    """The sum rounded to x.dtype first (the residual stream), then normalised and quantised."""
+    s = (up(x) + up(residual)).to(x.dtype)
+    return to_e4m3(rms_formula(up(s), up(weight), eps) / scale), s
+
+
 def add_rms_unfused(x, residual, weight, eps):
     s = (up(x) + up(residual)).to(x.dtype)  # round the sum first, then normalise it
     return rms_formula(up(s), up(weight), eps).to(x.dtype), s
@@ -584,6 +598,53 @@ def gemma_offset_in_low_precision(x, weight, eps):
     return (xf * _rms(xf, eps) * up(1 + weight, x)).to(x.dtype)
 
 
+# ------------------------------------------------------------------ rms_norm_fp8 / add_rms_norm_fp8 bugs
+def _fp8_value(x, weight, eps, scale):
+    """v = rms_norm(x) / scale in the compute format."""
+    return rms_formula(up(x), up(weight, x), eps) / scale
+
+
+def fp8_nan_to_max(x, weight, eps, scale):
+    """Saturates with fmin / fmax, which drop a NaN (as vLLM's scaled_fp8_conversion does,
+    fmaxf(fminf(v, 448), -448)): a NaN row comes out as +448, the NaN hidden."""
+    v = _fp8_value(x, weight, eps, scale)
+    top = torch.full_like(v, 448.0)
+    return to_e4m3(torch.fmax(torch.fmin(v, top), -top))
+
+
+def fp8_overflow_to_nan(x, weight, eps, scale):
+    """A non-saturating conversion (CUDA's __NV_NOSAT): what rounds past 448 is NaN, e4m3fn has no inf."""
+    v = _fp8_value(x, weight, eps, scale)
+    q = to_e4m3(v).to(v.dtype)
+    return torch.where(v.abs() >= 464, torch.full_like(q, float("nan")), q).to(torch.float8_e4m3fn)
+
+
+def fp8_scale_multiplied(x, weight, eps, scale):
+    """Multiplies by the scale instead of dividing: the scale taken for its inverse (scale_inv)."""
+    return to_e4m3(rms_formula(up(x), up(weight, x), eps) * scale)
+
+
+def fp8_truncates(x, weight, eps, scale):
+    """Rounds toward zero (an rtz conversion): one step down wherever nearest rounding went up."""
+    v = _fp8_value(x, weight, eps, scale)
+    q = to_e4m3(v)
+    away = q.to(v.dtype).abs() > v.abs()
+    bits = q.view(torch.uint8)
+    down = torch.where(away & (bits & 0x7F > 0), bits - 1, bits)  # one step less in magnitude
+    return down.view(torch.float8_e4m3fn)
+
+
+def add_fp8_normalises_x(x, residual, weight, eps, scale):
+    """Stores the new residual stream but normalises x alone: the add forgotten for y."""
+    return to_e4m3(_fp8_value(x, weight, eps, scale)), (up(x) + up(residual)).to(x.dtype)
+
+
+def add_fp8_residual_scaled(x, residual, weight, eps, scale):
+    """Applies the quantisation scale to the residual stream too."""
+    s = up(x) + up(residual)
+    return to_e4m3(rms_formula(s, up(weight, x), eps) / scale), (s / scale).to(x.dtype)
+
+
 # ------------------------------------------------------------------ kernels as inference libraries ship them
 def rms_forward_only(x, weight, eps):
     """A correct forward with no autograd (what vLLM, FlashInfer and most Triton kernels are):
@@ -623,6 +684,11 @@ def add_rms_inplace(x, residual, weight, eps):
     s = up(x) + up(residual)
     residual.copy_(s.to(x.dtype))
     x.copy_((s * _rms(s, eps) * up(weight, x)).to(x.dtype))
+
+
+def rms_fp8_out(out, x, weight, eps, scale):
+    """vLLM's rms_norm_static_fp8_quant(out, input, ...): out is float8_e4m3fn (its scale a float here)."""
+    out.copy_(to_e4m3(rms_formula(up(x), up(weight, x), eps) / scale))
 
 
 def silu_and_mul_out(out, x):
@@ -712,6 +778,12 @@ BUGS = [
     ("geglu", geglu_no_upcast, {"accuracy", "extremes"}),
     ("geglu", geglu_cdf_only_derivative, {"gradients"}),
     ("geglu", geglu_tanh_derivative_no_3, {"gradients"}),
+    ("rms_norm_fp8", fp8_nan_to_max, {"extremes"}),
+    ("rms_norm_fp8", fp8_overflow_to_nan, {"accuracy", "extremes"}),
+    ("rms_norm_fp8", fp8_scale_multiplied, {"accuracy", "extremes"}),
+    ("rms_norm_fp8", fp8_truncates, {"accuracy", "extremes"}),
+    ("add_rms_norm_fp8", add_fp8_normalises_x, {"accuracy", "fusion", "extremes"}),
+    ("add_rms_norm_fp8", add_fp8_residual_scaled, {"accuracy", "fusion", "extremes"}),
 ]
 
 # ------------------------------------------------------------------ a bug past 2**31 elements, at a CPU's scale
@@ -750,4 +822,6 @@ CORRECT = [
     ("geglu", geglu_other_routes),
     ("rms_norm", rms_weight_required),
     ("batch_norm", bn_float64_stats),
+    ("rms_norm_fp8", rms_fp8_vllm_order),
+    ("add_rms_norm_fp8", add_rms_fp8_unfused),
 ]

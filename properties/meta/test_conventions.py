@@ -46,6 +46,7 @@ def _run(session, family, impl, dtype):
     ("rms_norm", planted.rms_outkw, "outkw"),
     ("add_rms_norm", planted.add_rms_inplace, "inplace"),
     ("silu_and_mul", planted.silu_and_mul_out, "out"),
+    ("rms_norm_fp8", planted.rms_fp8_out, "out"),
 ])
 @pytest.mark.parametrize("family", ["accuracy", "contract"])
 def test_correct_kernels_in_each_convention_are_certified(session, op, fn, convention, family):
@@ -86,6 +87,7 @@ def test_unwritten_elements_are_told_from_computed_nans():
 @pytest.mark.parametrize("spec, message", [
     (f"rms_norm={PLANTED}:rms_out@sideways", "convention 'sideways'.*expected one of inplace, out, outkw"),
     (f"silu_and_mul={PLANTED}:silu_and_mul_out@inplace", "@inplace: silu_and_mul's outputs"),
+    (f"rms_norm_fp8={PLANTED}:rms_fp8_out@inplace", "@inplace: rms_norm_fp8's y has a dtype of its own"),
 ])
 def test_a_convention_that_cannot_apply_is_a_usage_error(spec, message):
     with pytest.raises(impls.UsageError, match=message):

@@ -115,6 +115,17 @@ def test_batch_size_bug_is_killed_on_every_seed(op, fn, families, session, reque
     assert "bucket=" in message, message
 
 
+def test_quantised_outputs_report_their_bit_exact_fraction(session):
+    """A quantised op's certificate says how many of its fp8 outputs were the exactly rounded value
+    (vLLM's order rounds to bfloat16 twice first, so not all); an op without one says nothing of it."""
+    accuracy = BY_NAME["accuracy"]
+    res = _run(session, accuracy, _impl("rms_norm_fp8", planted.rms_fp8_vllm_order), torch.bfloat16, max_examples=10)
+    found = re.search(r"quantised outputs bit-exact \(the exactly rounded value\): (\d+) of (\d+)", res.domain)
+    assert res.outcome == "pass" and found and 0 < int(found[1]) <= int(found[2]), res.domain
+    res = _run(session, accuracy, _impl("rms_norm", planted.rms_llama_order), torch.bfloat16, max_examples=3)
+    assert "bit-exact" not in res.domain
+
+
 def test_a_warning_is_not_shrunk(session):
     """Without --bitwise a batch-invariance failure is a warning, found and not shrunk: the search
     stops at the failing case (Hypothesis runs it once more to report it)."""
