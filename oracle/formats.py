@@ -56,6 +56,16 @@ class Format:
         e = np.where(v > 0, e - 1, self.emin)
         return np.ldexp(1.0, np.maximum(e, self.emin) - self.p + 1)
 
+    def rank(self, v: np.ndarray) -> np.ndarray:
+        """The signed position of each value v of this format among its values (0 for zero, k for
+        the k-th value above it): the difference of two ranks counts the steps between them."""
+        v = np.asarray(v, dtype=np.float64)
+        a = np.abs(np.where(np.isfinite(v), v, 0.0))
+        _, e = np.frexp(a)
+        half = 2.0 ** (self.p - 1)
+        r = np.where(a < self.lam, a / self.ulp(0.0), (e - self.emin) * half + a / self.ulp(a) - half)
+        return np.copysign(r, v)
+
     def rounding_interval(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(lo, hi): the closed interval of reals that round to each value q of this format, its
         midpoints with the neighbours (a tie is counted on both sides); for a saturating format
