@@ -62,7 +62,7 @@ def check(convention: str, op) -> None:
             raise ValueError(f"@inplace: {op.name}'s outputs ({', '.join(op.outputs)}) do not each have an input "
                              f"of their own shape to be written into")
         if op.quantised:
-            raise ValueError(f"@inplace: {op.name}'s {', '.join(dict(op.quantised))} has a dtype of its own "
+            raise ValueError(f"@inplace: {op.name}'s {', '.join(name for name, _ in op.quantised)} has a dtype of its own "
                              f"(float8_e4m3fn), not its input's: use @out or @outkw")
 
 

@@ -29,14 +29,8 @@ VALUES = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_
 def encode(v: np.ndarray) -> np.ndarray:
     """Float values (float64, exact) rounded to e4m3fn (saturating), as uint8 patterns."""
     q = E4M3.round(np.asarray(v, dtype=np.float64))
-    a = np.abs(np.where(np.isnan(q), 0.0, q))
-    _, e = np.frexp(a)  # a = m 2**e, 1/2 <= m < 1
-    normal = a >= E4M3.lam
-    field = np.where(normal, e - 1 + 7, 0)  # bias 7
-    step = np.ldexp(1.0, np.where(normal, e - 1, -6) - 3)  # the quantum at a
-    mant = np.rint(a / step).astype(np.int64) - np.where(normal, 8, 0)
-    pattern = (field.astype(np.int64) << 3) | mant
-    pattern = np.where(np.isnan(q), 0x7F, pattern) | np.where(np.signbit(q), 0x80, 0)
+    magnitude = np.abs(E4M3.rank(q)).astype(np.int64)  # e4m3fn's patterns count its values in order
+    pattern = np.where(np.isnan(q), 0x7F, magnitude) | np.where(np.signbit(q), 0x80, 0)
     return pattern.astype(np.uint8)
 
 

@@ -125,7 +125,6 @@ def _row_norm_fwd_kernel(
     QUANT: y / scale, saturated to +-448 (NaN kept) and rounded to Y's float8_e4m3fn."""
     row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     alpha = tl.load(ALPHA)
-    scale = tl.load(SCALE)
     in_rows = row < rows
     n_acc = tl.full([], n, ACC)
     mean = tl.zeros([BLOCK_R], ACC)
@@ -157,7 +156,7 @@ def _row_norm_fwd_kernel(
         if HAS_BIAS:
             y += tl.load(B + col, mask=col < n, other=0.0).to(ACC)[None, :]
         if QUANT:
-            y = tl.clamp(div_rn(y, scale), -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL)
+            y = tl.clamp(div_rn(y, tl.load(SCALE)), -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL)
         tl.store(tile_ptrs(Y, row, col, n, 1), y.to(Y.dtype.element_ty), mask=m)
 
 
@@ -380,9 +379,10 @@ def _row_norm_forward(x, residual, weight, bias, eps, center, alpha=None, scale=
         block_r, block_n = tile(n)
         w = weight.contiguous()
         b = w if bias is None else bias.contiguous()
+        eps_t = _scalar(eps, acc_t, x.device)
         _row_norm_fwd_kernel[(triton.cdiv(rows, block_r),)](
             x2, x2.stride(0), x2.stride(1), r2, r2.stride(0), r2.stride(1), _scalar(1.0 if alpha is None else alpha, acc_t, x.device),
-            w, b, _scalar(eps, acc_t, x.device), _scalar(1.0 if scale is None else scale, acc_t, x.device),
+            w, b, eps_t, eps_t if scale is None else _scalar(scale, acc_t, x.device),  # SCALE is read only if QUANT
             y, y if res is None else res, rstd if mean is None else mean, rstd,
             rows, n, CENTER=center, PRE=pre, HAS_BIAS=bias is not None, QUANT=scale is not None,
             ACC=acc, BLOCK_R=block_r, BLOCK_N=block_n)

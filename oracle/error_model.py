@@ -286,25 +286,25 @@ def add_rms_norm_fwd(args, exact, kernel=True):
     return yb, np.zeros_like(exact[1])
 
 
-def _quantised(args, y_bound, v, kernel):
-    """The bound on v = y / scale from the bound on y: divided by scale, plus 3 u_c |v|."""
+def _quantised(unscaled_fwd, args, exact, kernel):
+    """The bound on v = y / scale (the first output, before its rounding to fp8) from
+    ``unscaled_fwd``'s bound on y = v scale: divided by scale, plus 3 u_c |v|; the other outputs'
+    bounds as ``unscaled_fwd`` gives them."""
     ctx = _Ctx(args["x"].dtype, kernel=kernel)
+    v = exact[0]
     with np.errstate(all="ignore"):
-        return y_bound / args["scale"] + 3 * ctx.uc * np.abs(v)
+        yb, *rest = unscaled_fwd(args, (v * args["scale"], *exact[1:]), kernel)
+        return (yb / args["scale"] + 3 * ctx.uc * np.abs(v), *rest)
 
 
 def rms_norm_fp8_fwd(args, exact, kernel=True):
-    """rms_norm's bound on y = v scale, carried to v (``_quantised``); before the fp8 rounding."""
-    with np.errstate(all="ignore"):
-        (yb,) = rms_norm_fwd(args, (exact[0] * args["scale"],), kernel)
-    return (_quantised(args, yb, exact[0], kernel),)
+    """rms_norm's bound, carried to v (``_quantised``)."""
+    return _quantised(rms_norm_fwd, args, exact, kernel)
 
 
 def add_rms_norm_fp8_fwd(args, exact, kernel=True):
-    """add_rms_norm's bound on y = v scale, carried to v; residual_out: 0 (bit-exact)."""
-    with np.errstate(all="ignore"):
-        yb, rb = add_rms_norm_fwd(args, (exact[0] * args["scale"], exact[1]), kernel)
-    return _quantised(args, yb, exact[0], kernel), rb
+    """add_rms_norm's bound, carried to v; residual_out: 0 (bit-exact)."""
+    return _quantised(add_rms_norm_fwd, args, exact, kernel)
 
 
 def layer_norm_fwd(args, exact, kernel=True):
@@ -759,7 +759,6 @@ def pair_reference(y0: torch.Tensor, tol: np.ndarray, quantised: bool = False):
     value within tol of that interval rounds to it.  At ±max of a saturating format the interval
     is cut at ±2 max: nothing past max rounds otherwise, so no verdict changes."""
     r = to_float64(y0)
-    r = r.reshape(np.shape(tol)) if np.size(tol) == r.size else r
     if not quantised:
         return r, tol
     f = fmt(y0.dtype)

@@ -116,9 +116,13 @@ class Op:
         if self.quantised and not self.rowwise:
             raise ValueError(f"Op {self.name}: a quantised output's oracle resolves rows one at a time; rowwise only")
 
+    def quantised_dtype(self, name: str) -> torch.dtype | None:
+        """The fixed dtype output ``name`` is quantised to, or None (it has the main dtype)."""
+        return dict(self.quantised).get(name)
+
     def out_dtype(self, name: str, dtype: torch.dtype) -> torch.dtype:
         """The dtype of output ``name`` for main dtype ``dtype``."""
-        return dict(self.quantised).get(name, dtype)
+        return self.quantised_dtype(name) or dtype
 
     @property
     def tensors(self) -> tuple[str, ...]:

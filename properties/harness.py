@@ -301,7 +301,7 @@ def check_against_oracle(outs, case: Case, worst: Worst, where=None, label="") -
     nan_ok = rec.indeterminate(args) if rec.indeterminate else None
     for name, o, e, b in zip(rec.outputs, outs, exact, bounds):
         a = error_model.assess(label + name, o, e, b, rec.out_dtype(name, case.dtype), where=where, nan_ok=nan_ok,
-                               quantised=name in dict(rec.quantised))
+                               quantised=rec.quantised_dtype(name) is not None)
         worst.exact, worst.checked = worst.exact + a.exact, worst.checked + a.checked
         record_assessment(a, case, worst)
 
@@ -311,7 +311,7 @@ def check_pair(label: str, name: str, actual, other, tol, case: Case, worst: Wor
     bounding how far apart the two may be before any rounding to a quantised format
     (``error_model.pair_reference``)."""
     rec = case.record
-    quantised = name in dict(rec.quantised)
+    quantised = rec.quantised_dtype(name) is not None
     ref, bound = error_model.pair_reference(other, tol, quantised)
     a = error_model.assess(label, actual, ref, bound, rec.out_dtype(name, case.dtype), where=where,
                            quantised=quantised)
