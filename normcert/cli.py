@@ -10,31 +10,35 @@
 ``certify`` and ``replay`` run normcert's properties through pytest (the same
 plugin as ``pytest --pyargs normcert.properties``) and end with a verdict table.
 Exit status: 0 certified (or, for replay, the property now holds), 1 a property
-fails, 4 a usage error; 2 and 3 are pytest's (interrupted, internal error).
+fails or the run did not check everything it lists, 4 a usage error; 2 and 3
+are pytest's (interrupted, internal error).
+
+normcert owns the run: pytest runs in a child process under normcert's own
+configuration (``_child_config``: no ini file, ``conftest.py``, ``PYTEST_ADDOPTS``
+or ``PYTEST_PLUGINS`` of the folder it is started from), and this process judges
+it.  The child's plugin writes its verdict to a run record as its very last step
+(``plugin.RUN_RECORD``); a child that ended without one (a kernel called
+``os._exit(0)``, or died) never exits 0 here, and one that does not exit after its
+run ended (a kernel's non-daemon thread or finalizer) is ended after the kernel
+timeout, as any call into kernel code would be.
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
+import os
+import signal
+import subprocess
 import sys
+import tempfile
+import time
 from collections import defaultdict
 
-import pytest
-
-from normcert.properties.plugin import PROFILES
+from normcert.properties.plugin import KERNEL_TIMEOUT, PROFILES, RUN_RECORD
 
 USAGE = 4
-
-
-class _Results:
-    """A pytest plugin that hands the run's results to the command."""
-
-    def __init__(self):
-        self.results: list[dict] = []
-
-    def pytest_sessionfinish(self, session):
-        suite = session.config.pluginmanager.get_plugin("normcert-suite")
-        if suite is not None:
-            self.results = list(suite.results)
+NO_TESTS = 5  # pytest's exit status when it collected nothing
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,6 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--failures-dir", metavar="DIR")
     c.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result after this long is hung")
     c.add_argument("-n", dest="workers", metavar="N", help="pytest-xdist workers (a number or auto)")
+    c.add_argument("--property", action="append", default=[], metavar="NAME",
+                   help="declare the scope: only these property families (repeatable); the certificate says so")
+    c.add_argument("--dtype", action="append", default=[], metavar="DTYPE",
+                   help="declare the scope: only these dtypes (repeatable); the certificate says so")
     r = sub.add_parser("replay", help="re-run one saved failing case")
     r.add_argument("file")
     r.add_argument("--impl", metavar="OP=MODULE:ATTR")
@@ -77,6 +85,7 @@ def _pytest_args(a) -> list[str]:
             args += ["--kernel-timeout", a.kernel_timeout]
         if a.workers:
             args += ["-n", a.workers]
+        args += [f"--normcert-property={p}" for p in a.property] + [f"--normcert-dtype={d}" for d in a.dtype]
         args += a.pytest_args
     else:
         args += ["--replay", a.file]
@@ -117,6 +126,62 @@ def _list() -> int:
     return 0
 
 
+def _child_config(folder: str) -> list[str]:
+    """pytest's configuration for the child: normcert's own ini file (written in ``folder``), its
+    rootdir at the installed package, and no conftest.py: nothing of the folder the command is run
+    from (a kernel repository's ``addopts = -k contract`` once narrowed a certification run)."""
+    ini = os.path.join(folder, "pytest.ini")
+    timeout = "timeout = 900\n" if importlib.util.find_spec("pytest_timeout") else ""
+    with open(ini, "w") as f:
+        f.write("[pytest]\naddopts = -rfE --import-mode=importlib\n"
+                f"filterwarnings = ignore::DeprecationWarning\n{timeout}")
+    package = os.path.dirname(importlib.util.find_spec("normcert.properties").origin)
+    return ["-c", ini, "--rootdir", os.path.dirname(package), "--noconftest"]
+
+
+def _grace(a) -> float:
+    """How long the child may take to exit once its run has ended: the kernel timeout."""
+    try:
+        given = float(getattr(a, "kernel_timeout", None) or KERNEL_TIMEOUT)
+    except ValueError:  # the child refuses it (exit status 4)
+        return KERNEL_TIMEOUT
+    return given if 0 < given < float("inf") else KERNEL_TIMEOUT
+
+
+def _start(cmd: list[str], env: dict) -> subprocess.Popen:
+    """The child, in a process group of its own: Ctrl-C at a terminal reaches this process alone,
+    which hands it on once (``_wait``), so pytest in the child sees one interrupt, not two."""
+    group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+    return subprocess.Popen(cmd, env=env, **group)
+
+
+def _wait(child: subprocess.Popen, record: str, grace: float) -> tuple[int, str]:
+    """The child's exit status, and what went wrong with its ending ("" if nothing).  A first
+    Ctrl-C is handed to the child, which stops its run and writes an "interrupted" certificate;
+    a second one ends it.  (The whole step is guarded: Ctrl-C may land anywhere in it.)"""
+    written = None
+    interrupts = 0
+    while True:
+        try:
+            try:
+                return child.wait(timeout=0.2), ""
+            except subprocess.TimeoutExpired:
+                pass
+            if written is None and os.path.exists(record):
+                written = time.monotonic()
+            if written is not None and time.monotonic() - written > grace:
+                child.kill()
+                child.wait()
+                return 0, (f"the kernel's process did not exit within {grace:g} s of the end of its run "
+                           f"(a thread or finalizer of the kernel kept it alive): ended by normcert")
+        except KeyboardInterrupt:
+            interrupts += 1
+            if interrupts > 1:
+                child.kill()
+                return child.wait(), "interrupted twice"
+            child.send_signal(signal.SIGINT)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)  # after --: passed to pytest as they are
@@ -124,15 +189,39 @@ def main(argv: list[str] | None = None) -> int:
     a.pytest_args = argv[cut + 1:]
     if a.command == "list":
         return _list()
-    collector = _Results()
-    status = int(pytest.main(_pytest_args(a), plugins=[collector]))
-    if collector.results:
-        print("\nnormcert verdict")
-        print("\n".join(verdict_table(collector.results)))
-    if status == pytest.ExitCode.NO_TESTS_COLLECTED:
-        print("normcert: nothing was checked (no test applies to these kernels on this device)", file=sys.stderr)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+    with tempfile.TemporaryDirectory(prefix="normcert-run-") as folder:
+        record = env[RUN_RECORD] = os.path.join(folder, "record.json")
+        cmd = [sys.executable, "-m", "pytest", *_child_config(folder), *_pytest_args(a)]
+        status, ending = _wait(_start(cmd, env), record, _grace(a))
+        try:
+            with open(record) as f:
+                run = json.load(f)
+        except (OSError, ValueError):
+            run = None
+    if run is None:
+        if status in (USAGE, 2, 3):
+            return status  # a usage error, Ctrl-C or pytest's internal error: pytest has said which
+        why = f"the kernel's process exited with status {status} before normcert's end of run"
+        if a.command == "certify" and a.certificate:
+            from normcert.properties import certificate  # noqa: PLC0415
+
+            certificate.write_incomplete(os.path.abspath(a.certificate), why)
+        print(f"normcert: not certified: {why}", file=sys.stderr)
         return 1
-    return status
+    if run["results"]:
+        print("\nnormcert verdict")
+        print("\n".join(verdict_table(run["results"])))
+    if ending:
+        print(f"normcert: {ending}", file=sys.stderr)
+    if not run["results"]:
+        print("normcert: nothing was checked", file=sys.stderr)
+    final = run["pytest_exit_status"]
+    if final == NO_TESTS or (final == 0 and (status != 0 or ending)):
+        return 1
+    if final == 0 and a.command == "certify" and run["verdict"] != "certified":
+        return 1  # the plugin has said what did not run
+    return final
 
 
 def entry() -> None:

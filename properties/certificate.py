@@ -1,17 +1,25 @@
 """The certificate: what was checked, on what, and the worst error seen.
 
-JSON schema ``normcert-certificate/2`` (documented in the README):
+JSON schema ``normcert-certificate/3`` (documented in the README):
 
-    {"run": "complete" | "incomplete: ..." | "interrupted" (always the first line of the file),
-     "schema": "normcert-certificate/2",
+    {"run": "complete" | "incomplete: ..." | "interrupted" | "stopped early: ..." (always the first line),
+     "schema": "normcert-certificate/3",
      "verdict": "certified" | "not certified" | "incomplete",
      "pytest_exit_status": int or null, "deselected": [node ids], "crashed": [node ids],
+     "scope": {"properties": [names] or "all", "dtypes": [names] or "all"} (the run's declared scope),
+     "not_run": ["kernel id property dtype", ...] (checks of the scope that left no result),
+     "config": {"inifile", "rootdir", "args"} (the pytest configuration the run was made under),
      "environment": {"normcert" (version), "commit" (normcert's own git describe, null for a wheel), "python", "torch", "triton", "hypothesis", "numpy",
                      "device", "device_name", "driver", "profile", "seed", "bitwise",
                      "triton_interpreter" (null on a GPU, else the corrections made: impls.interpreter)},
      "summary": {"pass": n, "fail": n, "not-supported": n, "not-certified": n, "expected-fail": n, "warn": n},
+     "implementations": {kernel id: {"op", "backend", "target", "convention", "expected_failure"}},
      "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "refused", "domain",
                   "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay"}]}
+
+"certified" means: pytest exited 0, no xdist worker crashed, and every (kernel, property, dtype) of
+the scope has a result (``families.expected``); a run narrowed by ``-k``, ``-m``, ``--co`` or
+anything else that keeps a check from running lists it in ``not_run`` and is not certified.
 
 The JSON is standard (no ``Infinity`` / ``NaN`` literals): a non-finite number
 is written as the string "inf", "-inf" or "nan".  An ``incomplete`` certificate
@@ -33,7 +41,7 @@ import pytest
 
 import normcert
 
-SCHEMA = "normcert-certificate/2"
+SCHEMA = "normcert-certificate/3"
 
 
 def check_writable(path: str) -> None:
@@ -43,6 +51,9 @@ def check_writable(path: str) -> None:
     for target in (path, markdown_path(path)):
         if os.path.isdir(target):
             raise pytest.UsageError(f"--certificate {path}: {target} is a folder, expected a file path")
+        if os.path.lexists(target) and (os.path.islink(target) or not os.path.isfile(target)):
+            raise pytest.UsageError(f"--certificate {path}: {target} exists and is not a regular file "
+                                    f"(a link, FIFO or device): expected a regular file or a new path")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise pytest.UsageError(f"--certificate {path}: folder {folder} does not exist")
@@ -118,14 +129,17 @@ def _row(r: dict) -> dict:
 
 def build(session, results: list[dict], config, run: dict) -> dict:
     """The certificate of ``session``'s run; ``results`` as gathered from every worker;
-    ``run`` = {"run", "verdict", "pytest_exit_status", "deselected", "crashed"}."""
+    ``run`` = {"run", "verdict", "pytest_exit_status", "deselected", "crashed", "scope", "not_run"}."""
     rows = [_row(r) for r in results]
     impls = {i.id: {"op": i.op, "backend": i.backend, "target": i.target, "convention": i.convention or "out-of-place",
                     "expected_failure": i.expected_failure}
              for i in session.impls}
     return {"run": run["run"], "schema": SCHEMA, "verdict": run["verdict"],
             "pytest_exit_status": run["pytest_exit_status"], "deselected": run["deselected"],
-            "crashed": run["crashed"], "environment": environment(session, config),
+            "crashed": run["crashed"], "scope": run["scope"], "not_run": run["not_run"],
+            "config": {"inifile": str(config.inipath) if config.inipath else None, "rootdir": str(config.rootpath),
+                       "args": list(config.invocation_params.args)},
+            "environment": environment(session, config),
             "summary": dict(Counter(r["outcome"] for r in rows)), "implementations": impls, "results": rows}
 
 
@@ -148,10 +162,11 @@ def to_json(cert: dict) -> str:
 
 def markdown(cert: dict) -> str:
     env = cert["environment"]
-    state = cert["verdict"] if cert["run"] == "complete" else f"{cert['verdict']} -- run {cert['run']}"
-    lines = [f"# normcert certificate: {state}", "",
+    lines = [f"# normcert certificate: {headline(cert)}", "",
              f"pytest exit status: {cert['pytest_exit_status']}; deselected tests: {len(cert['deselected'])}; "
-             f"crashed tests: {', '.join(cert['crashed']) or 'none'}", "", "| | |", "|---|---|"]
+             f"crashed tests: {', '.join(cert['crashed']) or 'none'}; checks that did not run: {len(cert['not_run'])}"
+             + (f" ({', '.join(cert['not_run'][:5])}{', ...' if len(cert['not_run']) > 5 else ''})"
+                if cert["not_run"] else ""), "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in env.items()]
     lines += ["", "Summary: " + ", ".join(f"{v} {k}" for k, v in sorted(cert["summary"].items())), ""]
     lines += ["| implementation | property | dtype | outcome | examples | worst ulp | worst error/bound | domain |",
@@ -168,6 +183,16 @@ def markdown(cert: dict) -> str:
             lines += [f"- **{r['impl']}** {r['property']} {r['dtype']} ({r['outcome']}): {r['message']}",
                       f"  - case: `{r['worst_where']}`", f"  - replay: `{r['replay']}`"]
     return "\n".join(lines) + "\n"
+
+
+def headline(cert: dict) -> str:
+    """The verdict in one line: with the declared scope where the run was narrowed, and the run's
+    state where it did not complete."""
+    text = cert["verdict"]
+    narrowed = [f"{k} {', '.join(v)}" for k, v in cert["scope"].items() if v != "all"]
+    if narrowed:
+        text += f" (scope: {'; '.join(narrowed)})"
+    return text if cert["run"] == "complete" else f"{text} -- run {cert['run']}"
 
 
 def case_studies(cert: dict) -> list[str]:
@@ -206,15 +231,21 @@ def case_studies(cert: dict) -> list[str]:
 
 
 def write(path: str, session, results: list[dict], config, run: dict) -> None:
-    cert = finite_json(build(session, results, config, run))
+    _replace(path, finite_json(build(session, results, config, run)))
+
+
+def write_incomplete(path: str, why: str) -> None:
+    """The certificate of a run that has not finished (or ended without normcert's end-of-run step):
+    written before any kernel code is imported, replaced by ``write`` when the run ends."""
+    _replace(path, {"run": f"incomplete: {why}", "schema": SCHEMA, "verdict": "incomplete",
+                    "pytest_exit_status": None, "deselected": [], "crashed": [], "scope": {}, "not_run": [],
+                    "config": {}, "environment": {"normcert": normcert.__version__}, "summary": {},
+                    "implementations": {}, "results": []})
+
+
+def _replace(path: str, cert: dict) -> None:
     for target, text in ((path, to_json(cert)), (markdown_path(path), markdown(cert))):
         tmp = target + ".tmp"
         with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, target)  # never leave a half-written certificate behind
-
-
-def incomplete(started: str) -> dict:
-    """The run state written before the first test: replaced when the run ends."""
-    return {"run": f"incomplete: started {started} and did not finish (crashed or killed)",
-            "verdict": "incomplete", "pytest_exit_status": None, "deselected": [], "crashed": []}

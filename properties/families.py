@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from normcert.oracle import OPS, Op
+from normcert.oracle.formats import DTYPE_NAMES
 
 from .strategies import BUCKETS, LARGE
 
@@ -93,5 +94,25 @@ FAMILIES: tuple[Family, ...] = (
            profile="large"),
 )
 BY_NAME = {f.name: f for f in FAMILIES}
+
+
+def runs(family: Family, impl, device: str, bitwise: bool, profile: str) -> bool:
+    """Does a run on ``device`` under ``profile`` check ``family`` on ``impl`` (given --bitwise or not)?
+    Collection (``plugin.Suite.pytest_generate_tests``) and the run's expected checks read this one rule."""
+    if device not in impl.devices or not family.covers(impl, bitwise):
+        return False
+    if family.backward and impl.backward is False:
+        return False  # registered without a backward: the test skips, no claim either way
+    return family.profile is None or (family.profile == profile and device == "cuda")
+
+
+def expected(impls, device: str, bitwise: bool, profile: str, properties=None, dtypes=None) -> set[tuple[str, str, str]]:
+    """Every (kernel id, family, dtype) a complete run checks: a certificate is "certified" only when
+    each of them has a result.  ``properties`` / ``dtypes``: the run's declared scope (None: all).
+    gradcheck runs in float64 only."""
+    names = [n for n in DTYPE_NAMES.values() if dtypes is None or n in dtypes]
+    return {(i.id, f.name, d) for i in impls for f in FAMILIES
+            if (properties is None or f.name in properties) and runs(f, i, device, bitwise, profile)
+            for d in names if f.name != "gradcheck" or d == "float64"}
 BY_TEST = {f.test: f for f in FAMILIES}
 CASE_CHECKS = tuple(f for f in FAMILIES if f.check)  # the families a replay file can name

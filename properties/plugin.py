@@ -14,6 +14,8 @@ directory once normcert is installed:
     --replay FILE           re-run one saved failing case
     --kernel-timeout S      a kernel call with no result after S seconds is hung (default 60)
     --meta-seeds K          global seeds each correct planted variant is certified under
+    --normcert-property P   the run's declared scope: only these property families (repeatable)
+    --normcert-dtype D      the run's declared scope: only these dtypes (repeatable)
     --hypothesis-profile dev|ci|thorough|large   (Hypothesis's own option; ci by default;
                             large: ci plus cases past 2**31 elements, on a GPU)
 
@@ -24,11 +26,20 @@ Installed, the plugin loads into every pytest run of the environment, so it
 stays inert unless the run collects normcert's tests (``_targets_normcert``):
 only then does it pick the ``ci`` Hypothesis profile, force the seed, set
 ``TRITON_INTERPRET`` on CPU and register the ``Suite`` that does the work.
+
+Evidence: the verdict is "certified" only when every (kernel, property, dtype)
+of the run's scope left a result (``families.expected``), whatever narrowed the
+run (``-k``, ``-m``, ``--co``, an ini file's addopts, an xdist worker's
+deselection).  The incomplete certificate is written before any kernel module
+is imported.  With ``NORMCERT_RUN_RECORD`` set (``normcert certify`` does), the
+controller writes its verdict there as its last step, so a parent process can
+tell a finished run from one that a kernel ended with ``os._exit``.
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import os
 import time
 from pathlib import Path
@@ -50,6 +61,8 @@ def _register_profiles():
         settings.register_profile(name, max_examples=examples, deadline=None)
 
 _PACKAGE = "normcert.properties"
+KERNEL_TIMEOUT = 60.0  # seconds, the default --kernel-timeout
+RUN_RECORD = "NORMCERT_RUN_RECORD"  # where the controller writes its verdict as its last step (``cli``)
 
 
 def pytest_addoption(parser):
@@ -65,9 +78,14 @@ def pytest_addoption(parser):
     g.addoption("--certificate", default=None, metavar="PATH", help="write a JSON certificate and a .md beside it")
     g.addoption("--failures-dir", default="failures", metavar="DIR", help="where failing cases are saved")
     g.addoption("--replay", default=None, metavar="FILE", help="re-run one saved failing case")
-    g.addoption("--kernel-timeout", type=float, default=60.0, metavar="SECONDS",
+    g.addoption("--kernel-timeout", type=float, default=KERNEL_TIMEOUT, metavar="SECONDS",
                 help="a kernel call with no result after this long is marked hung and not called again")
     g.addoption("--meta-seeds", type=int, default=1, help="global seeds each correct planted variant is certified under")
+    g.addoption("--normcert-property", action="append", default=[], metavar="NAME",
+                help="declare the run's scope: only these property families (repeatable, or comma-separated); "
+                     "the certificate states it")
+    g.addoption("--normcert-dtype", action="append", default=[], metavar="DTYPE",
+                help="declare the run's scope: only these dtypes (repeatable, or comma-separated)")
 
 
 # ------------------------------------------------------------------ collection under installed names
@@ -158,6 +176,15 @@ def _torch_threads():
         torch.set_num_threads(1)
 
 
+def _scope(config, option: str, known) -> list[str] | None:
+    """The names given with ``option`` (repeatable, comma-separated), checked against ``known``; None: all."""
+    names = [n.strip() for v in config.getoption(option) for n in v.split(",") if n.strip()]
+    for n in names:
+        if n not in known:
+            raise pytest.UsageError(f"{option} {n}: unknown, expected one of {', '.join(known)}")
+    return sorted(set(names), key=list(known).index) or None
+
+
 def _replay_target(path: str, meta: dict, registry, plugins):
     """The implementation a replay runs: one given with --impl for the op, else the file's own
     target if it is in the registry or is normcert's own code; any other target is refused,
@@ -193,19 +220,30 @@ class Suite:
         from normcert.properties import certificate  # noqa: PLC0415 - no torch: usage errors come fast
 
         certificate.check_failures_dir(config.getoption("--failures-dir"))
-        if not config.getoption("--kernel-timeout") > 0:
-            raise pytest.UsageError(f"--kernel-timeout {config.getoption('--kernel-timeout')}: expected seconds > 0")
-        if config.getoption("--certificate"):
-            certificate.check_writable(config.getoption("--certificate"))
+        timeout = config.getoption("--kernel-timeout")
+        if not 0 < timeout < float("inf"):
+            raise pytest.UsageError(f"--kernel-timeout {timeout}: expected a finite number of seconds > 0")
+        # resolved now: a kernel that changes the working directory must not move the run's files
+        self.certificate = config.getoption("--certificate") and os.path.abspath(config.getoption("--certificate"))
+        if self.certificate:
+            certificate.check_writable(self.certificate)
         device = _device(config)
         impls.ensure_triton_mode(device)  # before anything imports triton
         from normcert.properties.session import Session  # noqa: PLC0415
 
         self.session = Session(device=device, seed=config.getoption("--seed"), bitwise=config.getoption("--bitwise"),
                                require_backward=config.getoption("--require-backward"),
-                               failures_dir=config.getoption("--failures-dir"),
-                               kernel_timeout=config.getoption("--kernel-timeout"),
+                               failures_dir=os.path.abspath(config.getoption("--failures-dir")),
+                               kernel_timeout=timeout,
                                profile=config.getoption("hypothesis_profile", None) or "ci")
+        from normcert.oracle.formats import DTYPE_NAMES  # noqa: PLC0415
+        from normcert.properties.families import BY_NAME  # noqa: PLC0415
+
+        self.scope = {"properties": _scope(config, "--normcert-property", BY_NAME),
+                      "dtypes": _scope(config, "--normcert-dtype", DTYPE_NAMES.values())}
+        if self.certificate and self.controller:  # before any kernel's module is imported: replaced at the end
+            certificate.write_incomplete(self.certificate, f"started {time.strftime('%Y-%m-%d %H:%M:%S')} and did "
+                                                           f"not finish (crashed or killed)")
         from normcert.impls import interpreter  # noqa: PLC0415
 
         self.session.interpreter = interpreter.install() if interpreter.active() else None
@@ -222,10 +260,6 @@ class Suite:
             raise pytest.UsageError(str(e)) from None
         self.session.eager = {i.op: i for i in registry if i.backend == "eager"}
         self.session.impls = plugins or registry
-        path = config.getoption("--certificate")
-        if path and self.controller:  # replaced when the run ends; a crash leaves it saying so
-            certificate.write(path, self.session, [], config,
-                              certificate.incomplete(time.strftime("%Y-%m-%d %H:%M:%S")))
         _torch_threads()
         if config.getoption("hypothesis_profile", None) is None:
             settings.load_profile("ci")
@@ -246,22 +280,37 @@ class Suite:
                       and (family is None or family.covers(i, self.session.bitwise))]
             metafunc.parametrize("impl", chosen, ids=[i.id for i in chosen])
         if "dtype" in metafunc.fixturenames:
-            metafunc.parametrize("dtype", list(DTYPE_NAMES), ids=list(DTYPE_NAMES.values()))
+            dtypes = [d for d, name in DTYPE_NAMES.items() if self.scope["dtypes"] is None or name in self.scope["dtypes"]]
+            metafunc.parametrize("dtype", dtypes, ids=[DTYPE_NAMES[d] for d in dtypes])
 
     def pytest_collection_modifyitems(self, config, items):
         """--replay runs the replay test alone; otherwise the replay test is not collected.
 
         With --impl, only the properties of the plugged kernels run: the oracle's
         cross-check and the meta-tests certify the suite, not the kernel.
+        A declared scope (--normcert-property, --normcert-dtype) drops the families outside it.
         """
+        from normcert.properties.families import BY_TEST  # noqa: PLC0415
+
         replaying = bool(config.getoption("--replay"))
         plugged = bool(config.getoption("--impl"))
+        properties, dtypes = self.scope["properties"], self.scope["dtypes"]
+
+        def in_scope(item) -> bool:
+            family = BY_TEST.get(getattr(item, "originalname", ""))
+            if family is None:
+                return True
+            if family.name == "gradcheck" and dtypes is not None and "float64" not in dtypes:
+                return False
+            return properties is None or family.name in properties
 
         def keep(item) -> bool:
             name = item.module.__name__
             if not name.startswith(_PACKAGE + "."):
                 return True
             if (name == _PACKAGE + ".test_replay") != replaying:
+                return False
+            if not in_scope(item):
                 return False
             return replaying or not plugged or "impl" in getattr(item, "fixturenames", ())
 
@@ -301,23 +350,48 @@ class Suite:
     def pytest_deselected(self, items):
         self.deselected.extend(item.nodeid for item in items)
 
+    def not_run(self) -> list[str]:
+        """The checks of the run's scope that left no result: "kernel id property dtype"."""
+        from normcert.properties import families  # noqa: PLC0415
+
+        s = self.session
+        done = {(r["impl"], r["prop"], r["dtype"]) for r in self.results}
+        want = families.expected(s.impls, s.device, s.bitwise, s.profile, **self.scope)
+        return [" ".join(k) for k in sorted(want - done)]
+
     def pytest_sessionfinish(self, session, exitstatus):
         if not self.controller:
             return
         from normcert.properties import certificate  # noqa: PLC0415
 
+        report = session.config.pluginmanager.get_plugin("terminalreporter")
         bad = certificate.unexpected_passes(self.results)
         if bad:
-            session.config.pluginmanager.get_plugin("terminalreporter").write_line(
-                "case studies expected to fail but passed every property: " + ", ".join(bad), red=True)
+            report.write_line("case studies expected to fail but passed every property: " + ", ".join(bad), red=True)
             session.exitstatus = 1
-        path = session.config.getoption("--certificate")
-        if path:
-            status = int(session.exitstatus)
-            stopped = session.shouldstop or session.shouldfail  # -x, --maxfail: not every test ran
-            state = "interrupted" if status == pytest.ExitCode.INTERRUPTED else (
-                f"stopped early: {stopped}" if stopped else "complete")
-            run = {"run": state,
-                   "verdict": "certified" if status == 0 and not self.crashed else "not certified",
-                   "pytest_exit_status": status, "deselected": self.deselected, "crashed": self.crashed}
-            certificate.write(path, self.session, self.results, session.config, run)
+        replaying = bool(session.config.getoption("--replay"))
+        missing = [] if replaying else self.not_run()
+        # a certification run (kernels plugged in, or a certificate asked for) that left checks undone
+        certifying = not replaying and bool(session.config.getoption("--impl") or self.certificate)
+        if missing and certifying:
+            report.ensure_newline()
+            report.write_line(f"normcert: not certified: {len(missing)} check(s) of the run's scope did not run, "
+                              f"e.g. {missing[0]} (narrowed by -k, -m, --co or the run's configuration; "
+                              f"--normcert-property / --normcert-dtype declare a scope)", red=True)
+            if session.exitstatus == 0:
+                session.exitstatus = 1
+        status = int(session.exitstatus)
+        stopped = session.shouldstop or session.shouldfail  # -x, --maxfail: not every test ran
+        state = "interrupted" if status == pytest.ExitCode.INTERRUPTED else (
+            f"stopped early: {stopped}" if stopped else "complete")
+        certified = status == 0 and not self.crashed and not missing and bool(self.results)
+        run = {"run": state, "verdict": "certified" if certified else "not certified", "pytest_exit_status": status,
+               "deselected": self.deselected, "crashed": self.crashed, "not_run": missing,
+               "scope": {k: v or "all" for k, v in self.scope.items()}}
+        if self.certificate:
+            certificate.write(self.certificate, self.session, self.results, session.config, run)
+        record = os.environ.get(RUN_RECORD)
+        if record:  # the last step: a parent reading no record knows the run never got here
+            with open(record + ".tmp", "w") as f:
+                json.dump({**run, "results": self.results}, f, default=str)
+            os.replace(record + ".tmp", record)

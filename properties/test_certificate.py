@@ -1,8 +1,8 @@
 """The certificate file tells the truth about the run, and bad paths are refused up front.
 
 * standard JSON: no ``Infinity``/``NaN`` literals, the run's state on the first line;
-* a run that dies (``os._exit`` inside the kernel) leaves a certificate whose
-  first line says "incomplete", never the previous run's verdict;
+* a run that dies (``os._exit(0)`` inside the kernel) exits 1 and leaves a certificate
+  whose first line says "incomplete", never the previous run's verdict;
 * a finished run records its verdict and pytest's exit status;
 * an xdist worker that dies under a kernel is named in ``crashed`` and the run is
   not certified; Ctrl-C leaves a certificate whose first line says "interrupted";
@@ -64,27 +64,31 @@ def test_a_run_that_dies_leaves_an_incomplete_certificate(tmp_path):
     (tmp_path / "c.json").write_text('{"run": "complete", "verdict": "certified"}\n')
     (tmp_path / "c.md").write_text("# normcert certificate: certified\n")
     r = _run(["-m", "normcert", "certify", "rms_norm=dies:rms", "--certificate", "c.json"], tmp_path)
-    assert r.returncode == 0  # os._exit(0): the process lies; the certificate must not
+    # os._exit(0) ends the kernel's process with status 0; the command judges it and neither lies
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "not certified: the kernel's process exited with status 0 before normcert's end of run" in r.stderr
     first = (tmp_path / "c.json").read_text().splitlines()[0]
-    assert first.startswith('{"run": "incomplete: started ')
+    assert first.startswith('{"run": "incomplete: the kernel\'s process exited with status 0')
     assert json.loads((tmp_path / "c.json").read_text())["verdict"] == "incomplete"
     assert "incomplete" in (tmp_path / "c.md").read_text().splitlines()[0]
 
 
 def test_a_finished_run_records_verdict_and_exit_status(tmp_path):
     r = _run(["-m", "normcert", "certify", GOOD, "--profile", "dev", "--certificate", "c.json",
-              "--", "-k", "accuracy and float32"], tmp_path)
+              "--property", "accuracy", "--dtype", "float32"], tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     cert = json.loads((tmp_path / "c.json").read_text())
     assert (cert["run"], cert["verdict"], cert["pytest_exit_status"]) == ("complete", "certified", 0)
-    assert cert["deselected"] and cert["results"][0]["domain"].startswith("rows <= ")
-    assert (tmp_path / "c.md").read_text().startswith("# normcert certificate: certified")
+    assert cert["scope"] == {"properties": ["accuracy"], "dtypes": ["float32"]} and cert["not_run"] == []
+    assert cert["results"][0]["domain"].startswith("rows <= ")
+    assert (tmp_path / "c.md").read_text().startswith(
+        "# normcert certificate: certified (scope: properties accuracy; dtypes float32)")
 
 
 def test_a_crashed_xdist_worker_is_recorded_and_not_certified(tmp_path):
     (tmp_path / "crashy.py").write_text(_DRASTIC.format(action="os._exit(3)"))
     r = _run(["-m", "normcert", "certify", "rms_norm=crashy:rms", "-n", "1", "--certificate", "c.json",
-              "--", "-k", "test_accuracy and not extremes and float32"], tmp_path)
+              "--property", "accuracy", "--dtype", "float32"], tmp_path)
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     cert = json.loads((tmp_path / "c.json").read_text())
     assert cert["verdict"] == "not certified" and cert["pytest_exit_status"] == 1
@@ -102,7 +106,7 @@ def _sigint_as_at_a_terminal():
 def test_ctrl_c_leaves_an_interrupted_certificate(tmp_path):
     (tmp_path / "slow.py").write_text(_DRASTIC.format(action="pathlib.Path('called').touch(); time.sleep(30)"))
     run = subprocess.Popen([sys.executable, "-m", "normcert", "certify", "rms_norm=slow:rms", "--certificate",
-                            "c.json", "--", "-k", "test_accuracy and float32"],
+                            "c.json", "--property", "accuracy", "--dtype", "float32"],
                            cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            preexec_fn=_sigint_as_at_a_terminal)
     deadline = time.monotonic() + 300
@@ -122,10 +126,15 @@ def test_ctrl_c_leaves_an_interrupted_certificate(tmp_path):
     ("--certificate", "c.md", "give the JSON path"),
     ("--certificate", "clash.json", "clash.md is a folder"),
     ("--failures-dir", "afile", "is a file, expected a folder"),
+    ("--certificate", "link.json", "is not a regular file"),
+    ("--certificate", "fifo.json", "is not a regular file"),
 ])
 def test_bad_paths_are_refused(tmp_path, monkeypatch, option, value, says):
-    """The checks the plugin runs before anything else (end to end: test_bad_module_or_profile...)."""
+    """The checks the plugin runs before anything else (end to end: test_bad_module_or_profile...).
+    A link, a FIFO or a device node is never replaced by the certificate (as root, /dev/full was)."""
     (tmp_path / "folder").mkdir()
+    (tmp_path / "link.json").symlink_to(tmp_path / "elsewhere.json")
+    os.mkfifo(tmp_path / "fifo.json")
     (tmp_path / "clash.md").mkdir()
     (tmp_path / "afile").write_text("")
     monkeypatch.chdir(tmp_path)
@@ -139,6 +148,7 @@ def test_bad_paths_are_refused(tmp_path, monkeypatch, option, value, says):
     (["--impl", "rms_norm=boom:rms"], "importing module 'boom' raised SystemExit"),
     (["--impl", GOOD, "--hypothesis-profile", "nope"], "unknown profile"),
     (["--impl", GOOD, "--certificate", "folder"], "is a folder"),
+    (["--impl", GOOD, "--kernel-timeout", "inf"], "--kernel-timeout inf: expected a finite number of seconds > 0"),
     (["--replay", "bad.npz"], "bad.npz: not a replay file"),
 ])
 def test_bad_module_or_profile_is_a_usage_error(tmp_path, args, says):

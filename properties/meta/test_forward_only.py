@@ -66,7 +66,7 @@ def test_cli_certifies_a_forward_only_kernel_and_says_so(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_")) and k != "CI"}
     out = subprocess.run([sys.executable, "-m", "normcert", "certify",
                           "rms_norm=normcert.properties.meta.planted:rms_forward_only", "--certificate", str(cert),
-                          "--", "-k", "gradients or gradcheck", "-p", "no:randomly"],
+                          "--property", "gradients", "--property", "gradcheck", "--", "-p", "no:randomly"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "rms_forward_only not certified for gradients or gradcheck: forward only" in out.stdout

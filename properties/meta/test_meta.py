@@ -192,7 +192,7 @@ def test_large_profile_rejects_int32_row_offsets_on_a_gpu(session, tmp_path):
     impl = "rms_norm=normcert.properties.meta.planted_triton:rms_norm_int32_offsets"
     out = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "normcert.properties.test_large", "-p",
                           "no:xdist", "--impl", impl, "--hypothesis-profile", "large", "--device", "cuda",
-                          "-k", "bfloat16", "--failures-dir", str(tmp_path)],
+                          "--normcert-dtype", "bfloat16", "--failures-dir", str(tmp_path)],
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 1 and "large fails for rms_norm:" in out.stdout, out.stdout[-3000:]
 

@@ -1,0 +1,124 @@
+"""No certificate without evidence: normcert owns its run, and judges it from outside the kernel's process.
+
+* the folder ``normcert certify`` is started from does not configure the run: its ``pytest.ini``
+  (``addopts = -k contract``), its ``pyproject.toml``, its ``conftest.py`` and ``PYTEST_ADDOPTS``
+  are not read;
+* whatever narrows a run (``-k`` through ``--``, under xdist too; ``--co``, ``--setup-only``,
+  ``--setup-plan``, ``--fixtures``; plain pytest with a ``-k``) leaves checks without a result:
+  the run is "not certified", exit status 1, and the certificate lists them in ``not_run``;
+  a declared scope (``--property``, ``--dtype``) is the honest way to narrow, and the certificate
+  states it;
+* a kernel that ends its process with ``os._exit(0)``, at import (under ``-n 2`` too) or in a
+  call, gets exit status 1 and an "incomplete" certificate, never an older one left in place;
+* a kernel whose thread keeps the process alive after the run is ended, and the run says so;
+* a kernel that changes the working directory does not move the certificate.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+GOOD = "rms_norm=normcert.impls.eager:rms_norm"
+SCOPE = ["--profile", "dev", "--dtype", "float32"]
+
+
+def _certify(cwd, *args, env=()):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_")) and k != "CI"}
+    environ.update(HYPOTHESIS_STORAGE_DIRECTORY=str(cwd / ".hyp"), **dict(env))
+    return subprocess.run([sys.executable, "-m", "normcert", "certify", *args, "--certificate", "c.json"], cwd=cwd,
+                          env=environ, capture_output=True, text=True, timeout=300)
+
+
+def _cert(cwd) -> dict:
+    return json.loads((cwd / "c.json").read_text())
+
+
+def _said(r) -> str:
+    return r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def test_the_folder_it_runs_from_does_not_configure_the_run(tmp_path):
+    """A kernel repository's ini file, pyproject.toml, conftest.py and PYTEST_ADDOPTS would each keep
+    accuracy from running (and the conftest would end the run); the run checks both families."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -k contract\n")
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\naddopts = "-k contract"\n')
+    (tmp_path / "conftest.py").write_text("raise SystemExit('the folder conftest.py ran')\n")
+    r = _certify(tmp_path, GOOD, *SCOPE, "--property", "accuracy", "--property", "contract",
+                 env={"PYTEST_ADDOPTS": "-k contract"})
+    assert r.returncode == 0, _said(r)
+    cert = _cert(tmp_path)
+    assert cert["verdict"] == "certified" and not cert["not_run"]
+    assert {res["property"] for res in cert["results"]} == {"accuracy", "contract"}
+    assert cert["config"]["inifile"] != str(tmp_path / "pytest.ini")
+
+
+@pytest.mark.parametrize("narrowing", [["-k", "contract"], ["-k", "contract", "-n", "2"]], ids=["k", "k-xdist"])
+def test_a_k_selection_is_not_certified(tmp_path, narrowing):
+    r = _certify(tmp_path, GOOD, *SCOPE, "--", *narrowing)
+    assert r.returncode == 1, _said(r)
+    cert = _cert(tmp_path)
+    assert cert["verdict"] == "not certified" and cert["pytest_exit_status"] == 1
+    assert f"{GOOD.replace('=', ':')} accuracy float32" in cert["not_run"]
+    assert {res["property"] for res in cert["results"]} == {"contract"}
+    assert "check(s) of the run's scope did not run" in r.stdout
+
+
+@pytest.mark.parametrize("option", ["--co", "--setup-only", "--setup-plan", "--fixtures"])
+def test_a_run_that_checks_nothing_is_not_certified(tmp_path, option):
+    r = _certify(tmp_path, GOOD, *SCOPE, "--property", "accuracy", "--", option)
+    assert r.returncode == 1, _said(r)
+    cert = _cert(tmp_path)
+    assert cert["verdict"] != "certified" and cert["results"] == []
+
+
+def test_plain_pytest_with_a_selection_is_not_certified(tmp_path):
+    """The same rule in a plain pytest run (the plugin's own end of run): -k leaves accuracy undone."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_")) and k != "CI"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "--pyargs", "normcert.properties",
+                        "--impl", GOOD, "--hypothesis-profile", "dev", "--normcert-dtype", "float32",
+                        "--normcert-property", "accuracy,contract", "-k", "contract", "--certificate", "c.json"],
+                       cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, _said(r)
+    cert = _cert(tmp_path)
+    assert cert["verdict"] == "not certified" and cert["not_run"] == [f"{GOOD.replace('=', ':')} accuracy float32"]
+
+
+@pytest.mark.parametrize("where, workers", [("at import", ["-n", "2"]), ("in the call", [])], ids=["import", "call"])
+def test_a_kernel_that_exits_0_is_not_certified(tmp_path, where, workers):
+    body = "    os._exit(0)\n    return x\n"
+    source = "import os\nos._exit(0)\n" if where == "at import" else "import os\n"
+    (tmp_path / "quits.py").write_text(source + "\ndef rms(x, weight, eps):\n" + body)
+    (tmp_path / "c.json").write_text('{"run": "complete", "verdict": "certified"}\n')
+    r = _certify(tmp_path, "rms_norm=quits:rms", *SCOPE, *workers)
+    assert r.returncode == 1, _said(r)
+    assert "exited with status 0 before normcert's end of run" in r.stderr
+    assert (tmp_path / "c.json").read_text().startswith('{"run": "incomplete: ')
+    assert _cert(tmp_path)["verdict"] == "incomplete"
+
+
+def test_a_kernel_thread_that_outlives_the_run_is_ended(tmp_path):
+    """A non-daemon thread keeps Python from exiting after the run; it is given --kernel-timeout."""
+    (tmp_path / "lingers.py").write_text(
+        "import threading\nimport torch\n\n"
+        "def rms(x, weight, eps):\n"
+        "    threading.Thread(target=threading.Event().wait, daemon=False).start()\n"
+        "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)\n")
+    r = _certify(tmp_path, "rms_norm=lingers:rms", *SCOPE, "--property", "contract", "--kernel-timeout", "2")
+    assert r.returncode == 1, _said(r)
+    assert "did not exit within 2 s of the end of its run" in r.stderr
+
+
+def test_a_kernel_that_changes_folder_does_not_move_the_certificate(tmp_path):
+    (tmp_path / "away").mkdir()
+    (tmp_path / "wanders.py").write_text(
+        "import os\nimport torch\n\n"
+        "def rms(x, weight, eps):\n"
+        f"    os.chdir({str(tmp_path / 'away')!r})\n"
+        "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)\n")
+    r = _certify(tmp_path, "rms_norm=wanders:rms", *SCOPE, "--property", "contract")
+    assert r.returncode == 0, _said(r)
+    assert _cert(tmp_path)["verdict"] == "certified" and not (tmp_path / "away" / "c.json").exists()
