@@ -18,9 +18,10 @@ same way, and checks what the convention promises:
 * the buffers it hands over are fresh and filled with ``POISON`` (a NaN with a
   payload no arithmetic produces, for each dtype): an element still holding
   that pattern after the call was never written, a ``ConventionViolation``;
-* for ``inplace``, the inputs it mutates are copies with the case's own strides
-  (the case's tensors stay untouched; any other input it writes is caught by
-  the contract property like any kernel's);
+* for ``inplace``, the inputs it mutates are copies with the case's own strides,
+  offset and whole storage (the case's tensors stay untouched), and a write
+  anywhere in that storage outside the view is a ``ConventionViolation``; any
+  other input it writes is caught by the contract property like any kernel's;
 * it returns what the convention says: None (``outkw``: None or ``out`` itself).
 
 The mutated copies are detached: an in-place kernel has no autograd graph
@@ -89,14 +90,29 @@ def unwritten(t: torch.Tensor) -> int:
 
 
 def _like(x: torch.Tensor) -> torch.Tensor:
-    """A detached copy of ``x`` laid out with x's own sizes and strides (contiguous where x overlaps itself)."""
+    """A detached copy of ``x`` with x's own sizes, strides and offset in a copy of its whole storage
+    (the q and v around the k part of a fused QKV buffer too); contiguous where x overlaps itself."""
     x = x.detach()
     overlapping = any(st == 0 and sz > 1 for sz, st in zip(x.shape, x.stride()))
     if overlapping or x.numel() == 0:
         return x.clone(memory_format=torch.contiguous_format)
-    span = 1 + sum((sz - 1) * st for sz, st in zip(x.shape, x.stride()))
-    out = torch.empty(span, dtype=x.dtype, device=x.device).as_strided(x.shape, x.stride())
-    return out.copy_(x)
+    return _view(x, x.untyped_storage().clone())
+
+
+def _view(x: torch.Tensor, storage) -> torch.Tensor:
+    """x's view (sizes, strides, offset) of another storage."""
+    return torch.empty(0, dtype=x.dtype, device=x.device).set_(storage, x.storage_offset(), x.shape, x.stride())
+
+
+def written_outside(x: torch.Tensor, buf: torch.Tensor) -> int:
+    """How many bytes of ``buf``'s storage outside its view differ from ``x``'s (``buf = _like(x)``
+    after the kernel wrote into it): writes the convention does not allow."""
+    if buf.untyped_storage().nbytes() != x.untyped_storage().nbytes():
+        return 0  # a contiguous copy of an overlapping view: nothing around it was handed over
+    expected = x.untyped_storage().clone()
+    _view(x, expected).copy_(buf)  # the caller's storage with the view's new values
+    as_bytes = lambda st: torch.empty(0, dtype=torch.uint8, device=x.device).set_(st)  # noqa: E731
+    return int((as_bytes(expected) != as_bytes(buf.untyped_storage())).sum())
 
 
 def adapt(convention: str, op, fn: Callable) -> Callable:
@@ -112,6 +128,11 @@ def adapt(convention: str, op, fn: Callable) -> Callable:
         if convention == "inplace":
             bufs = [_like(a) for a in args[:len(op.outputs)]]
             _returns(fn(*bufs, *args[len(bufs):], **kwargs), None, convention)
+            for name, a, buf in zip(op.row_inputs, args, bufs):
+                n = written_outside(a, buf)
+                if n:
+                    raise ConventionViolation(f"@inplace: {n} bytes of {name}'s storage outside its view were "
+                                              f"written (the caller's data around the view)")
         else:
             shape = op.out_shape(tuple(main.shape))
             bufs = [poisoned(shape, op.out_dtype(name, main.dtype), main.device) for name in op.outputs]

@@ -109,6 +109,8 @@ class _Worker:
         def loop():
             while True:
                 fn, done = tasks.get()
+                if fn is None:
+                    return  # retired
                 fn()  # never raises: kernel_code's call() keeps the exception
                 done.set()
                 del fn, done  # else the finished call's arguments live until the next call
@@ -126,6 +128,12 @@ class _Worker:
             return True
         self.tasks = None  # its thread is stuck in the kernel; the next call starts a new one
         return False
+
+    def retire(self) -> None:
+        """Leave the current thread behind: the next call starts a new one."""
+        if self.tasks is not None:
+            self.tasks.put((None, None))
+            self.tasks = None
 
 
 _WORKER = _Worker()
@@ -159,7 +167,11 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
     def call():
         try:
             with torch.set_grad_enabled(grad):
-                box["value"] = thunk()
+                before = thread_state()
+                try:
+                    box["value"] = thunk()
+                finally:
+                    box["leaked"] = _changes(before, thread_state())
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below
             box["error"] = e
 
@@ -175,9 +187,14 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
         raise KernelHung(session.hung[impl.id])
     changed = restore_global_state(before)
     torch.set_rng_state(rng)  # a kernel that draws random numbers must not shift later draws
+    if box.get("leaked"):
+        _WORKER.retire()  # its thread-local state is the kernel's now: the next call gets a fresh thread
     e = box.get("error")
     if e is None and changed:
         raise ContractViolation(f"{impl.id}{what} changed torch's global state: {changed} (restored)")
+    if e is None and box.get("leaked"):
+        raise ContractViolation(f"{impl.id}{what} left torch's thread-local state changed: {box['leaked']} "
+                                f"(the next call runs in a fresh thread)")
     if e is None:
         return box["value"]
     if isinstance(e, NotImplementedError):
@@ -191,11 +208,23 @@ def _flushes_denormals() -> bool:
     return torch.tensor([2.0 ** -1070], dtype=torch.float64).mul(1.0).item() == 0.0
 
 
+def thread_state() -> dict:
+    """torch's per-thread modes a kernel could enter and never leave (``torch.inference_mode().__enter__()``
+    without its exit): the next kernel in the same thread would run under them."""
+    return {"grad mode": torch.is_grad_enabled(), "inference mode": torch.is_inference_mode_enabled(),
+            **{f"autocast ({d})": torch.is_autocast_enabled(d) for d in ("cpu", "cuda")}}
+
+
+def _changes(before: dict, now: dict) -> str:
+    return ", ".join(f"{k}: {before[k]} -> {now[k]}" for k in before if now[k] != before[k])
+
+
 def global_state() -> dict:
     """torch's process-wide settings a kernel could change under the suite's feet.
 
-    Grad mode is per thread, and a kernel runs in a thread of its own
-    (``kernel_code``), so it cannot leak; the RNG is restored without blame.
+    Grad mode, inference mode and autocast are per thread (``thread_state``: a kernel that
+    leaves them changed fails, and the next call runs in a fresh thread); the RNG is restored
+    without blame.
     """
     return {"default dtype": torch.get_default_dtype(),
             "deterministic algorithms": (torch.are_deterministic_algorithms_enabled(),
@@ -240,7 +269,30 @@ def invoke(session, impl, case: Case) -> tuple[torch.Tensor, ...]:
             raise ContractViolation(f"{impl.id} returned {name} on {o.device}, expected {device}")
     check_unmutated(impl, case, before)
     check_fresh(impl, case, info.outputs, outs)
-    return outs
+    check_not_reused(session, impl, info.outputs, outs)
+    # the caller's own copies: a kernel that later writes into a buffer it kept cannot change
+    # a result a property still holds (outputs with a graph stay: the gradients run through them)
+    return tuple(o if o.requires_grad else o.clone() for o in outs)
+
+
+HELD_CALLS = 2  # a kernel's outputs of this many earlier calls are kept alive to catch a reused buffer
+HELD_BYTES = 1 << 26  # ... those of at most this many bytes (--profile large's cases would fill the device)
+
+
+def check_not_reused(session, impl, names, outs) -> None:
+    """No output lives in the storage of an output of the kernel's last ``HELD_CALLS`` calls.  Those
+    outputs are held alive meanwhile, so a fresh allocation can never have their address: a shared
+    storage is a buffer the kernel kept and wrote again (a static buffer, a ring of two), which
+    would change a result its caller still holds."""
+    held = session.returned.setdefault(impl.id, [])
+    seen = {o.untyped_storage().data_ptr() for call in held for o in call if o.numel()}
+    for name, o in zip(names, outs):
+        if o.numel() and o.untyped_storage().data_ptr() in seen:
+            raise ContractViolation(f"{impl.id} returned {name} in the storage of an output of one of its earlier "
+                                    f"calls (a buffer it reuses: the earlier caller's result was overwritten)")
+    if sum(o.untyped_storage().nbytes() for o in outs) <= HELD_BYTES:
+        held.append(tuple(o.detach() for o in outs))
+        del held[:-HELD_CALLS]
 
 
 def _plain(o) -> bool:
@@ -417,17 +469,22 @@ def backward_gate(session, family, impl, dtype) -> None:
 
     if impl.backward is False:
         pytest.skip(f"{impl.id} is registered without backward")
-    if has_backward(session, impl, dtype):
+    # a calling convention (@inplace, @out, @outkw) is an inference one: a kernel called so is
+    # forward only unless a backward is asked for (its copy_ into the buffers may record a partial graph)
+    by_convention = bool(impl.convention) and not (impl.backward or session.require_backward)
+    if not by_convention and has_backward(session, impl, dtype):
         return
-    res = Result(impl.id, impl.op, impl.backend, family.name, DTYPE_NAMES[dtype], "not-certified",
-                 message="forward only: its outputs carry no grad_fn, so its backward was not checked")
+    why_not = (f"forward only: @{impl.convention} is an inference calling convention, so its backward was not "
+               f"checked" if by_convention else "forward only: its outputs carry no grad_fn, so its backward was "
+                                                 "not checked")
+    res = Result(impl.id, impl.op, impl.backend, family.name, DTYPE_NAMES[dtype], "not-certified", message=why_not)
     session.results.append(res)
     why = "registered with backward" if impl.backward else "--require-backward" if session.require_backward else ""
     if why:
         res.outcome = "fail"
         res.message = f"{why}, but its outputs carry no grad_fn"
         pytest.fail(f"{family.name} fails for {impl.id} in {res.dtype}: {res.message}", pytrace=False)
-    pytest.skip(f"not-certified (forward only): {impl.id}'s outputs carry no grad_fn; "
+    pytest.skip(f"not-certified (forward only): {impl.id}: {why_not.split(': ', 1)[1]}; "
                 f"--require-backward makes this a failure")
 
 

@@ -27,7 +27,9 @@ class Session:
     interpreted: (kernel id, dtype) -> does it run under that interpreter (``harness.runs_interpreted``);
     weightless: (kernel id, dtype) -> does it accept None for the op's optional weight and bias
     (``harness.accepts_weightless``);
-    profile: the run's profile (``plugin.PROFILES``): "large" adds the large family."""
+    profile: the run's profile (``plugin.PROFILES``): "large" adds the large family;
+    returned: kernel id -> the outputs of its last calls, held to catch a reused buffer
+    (``harness.check_not_reused``)."""
 
     device: str = "cpu"
     seed: int = 0
@@ -46,6 +48,7 @@ class Session:
     interpreted: dict = field(default_factory=dict)
     weightless: dict = field(default_factory=dict)
     profile: str = "ci"
+    returned: dict = field(default_factory=dict)
 
     def derive_seed(self, *parts) -> int:
         """A per-test seed from the global seed: the same whatever the worker split."""

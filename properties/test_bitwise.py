@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from normcert.oracle.formats import bits
 
 from .families import BY_NAME
-from .harness import ContractViolation, PropertyFailure, certify, invoke, runs_interpreted
+from .harness import PropertyFailure, certify, invoke, runs_interpreted
 from .strategies import cases, integer
 
 BATCH_SIZES = (1, 2, 3, 300, 4100)
@@ -42,16 +42,11 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def check_determinism(session, impl, case, worst):
-    """Two calls, the first call's outputs copied before the second (a kernel that hands back one
-    reused buffer would otherwise compare its second answer with itself)."""
+    """Two calls on the same input give the same bits (``invoke`` hands back copies, and fails a
+    kernel that returns a buffer it reuses)."""
     first = invoke(session, impl, case)
-    kept = [o.clone() for o in first]
     second = invoke(session, impl, case)
     for name, a, b in zip(case.record.outputs, first, second):
-        if a.numel() and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
-            raise ContractViolation(f"{impl.id} returned {name} in the same buffer on two calls "
-                                    f"(the first caller's result was overwritten)")
-    for name, a, b in zip(case.record.outputs, kept, second):
         if not _same_bits(a, b):
             raise PropertyFailure(f"{name}: two calls on the same input differ in their bits")
 

@@ -3,7 +3,8 @@
 Each dodges the harness rather than computing a wrong number: refusing cases
 with NotImplementedError after passing the probe, exiting the interpreter,
 raising from backward, returning a tensor subclass that runs code of its own,
-hanging.
+hanging, reusing its output buffers, leaving torch's thread-local modes on,
+writing around the view it is handed.
 ``test_hostile.py`` asserts the verdict the suite gives each one.
 """
 from __future__ import annotations
@@ -121,3 +122,47 @@ def rms_writes_beside_its_view(x, weight, eps):
 def rms_returns_input_view(x, weight, eps):
     """Returns a view of its input (the caller's x and y would share memory)."""
     return x.view_as(x)
+
+
+_RING: list = []
+
+
+def rms_ring_of_two(x, weight, eps):
+    """A correct result, written into the older of two buffers it keeps and hands out in turn."""
+    y = _rms(x, weight, eps)
+    _RING[:] = [b for b in _RING if b.shape == y.shape and b.dtype == y.dtype][-2:]
+    if len(_RING) < 2:
+        _RING.append(torch.empty_like(y))
+    _RING.append(_RING.pop(0))
+    return _RING[-1].copy_(y)
+
+
+_ENTERED: list = []
+
+
+def rms_enters_inference_mode(x, weight, eps):
+    """A correct result, computed after entering inference mode and never leaving it."""
+    _ENTERED.append(torch.inference_mode())  # kept: a dropped guard would leave the mode by itself
+    _ENTERED[-1].__enter__()
+    return _rms(x, weight, eps)
+
+
+def rms_inplace_writes_around_its_view(x, weight, eps):
+    """@inplace: y written into x correctly, after zeroing the whole buffer x is a view of
+    (the q and v around the k part of a fused QKV buffer)."""
+    y = _rms(x, weight, eps)
+    torch.empty(0, dtype=torch.uint8).set_(x.untyped_storage()).zero_()
+    x.copy_(y)
+
+
+def rms_inplace(x, weight, eps):
+    """@inplace, correct: y written into x."""
+    x.copy_(_rms(x, weight, eps))
+
+
+def add_rms_inplace_by_copy(x, residual, weight, eps):
+    """@inplace fused add + RMSNorm in plain torch: residual.copy_(s); x.copy_(y).  copy_ records a
+    graph through the weight for y and none for residual_out: an inference kernel, not a training one."""
+    s = (x.float() + residual.float()).to(x.dtype)
+    residual.copy_(s)
+    x.copy_(_rms(s, weight, eps))

@@ -14,8 +14,10 @@ import pytest
 import torch
 
 from normcert.impls import make
+from normcert.impls.conventions import ConventionViolation
 from normcert.properties import harness, strategies
-from normcert.properties.harness import PropertyFailure
+from normcert.properties.families import BY_NAME
+from normcert.properties.harness import PropertyFailure, certify
 from normcert.properties.session import Session
 from normcert.properties.test_accuracy import check_accuracy
 from normcert.properties.test_bitwise import check_determinism
@@ -127,20 +129,58 @@ def test_a_kernel_that_changes_global_state_fails_and_the_state_is_restored(sess
     assert torch.get_default_dtype() == torch.float32
 
 
-def test_a_kernel_that_switches_grad_off_does_not_break_the_next_one(session):
-    _accuracy(session, hostile.rms_disables_grad)
-    assert torch.is_grad_enabled()
+@pytest.mark.parametrize("fn, says", [(hostile.rms_disables_grad, "grad mode: True -> False"),
+                                       (hostile.rms_enters_inference_mode, "inference mode: False -> True")],
+                         ids=["grad-off", "inference-mode"])
+def test_a_kernel_that_leaves_a_thread_mode_on_fails_and_does_not_break_the_next_one(session, fn, says):
+    with pytest.raises(PropertyFailure, match=f"left torch's thread-local state changed: .*{says}"):
+        _accuracy(session, fn)
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
     good = make("rms_norm", "eager", "plugin", hostile._rms, target="normcert.properties.meta.hostile:_rms")
     res = harness.run(session, "gradients", good, F32, gradient_cases("rms_norm", F32, "cpu"), check_gradients,
                       max_examples=5)
     assert res.outcome == "pass"
 
 
-def test_a_reused_output_buffer_fails_determinism(session):
+@pytest.mark.parametrize("fn", [hostile.rms_reused_buffer, hostile.rms_ring_of_two], ids=["static", "ring"])
+@pytest.mark.parametrize("check", [check_accuracy, check_determinism], ids=["accuracy", "determinism"])
+def test_a_reused_output_buffer_is_a_contract_failure(session, fn, check):
+    """One static buffer, or a ring of two: a caller's earlier result would change under it."""
     strategy = strategies.cases("rms_norm", F32, "cpu", profiles=("normal",), hostile=False)
-    with pytest.raises(PropertyFailure, match="same buffer on two calls"):
-        harness.run(session, "determinism", _impl(hostile.rms_reused_buffer), F32, strategy, check_determinism,
-                    max_examples=10)
+    with pytest.raises(PropertyFailure, match="in the storage of an output of one of its earlier calls"):
+        harness.run(session, "accuracy", _impl(fn), F32, strategy, check, max_examples=10)
+
+
+def test_fresh_outputs_are_not_taken_for_reused_ones(session):
+    strategy = strategies.cases("rms_norm", F32, "cpu", profiles=("normal",), hostile=False)
+    res = harness.run(session, "determinism", _impl(hostile._rms), F32, strategy, check_determinism, max_examples=20)
+    assert res.outcome == "pass"
+
+
+def _qkv_k(dtype=F32):
+    """The k part of a fused (tokens, 3, width) QKV buffer: a view with q and v around it."""
+    return torch.randn(3, 3, 8, generator=torch.Generator().manual_seed(0)).to(dtype)[:, 1, :]
+
+
+def test_an_inplace_kernel_that_writes_around_its_view_is_caught():
+    x, w = _qkv_k(), torch.ones(8)
+    scribbles = make("rms_norm", "scribbles", "plugin", hostile.rms_inplace_writes_around_its_view,
+                     convention="inplace")
+    with pytest.raises(ConventionViolation, match="bytes of x's storage outside its view were written"):
+        scribbles.fn(x, w, 1e-6)
+    honest = make("rms_norm", "honest", "plugin", hostile.rms_inplace, convention="inplace")
+    assert torch.equal(honest.fn(x, w, 1e-6), hostile._rms(x, w, 1e-6))
+
+
+def test_an_inplace_kernel_is_forward_only_unless_a_backward_is_required(session):
+    """copy_ into the caller's buffers records a graph for y and none for residual_out: the calling
+    convention is an inference one, so gradients are not certified, not failed."""
+    impl = make("add_rms_norm", "by_copy", "plugin", hostile.add_rms_inplace_by_copy, convention="inplace",
+                backward=None)
+    with pytest.raises(pytest.skip.Exception, match=r"not-certified \(forward only\).*@inplace is an inference"):
+        certify(session, BY_NAME["gradients"], impl, F32)
+    assert session.results[-1].outcome == "not-certified"
+    assert certify(session, BY_NAME["accuracy"], impl, F32).outcome == "pass"
 
 
 def test_writes_beside_an_inputs_view_are_seen(session):
