@@ -97,7 +97,9 @@ def _pytest_args(a) -> list[str]:
 
 
 def verdict_table(results: list[dict]) -> list[str]:
-    """Per implementation, property and dtype: pass / fail / not certified, and the worst ulp."""
+    """Per implementation, property and dtype: pass / fail / not certified, and the worst error as a
+    fraction of the error model's bound (what the verdict rests on; ulps of a value near zero mean
+    little, and stay in the certificate)."""
     cells: dict[tuple, dict] = defaultdict(dict)
     for r in results:
         cells[(r["impl"], r["prop"])][r["dtype"]] = r
@@ -112,8 +114,8 @@ def verdict_table(results: list[dict]) -> list[str]:
             if r is None:
                 row.append("-")
             else:
-                ulp = f" {r['worst_ulps']:.3g} ulp" if r["outcome"] in ("pass", "warn") and r["worst_ulps"] else ""
-                row.append(word.get(r["outcome"], r["outcome"]) + ulp)
+                units = r["worst_units"] if r["outcome"] in ("pass", "warn") else 0
+                row.append(word.get(r["outcome"], r["outcome"]) + (f" {units:.3g} of bound" if units else ""))
         rows.append(tuple(row))
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
