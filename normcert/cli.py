@@ -4,7 +4,7 @@
                      [--certificate PATH] [--seed N] [--bitwise] [--require-backward]
                      [--kernel-timeout S] [-n N]
                      [-- PYTEST-ARGS...]
-    normcert replay FILE [--impl OP=MODULE:ATTR] [--device cpu|cuda]
+    normcert replay FILE [--impl OP=MODULE:ATTR] [--device cpu|cuda] [--kernel-timeout S]
     normcert list
 
 ``certify`` and ``replay`` run normcert's properties through pytest (the same
@@ -63,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("file")
     r.add_argument("--impl", metavar="OP=MODULE:ATTR")
     r.add_argument("--device", choices=("cpu", "cuda"))
+    r.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result after this long is hung")
     sub.add_parser("list", help="the registry of implementations")
     return p
 
@@ -91,6 +92,8 @@ def _pytest_args(a) -> list[str]:
         args += ["--replay", a.file]
         if a.impl:
             args += ["--impl", a.impl]
+        if a.kernel_timeout:
+            args += ["--kernel-timeout", a.kernel_timeout]
     if a.device:
         args += ["--device", a.device]
     return args

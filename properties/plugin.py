@@ -185,10 +185,15 @@ def _scope(config, option: str, known) -> list[str] | None:
     return sorted(set(names), key=list(known).index) or None
 
 
+REPLAYABLE = ("normcert.properties.meta.planted", "normcert.properties.meta.planted_triton")
+"""Modules outside the registry whose kernels a replay file may name by itself: the planted bugs."""
+
+
 def _replay_target(path: str, meta: dict, registry, plugins):
     """The implementation a replay runs: one given with --impl for the op, else the file's own
-    target if it is in the registry or is normcert's own code; any other target is refused,
-    since a replay file (an artifact from anywhere) must not choose what gets imported."""
+    target if it is in the registry or is a planted kernel (``REPLAYABLE``, a plain function
+    name: ``normcert.impls:os.system`` is not one); any other target is refused, since a replay
+    file (an artifact from anywhere) must not choose what gets imported."""
     from normcert import impls  # noqa: PLC0415
 
     plugged = [i for i in plugins if i.op == meta["op"]]
@@ -199,7 +204,8 @@ def _replay_target(path: str, meta: dict, registry, plugins):
     if known:
         return known[0]
     op, _, target = named.partition("=")
-    if op != meta["op"] or not target.startswith("normcert."):
+    module, _, attr = target.partition(":")
+    if op != meta["op"] or module not in REPLAYABLE or not attr.partition("@")[0].isidentifier():
         raise pytest.UsageError(f"--replay {path}: the file names the kernel {named!r}, which is not in normcert's "
                                 f"registry; if you trust it, pass --impl {named}")
     print(f"normcert replay: importing {target}, named by {path}")

@@ -176,3 +176,15 @@ def test_replay_refuses_a_kernel_outside_the_registry(tmp_path):
     assert "imported by a replay file" not in refused.stdout + refused.stderr
     trusted = _run(["-m", "normcert", "replay", path, "--impl", GOOD], tmp_path)
     assert trusted.returncode == 0, trusted.stdout[-2000:] + trusted.stderr[-2000:]
+
+
+@pytest.mark.parametrize("target", ["normcert.impls:os.system", "normcert.properties.meta.hostile:rms_exits"])
+def test_replay_refuses_normcert_names_outside_the_registry_and_the_planted_bugs(tmp_path, target):
+    """A dotted ATTR under a normcert module reached os.system; a hostile test kernel is not a planted bug."""
+    from normcert.impls import make  # noqa: PLC0415
+
+    impl = make("rms_norm", target, "plugin", torch.nn.functional.rms_norm, target=target)
+    case = Case("rms_norm", {"x": torch.ones(1, 2), "weight": torch.ones(2)}, {"eps": 1e-5})
+    path = save_failure(impl, "accuracy", case, directory=str(tmp_path)).split()[-1]
+    refused = _run(["-m", "normcert", "replay", path, "--kernel-timeout", "5"], tmp_path)
+    assert refused.returncode == 4 and f"pass --impl rms_norm={target}" in refused.stderr, refused.stderr
