@@ -95,10 +95,15 @@ FAMILIES: tuple[Family, ...] = (
 )
 BY_NAME = {f.name: f for f in FAMILIES}
 
+BY_TEST = {f.test: f for f in FAMILIES}
+CASE_CHECKS = tuple(f for f in FAMILIES if f.check)  # the families a replay file can name
+
 
 def runs(family: Family, impl, device: str, bitwise: bool, profile: str) -> bool:
-    """Does a run on ``device`` under ``profile`` check ``family`` on ``impl`` (given --bitwise or not)?
-    Collection (``plugin.Suite.pytest_generate_tests``) and the run's expected checks read this one rule."""
+    """Does a run on ``device`` under ``profile`` leave a result of ``family`` on ``impl`` (given
+    --bitwise or not)?  Collection parametrizes every kernel the family ``covers`` on the device;
+    of those, a kernel registered without a backward skips the backward families, and a family of
+    a profile skips outside it (``test_large``), with no result either way."""
     if device not in impl.devices or not family.covers(impl, bitwise):
         return False
     if family.backward and impl.backward is False:
@@ -114,5 +119,3 @@ def expected(impls, device: str, bitwise: bool, profile: str, properties=None, d
     return {(i.id, f.name, d) for i in impls for f in FAMILIES
             if (properties is None or f.name in properties) and runs(f, i, device, bitwise, profile)
             for d in names if f.name != "gradcheck" or d == "float64"}
-BY_TEST = {f.test: f for f in FAMILIES}
-CASE_CHECKS = tuple(f for f in FAMILIES if f.check)  # the families a replay file can name

@@ -235,15 +235,14 @@ def global_state() -> dict:
 
 def restore_global_state(before: dict) -> str:
     """Put back what changed since ``before``; returns "what: old -> new, ..." or ""."""
-    now = global_state()
-    changed = [f"{k}: {before[k]} -> {now[k]}" for k in before if now[k] != before[k]]
+    changed = _changes(before, global_state())
     if changed:
         torch.set_default_dtype(before["default dtype"])
         on, warn_only = before["deterministic algorithms"]
         torch.use_deterministic_algorithms(on, warn_only=warn_only)
         torch.set_float32_matmul_precision(before["float32 matmul precision"])
         torch.set_flush_denormal(before["flush denormal"])
-    return ", ".join(changed)
+    return changed
 
 
 def _first_line(e: BaseException) -> str:
@@ -474,18 +473,17 @@ def backward_gate(session, family, impl, dtype) -> None:
     by_convention = bool(impl.convention) and not (impl.backward or session.require_backward)
     if not by_convention and has_backward(session, impl, dtype):
         return
-    why_not = (f"forward only: @{impl.convention} is an inference calling convention, so its backward was not "
-               f"checked" if by_convention else "forward only: its outputs carry no grad_fn, so its backward was "
-                                                 "not checked")
-    res = Result(impl.id, impl.op, impl.backend, family.name, DTYPE_NAMES[dtype], "not-certified", message=why_not)
+    reason = (f"@{impl.convention} is an inference calling convention" if by_convention
+              else "its outputs carry no grad_fn")
+    res = Result(impl.id, impl.op, impl.backend, family.name, DTYPE_NAMES[dtype], "not-certified",
+                 message=f"forward only: {reason}, so its backward was not checked")
     session.results.append(res)
     why = "registered with backward" if impl.backward else "--require-backward" if session.require_backward else ""
     if why:
         res.outcome = "fail"
         res.message = f"{why}, but its outputs carry no grad_fn"
         pytest.fail(f"{family.name} fails for {impl.id} in {res.dtype}: {res.message}", pytrace=False)
-    pytest.skip(f"not-certified (forward only): {impl.id}: {why_not.split(': ', 1)[1]}; "
-                f"--require-backward makes this a failure")
+    pytest.skip(f"not-certified (forward only): {impl.id}: {reason}; --require-backward makes this a failure")
 
 
 class Coverage:
