@@ -18,12 +18,10 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Callable
 
-import torch
-
 from normcert.oracle import OPS
-from normcert.oracle.formats import DTYPES
 
 from . import conventions
+from .domain import Domain, DomainError, parse
 
 BACKENDS = ("eager", "compiled", "triton", "case-study", "plugin")
 MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "triton_norms", "triton_swiglu", "triton_geglu",
@@ -37,7 +35,7 @@ class Impl:
     backend: str
     fn: Callable = field(compare=False)
     target: str  # "module:attr", importable: how a replay file finds it again
-    dtypes: tuple[torch.dtype, ...] = DTYPES
+    domain: Domain = Domain()  # what it supports (``domain``): cases outside it are not drawn
     devices: tuple[str, ...] = ("cpu", "cuda")
     backward: bool | None = True  # None: not declared (a plug-in): its outputs say (harness.backward_gate)
     expected_failure: str = ""  # case studies: why the suite must reject it
@@ -60,6 +58,11 @@ def make(op, name, backend, fn, **kw) -> Impl:
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r} for {name!r}: expected one of {', '.join(BACKENDS)}")
     target = kw.pop("target", None) or f"{fn.__module__}:{fn.__name__}"
+    try:  # declared with the registry entry, else on the kernel itself
+        kw["domain"] = parse(kw.get("domain") or getattr(fn, "normcert_domain", None),
+                             where=f"{name!r}: normcert_domain" if "domain" not in kw else f"{name!r}: domain")
+    except DomainError as e:
+        raise UsageError(str(e)) from None
     if not OPS[op].grads:
         kw["backward"] = False  # an inference-only op: no backward to have
     convention = kw.get("convention", "")

@@ -4,16 +4,15 @@ from __future__ import annotations
 import torch
 
 from normcert.impls import ensure_triton_mode, registry
-from normcert.oracle.formats import DTYPE_NAMES
 
 
 def main() -> None:
     ensure_triton_mode("cuda" if torch.cuda.is_available() else "cpu")
-    rows = [("op", "name", "backend", "convention", "dtypes", "backward", "expected failure")]
+    rows = [("op", "name", "backend", "convention", "declared domain", "backward", "expected failure")]
     for i in registry():
-        dtypes = ",".join(DTYPE_NAMES[d].replace("bfloat", "bf").replace("float", "f") for d in i.dtypes)
+        domain = i.domain.spec() or "all"
         backward = {True: "yes", False: "no", None: "if grad_fn"}[i.backward]
-        rows.append((i.op, i.name, i.backend, i.convention or "-", dtypes, backward, i.expected_failure[:60]))
+        rows.append((i.op, i.name, i.backend, i.convention or "-", domain, backward, i.expected_failure[:60]))
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
     for n, r in enumerate(rows):
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())

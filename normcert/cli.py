@@ -1,7 +1,7 @@
 """The ``normcert`` command (also ``python -m normcert``).
 
     normcert certify OP=MODULE:ATTR [...] [--device cpu|cuda] [--profile dev|ci|thorough|large]
-                     [--certificate PATH] [--seed N] [--bitwise] [--require-backward]
+                     [--domain SPEC] [--certificate PATH] [--seed N] [--bitwise] [--require-backward]
                      [--kernel-timeout S] [-n N]
                      [-- PYTEST-ARGS...]
     normcert replay FILE [--impl OP=MODULE:ATTR] [--device cpu|cuda] [--kernel-timeout S]
@@ -55,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--failures-dir", metavar="DIR")
     c.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result after this long is hung")
     c.add_argument("-n", dest="workers", metavar="N", help="pytest-xdist workers (a number or auto)")
+    c.add_argument("--domain", metavar="SPEC",
+                   help="the kernels' declared domain, e.g. 'dtypes=float16,bfloat16 width_multiple=8' (README)")
     c.add_argument("--property", action="append", default=[], metavar="NAME",
                    help="declare the scope: only these property families (repeatable); the certificate says so")
     c.add_argument("--dtype", action="append", default=[], metavar="DTYPE",
@@ -84,6 +86,8 @@ def _pytest_args(a) -> list[str]:
             args += ["--failures-dir", a.failures_dir]
         if a.kernel_timeout:
             args += ["--kernel-timeout", a.kernel_timeout]
+        if a.domain is not None:
+            args += ["--domain", a.domain]
         if a.workers:
             args += ["-n", a.workers]
         args += [f"--normcert-property={p}" for p in a.property] + [f"--normcert-dtype={d}" for d in a.dtype]
@@ -215,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"normcert: not certified: {why}", file=sys.stderr)
         return 1
     if run["results"]:
-        print("\nnormcert verdict")
+        from normcert.properties.certificate import on_domains  # noqa: PLC0415
+
+        print("\nnormcert verdict: " + run["verdict"] + on_domains(run.get("domains", {})))
         print("\n".join(verdict_table(run["results"])))
     if ending:
         print(f"normcert: {ending}", file=sys.stderr)

@@ -1,9 +1,9 @@
 """The certificate: what was checked, on what, and the worst error seen.
 
-JSON schema ``normcert-certificate/3`` (documented in the README):
+JSON schema ``normcert-certificate/4`` (documented in the README):
 
     {"run": "complete" | "incomplete: ..." | "interrupted" | "stopped early: ..." (always the first line),
-     "schema": "normcert-certificate/3",
+     "schema": "normcert-certificate/4",
      "verdict": "certified" | "not certified" | "incomplete",
      "pytest_exit_status": int or null, "deselected": [node ids], "crashed": [node ids],
      "scope": {"properties": [names] or "all", "dtypes": [names] or "all"} (the run's declared scope),
@@ -13,13 +13,17 @@ JSON schema ``normcert-certificate/3`` (documented in the README):
                      "device", "device_name", "driver", "profile", "seed", "bitwise",
                      "triton_interpreter" (null on a GPU, else the corrections made: impls.interpreter)},
      "summary": {"pass": n, "fail": n, "not-supported": n, "not-certified": n, "expected-fail": n, "warn": n},
-     "implementations": {kernel id: {"op", "backend", "target", "convention", "expected_failure"}},
+     "implementations": {kernel id: {"op", "backend", "target", "convention", "expected_failure",
+                                     "domain" (its declared domain as ``--domain`` reads it, or "all"),
+                                     "certified_on" (the same in words, "" for all)}},
      "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "refused", "domain",
                   "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay"}]}
 
 "certified" means: pytest exited 0, no xdist worker crashed, and every (kernel, property, dtype) of
 the scope has a result (``families.expected``); a run narrowed by ``-k``, ``-m``, ``--co`` or
 anything else that keeps a check from running lists it in ``not_run`` and is not certified.
+A kernel with a declared domain (``impls.domain``) is certified on that domain only: the
+headline says "certified on: <its restrictions>".
 
 The JSON is standard (no ``Infinity`` / ``NaN`` literals): a non-finite number
 is written as the string "inf", "-inf" or "nan".  An ``incomplete`` certificate
@@ -41,7 +45,7 @@ import pytest
 
 import normcert
 
-SCHEMA = "normcert-certificate/3"
+SCHEMA = "normcert-certificate/4"
 
 
 def check_writable(path: str) -> None:
@@ -132,7 +136,8 @@ def build(session, results: list[dict], config, run: dict) -> dict:
     ``run`` = {"run", "verdict", "pytest_exit_status", "deselected", "crashed", "scope", "not_run"}."""
     rows = [_row(r) for r in results]
     impls = {i.id: {"op": i.op, "backend": i.backend, "target": i.target, "convention": i.convention or "out-of-place",
-                    "expected_failure": i.expected_failure}
+                    "expected_failure": i.expected_failure, "domain": i.domain.spec() or "all",
+                    "certified_on": i.domain.describe()}
              for i in session.impls}
     return {"run": run["run"], "schema": SCHEMA, "verdict": run["verdict"],
             "pytest_exit_status": run["pytest_exit_status"], "deselected": run["deselected"],
@@ -186,13 +191,24 @@ def markdown(cert: dict) -> str:
 
 
 def headline(cert: dict) -> str:
-    """The verdict in one line: with the declared scope where the run was narrowed, and the run's
-    state where it did not complete."""
+    """The verdict in one line: with the kernels' declared domains, the declared scope where the run
+    was narrowed, and the run's state where it did not complete."""
     text = cert["verdict"]
+    text += on_domains({k: v.get("certified_on", "") for k, v in cert["implementations"].items()})
     narrowed = [f"{k} {', '.join(v)}" for k, v in cert["scope"].items() if v != "all"]
     if narrowed:
         text += f" (scope: {'; '.join(narrowed)})"
     return text if cert["run"] == "complete" else f"{text} -- run {cert['run']}"
+
+
+def on_domains(domains: dict[str, str]) -> str:
+    """" on: <restrictions>" for the kernels that declared a domain (named where there are several)."""
+    declared = {k: v for k, v in domains.items() if v}
+    if not declared:
+        return ""
+    if len(domains) == 1:
+        return f" on: {next(iter(declared.values()))}"
+    return " on declared domains: " + "; ".join(f"{k}: {v}" for k, v in sorted(declared.items()))
 
 
 def case_studies(cert: dict) -> list[str]:

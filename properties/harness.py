@@ -6,10 +6,14 @@ None or a tuple where a tensor is due, the wrong shape, dtype or device,
 mutate an input -- into a ``ContractViolation`` that names the kernel and what
 it did.  ``kernel_code`` does the same for the kernel's backward.
 
-``NotImplementedError`` from the kernel means "not supported": on the tiny
-``probe`` case, for the whole dtype (``not-supported``); on a drawn case, for
-that case only -- it is counted as refused, the search goes on, and a
-property and dtype where every case was refused fails.
+What a kernel supports is its declared domain (``impls.domain``): cases are
+drawn inside it (``fitting``), a dtype outside it is ``not-supported`` without a
+call, and ``NotImplementedError`` on any case inside it is a failure.  A kernel
+that declares no domain may still refuse a whole dtype: it raises
+NotImplementedError on the op's small sample (``probe``), and then on every
+case drawn for that dtype (accepting one is a failure: support is not decided
+by one fixed input); refusing some cases of a dtype it accepts is a failure
+that says to declare the domain.
 
 ``run`` drives one property for one (implementation, dtype): it draws cases,
 calls the property's check, keeps the worst error seen (and steers Hypothesis
@@ -23,6 +27,7 @@ as its first argument; the module holds no run state.
 from __future__ import annotations
 
 import contextlib
+import functools
 import queue
 import threading
 import time
@@ -38,6 +43,7 @@ from normcert.oracle import error_model
 from normcert.oracle.formats import DTYPE_NAMES
 
 from .case import Case
+from .fitting import fit
 from .replay import save_failure
 
 
@@ -398,7 +404,8 @@ class Result:
 
 
 def on_sample(session, impl, dtype, *, grads=False, weightless=False):
-    """Call the kernel once on the op record's small sample input (2 rows of 4) under
+    """Call the kernel once on the op record's small sample input (2 rows of 4, fitted into its
+    declared domain) under
     ``kernel_code``; with ``grads``, in grad mode with the inputs that get gradients requiring
     grad; with ``weightless``, the op's optional weight and bias given as None.  Returns (outcome,
     outputs, launches): outcome "ok", "refused" (NotImplementedError) or "broke" (raised or hung:
@@ -406,7 +413,9 @@ def on_sample(session, impl, dtype, *, grads=False, weightless=False):
     from normcert.impls import interpreter  # noqa: PLC0415
 
     rec = oracle.OPS[impl.op]
-    args = rec.sample(dtype, session.device, rows=2, width=4)
+    sample = rec.sample(dtype, session.device, rows=2, width=4)
+    case = fit(Case(impl.op, {k: sample[k] for k in rec.tensors}, {k: sample[k] for k in rec.scalars}), impl.domain)
+    args = case.oracle_args()
     if weightless:
         args.update({k: None for k in rec.optional})
     if grads:
@@ -487,14 +496,13 @@ def backward_gate(session, family, impl, dtype) -> None:
 
 
 class Coverage:
-    """What the checked cases covered, and what the kernel refused."""
+    """What the checked cases covered (or, for a dtype the kernel does not support, refused)."""
 
     def __init__(self):
-        self.examples = self.refused = self.rows = self.width = 0
+        self.examples = self.refused = self.rows = self.width = self.numel = 0
         self.layouts: set[str] = set()
         self.buckets: list[str] = []
         self.batch_sizes: set[int] = set()
-        self.refused_example = ""
         self.weightless = ""  # where the op has an optional weight / bias: "taken", or "filled" (ones for None)
         self.nones = 0  # cases checked with an optional weight or bias given as None
 
@@ -503,6 +511,7 @@ class Coverage:
         width = main.shape[-1] if main.dim() else 1
         self.rows = max(self.rows, main.numel() // max(width, 1))
         self.width = max(self.width, width)
+        self.numel = max(self.numel, main.numel())
         self.layouts.add("contiguous" if main.is_contiguous() else "strided")
         self.nones += any(case.tensors.get(k) is None for k in case.record.optional)
         if "bucket" in case.notes:
@@ -510,15 +519,16 @@ class Coverage:
         if "batch sizes" in case.notes:
             self.batch_sizes.update(int(s) for s in case.notes["batch sizes"].split("/"))
 
-    def refuse(self, case: Case, why: str) -> None:
+    def refuse(self) -> None:
         self.refused += 1
-        self.refused_example = self.refused_example or f"{case.describe()} ({why})"
 
     @property
     def domain(self) -> str:
-        if self.examples == self.refused:
-            return "nothing checked"
-        text = f"rows <= {self.rows}, row length <= {self.width}, layouts: {'/'.join(sorted(self.layouts))}"
+        if not self.layouts:  # no case checked
+            return f"nothing checked: refused {self.refused} of {self.examples} cases" if self.refused \
+                else "nothing checked"
+        text = (f"rows <= {self.rows}, row length <= {self.width}, largest call {self.numel} elements, "
+                f"layouts: {'/'.join(sorted(self.layouts))}")
         if self.buckets:
             text += f"; buckets: {', '.join(self.buckets)}"
         if self.batch_sizes:
@@ -527,8 +537,6 @@ class Coverage:
             text += f"; weightless calls (None weight / bias): {self.nones} cases"
         elif self.weightless == "filled":
             text += "; weightless calls not accepted (raised on None): None given as ones / zeros"
-        if self.refused:
-            text += f"; refused {self.refused} of {self.examples} cases, e.g. {self.refused_example}"
         return text
 
 
@@ -536,7 +544,7 @@ def scheduled(session, family, impl, dtype) -> tuple:
     """The family's buckets (``strategies.buckets``) for this kernel and dtype, spun by the run's seed."""
     from .strategies import buckets, large_buckets  # noqa: PLC0415
 
-    if not family.buckets or not family.applies(oracle.OPS[impl.op]):
+    if not family.buckets or not family.applies(oracle.OPS[impl.op]) or not impl.domain.admits_dtype(DTYPE_NAMES[dtype]):
         return ()
     spin = session.derive_seed(impl.id, family.name, DTYPE_NAMES[dtype], "buckets")
     if family.profile == "large":
@@ -566,17 +574,29 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
     not shrink it: shrinking re-runs the kernel hundreds of times for a case that fails nothing."""
     res = Result(impl.id, impl.op, impl.backend, prop, DTYPE_NAMES[dtype], "error")
     session.results.append(res)
-    if not probe(session, impl, dtype):
-        res.outcome = "not-supported"
+    domain = impl.domain
+    if not domain.admits_dtype(res.dtype):
+        res.outcome, res.message = "not-supported", f"outside its declared domain ({domain.describe()})"
         return res
+    supported = probe(session, impl, dtype)
+    if not supported and domain.declared:
+        res.outcome = "fail"
+        res.message = f"refused the op's sample (2 rows) inside its declared domain ({domain.describe()})"
+        raise PropertyFailure(f"{prop} fails for {impl.id} ({impl.backend}) in {res.dtype}: {res.message}")
+    if not supported:  # the whole dtype refused: every case must be refused too
+        check = _refuses(res.dtype)
     worst = Worst()
     cover = Coverage()
     state = {}
-    if oracle.OPS[impl.op].optional:
-        cover.weightless = "taken" if accepts_weightless(session, impl, dtype) else "filled"
-        if cover.weightless == "filled":
-            strategy = None if strategy is None else strategy.map(Case.with_identity)
-            buckets = [(label, strat.map(Case.with_identity)) for label, strat in buckets]
+    in_domain = functools.partial(fit, domain=domain)
+    if oracle.OPS[impl.op].optional:  # a dtype refused on the sample: whether None is taken is unknown
+        taken = domain.weightless if domain.weightless is not None else \
+            supported and accepts_weightless(session, impl, dtype)
+        cover.weightless = "taken" if taken else "filled"
+        if not taken:
+            in_domain = lambda case: fit(case, domain).with_identity()  # noqa: E731
+    strategy = None if strategy is None else strategy.map(in_domain)
+    buckets = [(label, strat.map(in_domain)) for label, strat in buckets]
 
     overrides = {"suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
                  # too_slow: an 8192-wide row through the Triton interpreter is slow by design;
@@ -593,8 +613,11 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
             try:
                 check(session, impl, case, worst)
             except NotSupported as e:
-                cover.refuse(case, str(e))
-                return
+                if not supported:
+                    cover.refuse()
+                    return
+                state["failed"] = (case, _refusal(domain, e))
+                raise PropertyFailure(state["failed"][1]) from None
             except KeyboardInterrupt:
                 raise
             except BaseException as e:
@@ -613,10 +636,9 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
         for label, strat in buckets:
             # no shrinking: the bucket fixes the shape, and each step would re-run a large case
             search(strat, 1, label, phases=(Phase.generate,))
-        if cover.refused == cover.examples:
-            raise PropertyFailure(f"refused every case ({cover.refused} of {cover.examples}) with "
-                                  f"NotImplementedError, e.g. {cover.refused_example}")
-        res.outcome = "pass"
+        res.outcome = "pass" if supported else "not-supported"
+        if not supported:
+            res.message = f"raises NotImplementedError for {res.dtype}: on the op's sample and all {cover.examples} cases"
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # noqa: BLE001 - AssertionError is a failure; anything else an error
@@ -649,6 +671,23 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
     return res
 
 
+def _refusal(domain, e: NotSupported) -> str:
+    why = str(e).split(" refused this case: ", 1)[-1]
+    if domain.declared:
+        return f"refused a case inside its declared domain ({domain.describe()}): {why}"
+    return (f"refused a case of a dtype it accepts: {why}; a kernel that supports part of the op declares "
+            f"its domain (normcert_domain on the kernel, or --domain), and is certified on it")
+
+
+def _refuses(dtype_name: str):
+    """The check for a dtype whose sample the kernel refused: it must refuse every case."""
+    def check(session, impl, case, worst):
+        invoke(session, impl, case)  # NotSupported: consistent
+        raise PropertyFailure(f"refused the op's sample in {dtype_name} (NotImplementedError) but accepted this "
+                              f"case: support must hold for the whole dtype, or be declared (normcert_domain)")
+    return check
+
+
 def certify(session, family, impl, dtype) -> Result:
     """``run`` of a property family (``families.Family``) as a pytest test: not-supported
     skips, a case study's failure is expected, a bitwise family gates only under --bitwise."""
@@ -668,7 +707,7 @@ def certify(session, family, impl, dtype) -> Result:
             pytest.xfail(f"{impl.expected_failure} | {e}")
         pytest.fail(str(e), pytrace=False)  # the message is the report; the suite's frames are noise
     if res.outcome == "not-supported":
-        pytest.skip(f"not-supported: {impl.id} raises NotImplementedError for {res.dtype}")
+        pytest.skip(f"not-supported: {impl.id} {res.message}")
     if res.outcome == "warn":
         warnings.warn(f"{prop} (not gating without --bitwise): {impl.id} in {res.dtype}: {res.message}", stacklevel=2)
     return res

@@ -6,6 +6,7 @@ Hypothesis profiles, the collection of results and the certificate, so that
 directory once normcert is installed:
 
     --impl OP=MODULE:ATTR   certify these callables only (repeatable)
+    --domain SPEC           their declared domain (``impls.domain``), replacing a normcert_domain attribute
     --device cpu|cuda       default: cuda when available
     --seed N                global seed; each test's Hypothesis seed derives from it
     --bitwise               make the bitwise properties gating
@@ -81,6 +82,9 @@ def pytest_addoption(parser):
     g.addoption("--kernel-timeout", type=float, default=KERNEL_TIMEOUT, metavar="SECONDS",
                 help="a kernel call with no result after this long is marked hung and not called again")
     g.addoption("--meta-seeds", type=int, default=1, help="global seeds each correct planted variant is certified under")
+    g.addoption("--domain", default=None, metavar="SPEC",
+                help="the declared domain of every --impl kernel, e.g. 'dtypes=float16,bfloat16 width_multiple=8' "
+                     "(replaces its normcert_domain attribute; keys in the README)")
     g.addoption("--normcert-property", action="append", default=[], metavar="NAME",
                 help="declare the run's scope: only these property families (repeatable, or comma-separated); "
                      "the certificate states it")
@@ -255,6 +259,12 @@ class Suite:
         self.session.interpreter = interpreter.install() if interpreter.active() else None
         try:
             plugins = [impls.plugin(s) for s in config.getoption("--impl")]
+            spec = config.getoption("--domain")
+            if spec is not None:
+                if not plugins:
+                    raise impls.UsageError("--domain declares the domain of the --impl kernels: give --impl too")
+                declared = impls.parse(spec)
+                plugins = [dataclasses.replace(i, domain=declared) for i in plugins]
             registry = impls.registry()
             replay = config.getoption("--replay")
             if replay:
@@ -393,7 +403,8 @@ class Suite:
         certified = status == 0 and not self.crashed and not missing and bool(self.results)
         run = {"run": state, "verdict": "certified" if certified else "not certified", "pytest_exit_status": status,
                "deselected": self.deselected, "crashed": self.crashed, "not_run": missing,
-               "scope": {k: v or "all" for k, v in self.scope.items()}}
+               "scope": {k: v or "all" for k, v in self.scope.items()},
+               "domains": {i.id: i.domain.describe() for i in self.session.impls}}
         if self.certificate:
             certificate.write(self.certificate, self.session, self.results, session.config, run)
         record = os.environ.get(RUN_RECORD)

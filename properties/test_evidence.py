@@ -11,7 +11,8 @@
 * a kernel that ends its process with ``os._exit(0)``, at import (under ``-n 2`` too) or in a
   call, gets exit status 1 and an "incomplete" certificate, never an older one left in place;
 * a kernel whose thread keeps the process alive after the run is ended, and the run says so;
-* a kernel that changes the working directory does not move the certificate.
+* a kernel that changes the working directory does not move the certificate;
+* a declared domain (`--domain`) is what gets certified, and the verdict and certificate say so.
 """
 from __future__ import annotations
 
@@ -122,3 +123,26 @@ def test_a_kernel_that_changes_folder_does_not_move_the_certificate(tmp_path):
     r = _certify(tmp_path, "rms_norm=wanders:rms", *SCOPE, "--property", "contract")
     assert r.returncode == 0, _said(r)
     assert _cert(tmp_path)["verdict"] == "certified" and not (tmp_path / "away" / "c.json").exists()
+
+
+def test_a_declared_domain_is_what_gets_certified_and_the_verdict_says_so(tmp_path):
+    """An honest kernel that refuses rows not a multiple of 8 fails while it does not say so, and is
+    certified once --domain declares it; the verdict, the certificate's headline and its record of
+    the kernel state the domain."""
+    kernel = "rms_norm=normcert.properties.meta.hostile:rms_multiple_of_8_undeclared"
+    r = _certify(tmp_path, kernel, *SCOPE, "--property", "accuracy")
+    assert r.returncode == 1 and "refused the op's sample in float32" in _said(r), _said(r)
+    r = _certify(tmp_path, kernel, *SCOPE, "--property", "accuracy", "--domain", "width_multiple=8")
+    assert r.returncode == 0, _said(r)
+    assert "normcert verdict: certified on: row length a multiple of 8" in r.stdout
+    cert = _cert(tmp_path)
+    record = cert["implementations"][kernel.replace("=", ":", 1)]
+    assert record["domain"] == "width_multiple=8" and record["certified_on"] == "row length a multiple of 8"
+    first = (tmp_path / "c.md").read_text().splitlines()[0]
+    assert first.startswith("# normcert certificate: certified on: row length a multiple of 8"), first
+
+
+def test_a_bad_domain_is_one_line_and_exit_4(tmp_path):
+    r = _certify(tmp_path, GOOD, *SCOPE, "--domain", "width_multiple=eight")
+    assert r.returncode == 4 and "--domain: width_multiple='eight': expected a whole number >= 1" in r.stderr
+    assert "Traceback" not in _said(r)

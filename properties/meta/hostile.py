@@ -1,7 +1,8 @@
 """Hostile kernels: ones that try to get a verdict without being checked.
 
 Each dodges the harness rather than computing a wrong number: refusing cases
-with NotImplementedError after passing the probe, exiting the interpreter,
+with NotImplementedError after passing the probe (or refusing only the probe),
+declaring a domain and refusing inside it, exiting the interpreter,
 raising from backward, returning a tensor subclass that runs code of its own,
 hanging, reusing its output buffers, leaving torch's thread-local modes on,
 writing around the view it is handed.
@@ -33,14 +34,6 @@ def rms_refuses_long_rows(x, weight, eps):
     if x.shape[-1] > 64:
         raise NotImplementedError("rows longer than 64")
     return _rms(x, weight, eps)
-
-
-def rms_refuses_long_rows_and_wrong(x, weight, eps):
-    """Refuses rows longer than 64, and adds eps outside the square root on the rest."""
-    if x.shape[-1] > 64:
-        raise NotImplementedError("rows longer than 64")
-    xf = up(x)
-    return (xf / (xf.pow(2).mean(-1, keepdim=True).sqrt() + eps) * up(weight)).to(x.dtype)
 
 
 def rms_exits(x, weight, eps):
@@ -166,3 +159,64 @@ def add_rms_inplace_by_copy(x, residual, weight, eps):
     s = (x.float() + residual.float()).to(x.dtype)
     residual.copy_(s)
     x.copy_(_rms(s, weight, eps))
+
+
+# ------------------------------------------------------------------ declared domains (issue 22 item 4)
+def _multiple_of_8(x, weight, eps):
+    if x.shape[-1] % 8:
+        raise NotImplementedError("row length not a multiple of 8")
+    return _rms(x, weight, eps)
+
+
+def rms_multiple_of_8_undeclared(x, weight, eps):
+    """Correct on rows a multiple of 8 long, refuses the others, and does not say so."""
+    return _multiple_of_8(x, weight, eps)
+
+
+def rms_multiple_of_8(x, weight, eps):
+    """The same kernel, its domain declared."""
+    return _multiple_of_8(x, weight, eps)
+
+
+rms_multiple_of_8.normcert_domain = "width_multiple=8"
+
+
+def rms_declares_8_refuses_past_64(x, weight, eps):
+    """Declares rows a multiple of 8, and refuses those longer than 64 (inside its domain)."""
+    if x.shape[-1] > 64:
+        raise NotImplementedError("rows longer than 64")
+    return _multiple_of_8(x, weight, eps)
+
+
+rms_declares_8_refuses_past_64.normcert_domain = "width_multiple=8"
+
+
+def rms_wrong_past_8192(x, weight, eps):
+    """Declares rows of at most 8192 and is wrong (eps outside the root) on rows past 4096."""
+    if x.shape[-1] > 4096:
+        xf = up(x)
+        return (xf / (xf.pow(2).mean(-1, keepdim=True).sqrt() + eps) * up(weight)).to(x.dtype)
+    return _rms(x, weight, eps)
+
+
+rms_wrong_past_8192.normcert_domain = {"max_width": 8192, "dtypes": "float32,float16"}
+
+
+def rms_refuses_the_probe_only(x, weight, eps):
+    """Refuses the 2x4 float64 sample and computes float64 in float32 on every other input
+    (its float64 results off by float32's roundoff)."""
+    if x.dtype == torch.float64 and tuple(x.shape) == (2, 4):
+        raise NotImplementedError("float64")
+    if x.dtype == torch.float64:
+        return _rms(x.float(), weight.float(), eps).double()
+    return _rms(x, weight, eps)
+
+
+def rms_3d_contiguous_only(x, weight, eps):
+    """Takes only contiguous (tokens, heads, head_dim) tensors, and declares so."""
+    if x.dim() != 3 or not x.is_contiguous():
+        raise NotImplementedError(f"a contiguous rank-3 x, not {tuple(x.shape)} strides {x.stride()}")
+    return _rms(x, weight, eps)
+
+
+rms_3d_contiguous_only.normcert_domain = "ranks=3 contiguous=all"

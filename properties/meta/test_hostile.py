@@ -43,23 +43,12 @@ def _accuracy(session, fn, check=check_accuracy):
     return harness.run(session, "accuracy", _impl(fn), F32, strategy, check, max_examples=30)
 
 
-def test_refusing_every_case_after_the_probe_fails(session):
-    with pytest.raises(PropertyFailure, match="refused every case"):
+def test_refusing_cases_after_the_probe_fails(session):
+    with pytest.raises(PropertyFailure, match="refused a case of a dtype it accepts: only 2x4; a kernel that "
+                                              "supports part of the op declares its domain"):
         _accuracy(session, hostile.rms_refuses_after_probe)
     res = session.results[-1]
-    assert res.outcome == "fail" and res.domain == "nothing checked" and res.refused == res.examples > 0
-
-
-def test_refused_cases_do_not_hide_a_wrong_kernel(session):
-    with pytest.raises(PropertyFailure, match="accuracy fails"):
-        _accuracy(session, hostile.rms_refuses_long_rows_and_wrong)
-
-
-def test_a_partly_refusing_kernel_states_the_domain_it_was_checked_on(session):
-    res = _accuracy(session, hostile.rms_refuses_long_rows)
-    assert res.outcome == "pass" and res.refused > 0, res
-    width = int(res.domain.split("row length <= ")[1].split(",")[0])
-    assert width <= 64 and f"refused {res.refused} of {res.examples} cases, e.g. " in res.domain
+    assert res.outcome == "fail" and res.domain == "nothing checked" and res.replay.startswith("normcert replay ")
 
 
 def test_system_exit_is_a_contract_failure(session):

@@ -1,0 +1,196 @@
+"""A kernel's declared domain: the inputs it supports, stated up front.
+
+A kernel that supports only part of an op says so, instead of raising
+NotImplementedError on what it does not support (a refusal would double as a
+way to dodge the cases it gets wrong).  The suite then draws only cases inside
+the domain, any refusal inside it is a failure, and the certificate says
+"certified on: <the restrictions>".
+
+Declared as an attribute on the kernel, ``kernel.normcert_domain``, or with
+``--domain`` on the command line (which replaces the attribute), as a string of
+``key=value`` items separated by spaces or semicolons, or (the attribute) a dict
+of the same keys:
+
+    dtypes=float16,bfloat16   the main tensor's dtypes (default: all four)
+    params=same|float32       weight, bias and a sublayer's tensors: in x's dtype,
+                              or float32 (default: either)
+    max_width=8192            the main tensor's last dim (for the *_and_mul ops the
+                              [gate | up] row, twice the output's) is at most this
+    width_multiple=8          ... and a multiple of this
+    contiguous=last|all       last: every tensor's last dim has stride 1 (no
+                              transposed rows, no strided weight); all: every tensor
+                              contiguous
+    ranks=2,3                 the main tensor's rank is one of these (2..4)
+    weightless=yes|no         an optional weight or bias may be None (yes: it must be
+                              taken; no: never passed; default: asked once)
+
+A case is drawn as for any kernel, then *fitted* into the domain
+(``properties.fitting``): the row length rounded up to the multiple (capped at
+the maximum), leading dims flattened or unsqueezed to an allowed rank, tensors
+made contiguous, weights cast, None weights replaced by ones / zeros; its notes
+say what was fitted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from normcert.oracle.formats import DTYPE_NAMES
+
+KEYS = ("dtypes", "params", "max_width", "width_multiple", "contiguous", "ranks", "weightless")
+RANKS = (2, 3, 4)
+
+
+class DomainError(ValueError):
+    """A domain that cannot be read; the message is one line naming the key."""
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The declared domain; every field None (or 1 for ``width_multiple``) means unrestricted."""
+
+    dtypes: tuple[str, ...] | None = None
+    params: str | None = None  # "same" | "float32"
+    max_width: int | None = None
+    width_multiple: int = 1
+    contiguous: str | None = None  # "last" | "all"
+    ranks: tuple[int, ...] | None = None
+    weightless: bool | None = None
+
+    @property
+    def declared(self) -> bool:
+        return self != Domain()
+
+    def admits_dtype(self, dtype_name: str) -> bool:
+        return self.dtypes is None or dtype_name in self.dtypes
+
+    def width(self, n: int, halves: bool = False) -> int:
+        """The row length a case of length ``n`` is fitted to: n rounded up to the multiple (and to
+        an even length for a halves op), capped at the largest such length <= max_width."""
+        step = self.width_multiple * (2 if halves and self.width_multiple % 2 else 1)
+        fitted = max(step, -(-n // step) * step)
+        if self.max_width is not None:
+            fitted = min(fitted, self.max_width // step * step)
+        return fitted
+
+    def rank(self, r: int) -> int:
+        """The rank a case of rank ``r`` is fitted to: r if allowed, else the next allowed rank
+        above it, else the largest allowed."""
+        if self.ranks is None or r in self.ranks:
+            return r
+        above = [k for k in self.ranks if k > r]
+        return min(above) if above else max(self.ranks)
+
+    def describe(self) -> str:
+        """The restrictions in words, "" when none is declared."""
+        parts = []
+        if self.dtypes is not None:
+            parts.append("dtypes " + ", ".join(self.dtypes))
+        if self.params is not None:
+            parts.append("weights in x's dtype" if self.params == "same" else "weights in float32")
+        if self.width_multiple > 1 or self.max_width is not None:
+            parts.append("row length" + (f" a multiple of {self.width_multiple}" if self.width_multiple > 1 else "")
+                         + (" and" if self.width_multiple > 1 and self.max_width is not None else "")
+                         + (f" at most {self.max_width}" if self.max_width is not None else ""))
+        if self.contiguous is not None:
+            parts.append("contiguous tensors" if self.contiguous == "all" else "last dim contiguous (stride 1)")
+        if self.ranks is not None:
+            parts.append("rank " + " or ".join(map(str, self.ranks)))
+        if self.weightless is not None:
+            parts.append("weightless calls (None weight / bias)" if self.weightless else "no weightless calls")
+        return "; ".join(parts)
+
+    def spec(self) -> str:
+        """The domain in the syntax ``parse`` reads (a replay file and a certificate carry it)."""
+        items = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or (f.name == "width_multiple" and value == 1):
+                continue
+            if isinstance(value, tuple):
+                value = ",".join(map(str, value))
+            elif isinstance(value, bool):
+                value = "yes" if value else "no"
+            items.append(f"{f.name}={value}")
+        return " ".join(items)
+
+
+def parse(spec, where: str = "--domain") -> Domain:
+    """A Domain from ``spec``: a string of key=value items (spaces or semicolons between them), a
+    dict of the same keys, a Domain, or None (unrestricted).  ``where`` names the source in errors."""
+    if spec is None or isinstance(spec, Domain):
+        return spec or Domain()
+    if isinstance(spec, str):
+        items = {}
+        for item in spec.replace(";", " ").split():
+            key, sep, value = item.partition("=")
+            if not sep or not value:
+                raise DomainError(f"{where} {spec!r}: {item!r} must look like KEY=VALUE (keys: {', '.join(KEYS)})")
+            if key in items:
+                raise DomainError(f"{where} {spec!r}: {key} given twice")
+            items[key] = value
+    elif isinstance(spec, dict):
+        items = dict(spec)
+    else:
+        raise DomainError(f"{where}: expected a string of KEY=VALUE items or a dict, got {type(spec).__name__}")
+    unknown = [k for k in items if k not in KEYS]
+    if unknown:
+        raise DomainError(f"{where}: unknown key {unknown[0]!r}, expected one of {', '.join(KEYS)}")
+    kw = {k: _READ[k](where, k, v) for k, v in items.items()}
+    domain = Domain(**kw)
+    step = domain.width_multiple
+    if domain.max_width is not None and domain.max_width < step:
+        raise DomainError(f"{where}: max_width={domain.max_width} is below width_multiple={step}: no row fits")
+    return domain
+
+
+def _names(value) -> list[str]:
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return [str(v).strip() for v in items if str(v).strip()]
+
+
+def _dtypes(where, key, value) -> tuple[str, ...]:
+    names = _names(value)
+    known = list(DTYPE_NAMES.values())
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise DomainError(f"{where}: {key}={value!r}: expected some of {', '.join(known)}, comma-separated")
+    return tuple(sorted(set(names), key=known.index))
+
+
+def _choice(*allowed):
+    def read(where, key, value):
+        if value not in allowed:
+            raise DomainError(f"{where}: {key}={value!r}: expected one of {', '.join(allowed)}")
+        return value
+    return read
+
+
+def _positive(where, key, value) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if isinstance(value, bool) or n < 1 or str(n) != str(value).strip():
+        raise DomainError(f"{where}: {key}={value!r}: expected a whole number >= 1")
+    return n
+
+
+def _ranks(where, key, value) -> tuple[int, ...]:
+    try:
+        ranks = sorted({int(r) for r in _names(value)})
+    except ValueError:
+        ranks = []
+    if not ranks or any(r not in RANKS for r in ranks):
+        raise DomainError(f"{where}: {key}={value!r}: expected some of {', '.join(map(str, RANKS))}, comma-separated")
+    return tuple(ranks)
+
+
+def _yes_no(where, key, value) -> bool:
+    words = {"yes": True, "no": False, True: True, False: False}
+    if value not in words:
+        raise DomainError(f"{where}: {key}={value!r}: expected yes or no")
+    return words[value]
+
+
+_READ = {"dtypes": _dtypes, "params": _choice("same", "float32"), "max_width": _positive,
+         "width_multiple": _positive, "contiguous": _choice("last", "all"), "ranks": _ranks, "weightless": _yes_no}

@@ -1,0 +1,138 @@
+"""Fitting a drawn case into a kernel's declared domain (``impls.domain``).
+
+``fit(case, domain)`` is the case a kernel with that domain is checked on: the
+same op, the same kind of values, moved inside the domain so that no draw is
+wasted on what the kernel never claimed:
+
+    rank      leading dims flattened (r -> k < r) or 1s prepended (k > r); a mask alike
+    width     every row-length dim resized to ``domain.width(n)``: cut to its first n'
+              entries, or tiled (the row repeated) to n' > n; a *_and_mul row is resized
+              half by half, [gate[:n'/2] | up[:n'/2]]; a sublayer's n x n matrix in both dims
+    layout    a resized tensor keeps its kind of layout (contiguous, strided rows, transposed);
+              under contiguous=last a tensor whose last dim is strided, under contiguous=all
+              every non-contiguous tensor, is replaced by its contiguous copy
+    params    weight, bias and sublayer tensors cast to x's dtype (params=same) or float32
+    weightless  no: a None weight or bias becomes its identity (``Case.with_identity``)
+
+Every operation is exact on the values it keeps except a cast to a narrower dtype
+(params=same), which rounds: the case is then a different, equally valid input; the
+oracle reads the fitted tensors.  ``case.notes["fitted"]`` says what changed.
+"""
+from __future__ import annotations
+
+import torch
+
+from normcert.impls.domain import Domain
+
+from .case import Case
+
+_WIDE = ("weight", "bias", "vector")  # length-n vectors
+_PARAMS = ("weight", "bias", "vector", "matrix")
+
+
+def fit(case: Case, domain: Domain) -> Case:
+    if not domain.declared:
+        return case
+    rec = case.record
+    kinds = {a.name: a.kind for a in rec.args}
+    t = dict(case.tensors)
+    changed = []
+    main = t[rec.main]
+
+    r = main.dim()
+    k = domain.rank(r)
+    if k != r:
+        for name, kind in kinds.items():
+            if t.get(name) is not None and kind in ("rows", "mask"):
+                t[name] = _rerank(t[name], r - (kind == "mask"), k - (kind == "mask"))
+        changed.append(f"rank {r} -> {k}")
+
+    n = main.shape[-1]
+    n2 = domain.width(n, rec.halves)
+    if n2 != n:
+        for name, kind in kinds.items():
+            v = t.get(name)
+            if v is None:
+                continue
+            if kind == "rows":
+                t[name] = _relayout(_halves(v, n2) if rec.halves else _resize(v, -1, n2), v)
+            elif kind in _WIDE:
+                t[name] = _relayout(_resize(v, -1, n2), v)
+            elif kind == "matrix":
+                t[name] = _relayout(_resize(_resize(v, -1, n2), -2, n2), v)
+        changed.append(f"row length {n} -> {n2}")
+
+    if domain.contiguous is not None:
+        moved = [name for name, v in t.items() if v is not None and not _allowed(v, domain.contiguous)]
+        for name in moved:
+            t[name] = t[name].contiguous()
+        if moved:
+            changed.append(f"made contiguous: {', '.join(moved)}")
+
+    if domain.params is not None:
+        want = case.dtype if domain.params == "same" else torch.float32
+        cast = [name for name, kind in kinds.items() if kind in _PARAMS and t.get(name) is not None
+                and t[name].dtype != want]
+        for name in cast:
+            t[name] = t[name].to(want)
+        if cast:
+            changed.append(f"{', '.join(cast)} cast to {str(want).replace('torch.', '')}")
+
+    out = Case(case.op, t, dict(case.scalars), dict(case.notes), dict(case.params))
+    if domain.weightless is False:
+        filled = out.with_identity()
+        if filled is not out:
+            changed.append("None weight / bias given as ones / zeros")
+            out = filled
+    if changed:
+        out.notes["fitted"] = "; ".join(changed)
+    return out
+
+
+def _rerank(t: torch.Tensor, r: int, k: int) -> torch.Tensor:
+    """``t`` (leading dims first) with rank r made rank k: the first r - k + 1 dims flattened,
+    or k - r leading 1s added.  A rank-0 mask (one position) stays as it is when k - r < 0 leaves it none."""
+    if k > r:
+        return t.reshape((1,) * (k - r) + tuple(t.shape))
+    if r - k + 1 > t.dim():
+        return t
+    return t.flatten(0, r - k)
+
+
+def _resize(t: torch.Tensor, dim: int, n: int) -> torch.Tensor:
+    """``t`` with dim ``dim`` cut to its first n entries, or tiled (repeated) up to n."""
+    have = t.shape[dim]
+    if have >= n:
+        return t.narrow(dim, 0, n)
+    if have == 0:
+        return torch.zeros(*t.shape[:dim % t.dim()], n, *t.shape[dim % t.dim() + 1:], dtype=t.dtype, device=t.device)
+    reps = [1] * t.dim()
+    reps[dim] = -(-n // have)
+    return t.repeat(*reps).narrow(dim, 0, n)
+
+
+def _halves(t: torch.Tensor, n: int) -> torch.Tensor:
+    gate, up = t.chunk(2, dim=-1)
+    return torch.cat([_resize(gate, -1, n // 2), _resize(up, -1, n // 2)], dim=-1)
+
+
+def _relayout(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``v``'s values in ``like``'s kind of layout: contiguous; rows at a stride past their length
+    (3 more, as ``strategies.layout_tensor``'s "sliced"); or the last two dims transposed in memory."""
+    if like.is_contiguous() or v.dim() == 0:
+        return v.contiguous()
+    if like.stride(-1) == 1:
+        buf = torch.zeros(*v.shape[:-1], v.shape[-1] + 3, dtype=v.dtype, device=v.device)
+        buf[..., : v.shape[-1]] = v
+        return buf[..., : v.shape[-1]]
+    if v.dim() >= 2:
+        return v.transpose(-1, -2).contiguous().transpose(-1, -2)
+    buf = torch.zeros(2 * v.shape[0], dtype=v.dtype, device=v.device)  # a strided vector
+    buf[::2] = v
+    return buf[::2]
+
+
+def _allowed(t: torch.Tensor, contiguous: str) -> bool:
+    if contiguous == "all":
+        return t.is_contiguous()
+    return t.dim() == 0 or t.shape[-1] <= 1 or t.stride(-1) == 1

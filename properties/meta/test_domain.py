@@ -1,0 +1,230 @@
+"""Declared domains: a kernel states what it supports, the suite checks it there and nowhere else.
+
+* ``impls.domain.parse`` reads every key, says a domain back in its own syntax, and refuses a bad
+  one in one line naming the key;
+* ``fitting.fit`` puts any drawn case of any op inside any domain, and keeps it a valid input;
+* an honest kernel that refuses rows not a multiple of 8 is certified once it declares so, and
+  fails (the refusal named) while it does not; a refusal inside a declared domain fails; a
+  dtype outside it is not drawn; a kernel wrong inside its domain still fails;
+* support is not decided by the 2x4 probe alone: refusing the probe and accepting other cases fails.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from normcert.impls import make
+from normcert.impls.domain import Domain, DomainError, parse
+from normcert.oracle import OPS
+from normcert.oracle.formats import DTYPE_NAMES, DTYPES
+from normcert.properties import harness
+from normcert.properties.families import BY_NAME
+from normcert.properties.case import Case
+from normcert.properties.fitting import fit
+from normcert.properties.harness import PropertyFailure
+from normcert.properties.session import Session
+from normcert.properties.strategies import cases
+
+from . import hostile
+
+F32, F64 = torch.float32, torch.float64
+
+
+@pytest.fixture
+def session(tmp_path):
+    return Session(failures_dir=str(tmp_path))
+
+
+def _impl(fn, **kw):
+    return make("rms_norm", fn.__name__, "plugin", fn, target=f"normcert.properties.meta.hostile:{fn.__name__}", **kw)
+
+
+def _run(session, fn, dtype=F32, family="accuracy", **kw):
+    return harness.run_family(session, BY_NAME[family], _impl(fn, **kw), dtype, max_examples=20)
+
+
+# ------------------------------------------------------------------ the syntax
+def test_parse_reads_every_key_and_says_the_domain_back():
+    spec = "dtypes=bfloat16,float16; params=same max_width=8192 width_multiple=8 contiguous=last ranks=3,2 weightless=no"
+    d = parse(spec)
+    assert d == Domain(("float16", "bfloat16"), "same", 8192, 8, "last", (2, 3), False)
+    assert parse(d.spec()) == d == parse({"dtypes": ["float16", "bfloat16"], "params": "same", "max_width": 8192,
+                                          "width_multiple": 8, "contiguous": "last", "ranks": (2, 3),
+                                          "weightless": False})
+    assert d.describe() == ("dtypes float16, bfloat16; weights in x's dtype; row length a multiple of 8 and at "
+                            "most 8192; last dim contiguous (stride 1); rank 2 or 3; no weightless calls")
+    assert not parse("").declared and parse(None) == Domain()
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("width=8", "unknown key 'width'"),
+    ("contiguous", "'contiguous' must look like KEY=VALUE"),
+    ("width_multiple=0", "width_multiple='0': expected a whole number >= 1"),
+    ("max_width=8.5", "max_width='8.5': expected a whole number >= 1"),
+    ("dtypes=float8", "dtypes='float8': expected some of float64, float32"),
+    ("ranks=1", "ranks='1': expected some of 2, 3, 4"),
+    ("weightless=maybe", "weightless='maybe': expected yes or no"),
+    ("contiguous=rows", "contiguous='rows': expected one of last, all"),
+    ("max_width=4 width_multiple=8", "max_width=4 is below width_multiple=8: no row fits"),
+    ("ranks=2 ranks=3", "ranks given twice"),
+])
+def test_a_bad_domain_is_one_line_naming_the_key(spec, says):
+    with pytest.raises(DomainError) as e:
+        parse(spec)
+    assert says in str(e.value) and "\n" not in str(e.value) and str(e.value).startswith("--domain")
+
+
+def test_a_bad_attribute_is_a_usage_error_naming_the_kernel():
+    from normcert.impls import UsageError  # noqa: PLC0415
+
+    def k(x, weight, eps):
+        return x
+
+    k.normcert_domain = "width_multiple=eight"
+    with pytest.raises(UsageError, match="'k': normcert_domain: width_multiple='eight'"):
+        _impl(k)
+
+
+# ------------------------------------------------------------------ fitting
+DOMAINS = st.builds(Domain, dtypes=st.none(), params=st.sampled_from([None, "same", "float32"]),
+                    max_width=st.sampled_from([None, 16, 100, 8192]), width_multiple=st.sampled_from([1, 3, 8, 16]),
+                    contiguous=st.sampled_from([None, "last", "all"]),
+                    ranks=st.sampled_from([None, (2,), (3,), (2, 4), (4,)]), weightless=st.sampled_from([None, False]))
+
+
+def _inside(case, d: Domain) -> list[str]:
+    """What of ``case`` lies outside ``d`` (checked here from the definitions, not with fit's helpers)."""
+    rec, x = case.record, case.main
+    bad = []
+    n = x.shape[-1]
+    if n % d.width_multiple or (d.max_width is not None and n > d.max_width) or (rec.halves and n % 2):
+        bad.append(f"row length {n}")
+    if d.ranks is not None and x.dim() not in d.ranks:
+        bad.append(f"rank {x.dim()}")
+    for k, t in case.tensors.items():
+        if t is None:
+            if d.weightless is False:
+                bad.append(f"{k} None")
+            continue
+        if d.contiguous == "all" and not t.is_contiguous():
+            bad.append(f"{k} not contiguous")
+        if d.contiguous == "last" and t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+            bad.append(f"{k} last dim strided")
+        kind = next(a.kind for a in rec.args if a.name == k)
+        if d.params is not None and kind in ("weight", "bias", "vector", "matrix"):
+            want = x.dtype if d.params == "same" else torch.float32
+            if t.dtype != want:
+                bad.append(f"{k} in {t.dtype}")
+    return bad
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), op=st.sampled_from(sorted(OPS)), dtype=st.sampled_from(DTYPES), d=DOMAINS)
+def test_a_fitted_case_lies_in_its_domain_and_is_still_a_valid_input(data, op, dtype, d):
+    if d.max_width is not None and d.max_width < d.width_multiple * (2 if OPS[op].halves else 1):
+        d = Domain(**{**d.__dict__, "max_width": None})
+    case = data.draw(cases(op, dtype, "cpu", max_elems=1 << 12))
+    fitted = fit(case, d)
+    assert not _inside(fitted, d), (_inside(fitted, d), fitted.describe())
+    OPS[op].check(fitted.oracle_args())  # the signature still holds: ValueError otherwise
+    if fitted.main.shape != case.main.shape or "fitted" in fitted.notes:
+        assert fitted.notes["fitted"]
+
+
+def test_fitting_keeps_the_values_it_keeps():
+    x = torch.arange(12.0).reshape(2, 6)
+    w = torch.ones(6)
+    c = Case("rms_norm", {"x": x, "weight": w}, {"eps": 1e-6})
+    grown = fit(c, Domain(width_multiple=8))
+    assert grown.main.shape == (2, 8) and torch.equal(grown.main[:, :6], x) and torch.equal(grown.main[:, 6:], x[:, :2])
+    cut = fit(c, Domain(width_multiple=4, max_width=4))
+    assert torch.equal(cut.main, x[:, :4]) and cut.notes["fitted"] == "row length 6 -> 4"
+
+
+# ------------------------------------------------------------------ verdicts
+def test_partial_support_without_a_declared_domain_fails_and_says_to_declare_it(session):
+    # the 2x4 sample is refused (4 is not a multiple of 8), a drawn case of 64 is not
+    with pytest.raises(PropertyFailure, match=r"refused the op's sample in float32 \(NotImplementedError\) but "
+                                              r"accepted this case: .* or be declared \(normcert_domain\)"):
+        _run(session, hostile.rms_multiple_of_8_undeclared)
+    assert session.results[-1].outcome == "fail"
+
+
+def test_a_kernel_that_declares_its_domain_is_certified_on_it(session):
+    for family in ("accuracy", "extremes", "contract", "invariance", "row-independence", "gradients", "determinism"):
+        res = _run(session, hostile.rms_multiple_of_8, family=family)
+        assert res.outcome == "pass", (family, res.message)
+    assert _impl(hostile.rms_multiple_of_8).domain.describe() == "row length a multiple of 8"
+
+
+def test_a_domain_given_with_the_registry_entry_or_the_command_line_counts_like_the_attribute(session):
+    res = _run(session, hostile.rms_multiple_of_8_undeclared, domain="width_multiple=8")
+    assert res.outcome == "pass", res.message
+
+
+def test_a_refusal_inside_the_declared_domain_fails(session):
+    with pytest.raises(PropertyFailure, match=r"refused a case inside its declared domain \(row length a multiple "
+                                              r"of 8\): rows longer than 64"):
+        _run(session, hostile.rms_declares_8_refuses_past_64)
+
+
+def test_a_dtype_outside_the_domain_is_not_drawn_and_inside_it_a_wrong_kernel_still_fails(session):
+    calls = []
+
+    def counted(x, weight, eps):
+        calls.append(x.dtype)
+        return hostile.rms_wrong_past_8192(x, weight, eps)
+
+    counted.normcert_domain = hostile.rms_wrong_past_8192.normcert_domain
+    res = _run(session, counted, F64)
+    assert res.outcome == "not-supported" and not calls
+    assert res.message == "outside its declared domain (dtypes float32, float16; row length at most 8192)"
+    with pytest.raises(PropertyFailure, match="accuracy fails"):  # the long bucket, cut to 8192, finds it
+        _run(session, counted, F32)
+    width = re.search(r"x: float32\((?:\d+, )*(\d+)\)", session.results[-1].worst_where).group(1)
+    assert 4096 < int(width) <= 8192
+
+
+def test_the_probe_alone_does_not_decide_support(session):
+    """Refusing the 2x4 float64 sample, computing float64 in float32 elsewhere: not "not-supported"."""
+    with pytest.raises(PropertyFailure, match="refused the op's sample in float64 .* but accepted this case"):
+        _run(session, hostile.rms_refuses_the_probe_only, F64)
+
+
+def test_a_dtype_refused_everywhere_is_not_supported(session):
+    def no_float64(x, weight, eps):
+        if x.dtype == torch.float64:
+            raise NotImplementedError("float64")
+        return hostile.rms_multiple_of_8(x, weight, eps)
+
+    res = _run(session, no_float64, F64)
+    assert res.outcome == "not-supported" and res.refused == res.examples > 0
+    assert res.message == f"raises NotImplementedError for float64: on the op's sample and all {res.examples} cases"
+
+
+def test_a_declared_dtype_whose_sample_is_refused_fails(session):
+    def refuses_bf16(x, weight, eps):
+        if x.dtype == torch.bfloat16:
+            raise NotImplementedError("bfloat16")
+        return hostile.rms_multiple_of_8(x, weight, eps)
+
+    refuses_bf16.normcert_domain = "dtypes=float32,bfloat16"
+    with pytest.raises(PropertyFailure, match=r"refused the op's sample \(2 rows\) inside its declared domain"):
+        _run(session, refuses_bf16, torch.bfloat16)
+    assert [DTYPE_NAMES[d] for d in DTYPES if _impl(refuses_bf16).domain.admits_dtype(DTYPE_NAMES[d])] == \
+        ["float32", "bfloat16"]
+
+
+def test_rank_and_layout_domains_reach_the_calls_a_property_derives(session):
+    """Row-independence, the contract's layouts and batch-invariance make calls of their own (other
+    rows, a contiguous copy, a batch of rows): they stay inside the domain too."""
+    for family in ("accuracy", "contract", "row-independence", "gradients"):
+        res = _run(session, hostile.rms_3d_contiguous_only, family=family)
+        assert res.outcome == "pass" and re.search("layouts: contiguous(;|$)", res.domain), (family, res.message, res.domain)
+    res = harness.run_family(session, BY_NAME["batch-invariance"], _impl(hostile.rms_3d_contiguous_only), F32,
+                             max_examples=20, gating=False)
+    assert "refused" not in res.message, res.message
