@@ -546,7 +546,7 @@ def scheduled(session, family, impl, dtype) -> tuple:
 
     if not family.buckets or not family.applies(oracle.OPS[impl.op]) or not impl.domain.admits_dtype(DTYPE_NAMES[dtype]):
         return ()
-    spin = session.derive_seed(impl.id, family.name, DTYPE_NAMES[dtype], "buckets")
+    spin = session.derive_seed(impl.op, family.name, DTYPE_NAMES[dtype], "buckets")
     if family.profile == "large":
         return large_buckets(oracle.OPS[impl.op], spin)
     interpreted = "many" in family.buckets and runs_interpreted(session, impl, dtype)
@@ -604,7 +604,7 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
                  "deadline": None, "report_multiple_bugs": False}
 
     def search(strat, examples, *seed_parts, **more):
-        @seed(session.derive_seed(impl.id, prop, DTYPE_NAMES[dtype], *seed_parts))
+        @seed(session.derive_seed(impl.op, prop, DTYPE_NAMES[dtype], *seed_parts))
         @settings(**overrides, **more, **({} if examples is None else {"max_examples": examples}))
         @given(case=strat)
         def body(case):

@@ -2,6 +2,7 @@
 
 * every kernel in ``planted.BUGS`` fails at least one property of the families
   listed beside it, with a message naming the property, dtype and shrunk case;
+* a kernel's name does not choose its cases (seed shopping);
 * every kernel in ``planted.BUCKET_BUGS`` (right except on one scheduled shape) is
   rejected under the profile's examples on each of ``--meta-seeds`` seeds, and so is every
   kernel in ``planted.BATCH_SIZE_BUGS`` (a row's bits change with the batch size) under --bitwise;
@@ -113,6 +114,25 @@ def test_batch_size_bug_is_killed_on_every_seed(op, fn, families, session, reque
     prop, message = _first_failure(session, impl, families, max_examples=1)
     assert prop is not None, f"{fn.__name__} survived {sorted(families)}'s scheduled cases"
     assert "bucket=" in message, message
+
+
+def test_a_kernel_s_name_does_not_choose_its_cases(session):
+    """The same code under two names (and modules) draws the same cases, scheduled and random:
+    seeds derive from the global seed, the op, the property and the dtype, so a renamed kernel
+    cannot shop for a seed that misses its bug."""
+    family, seen = BY_NAME["batch-invariance"], {}
+
+    def record(session, impl, case, worst):
+        seen.setdefault(impl.id, []).append(case.describe())
+
+    for target in ("theirs:rms_norm", "theirs_renamed:rms_norm_v2"):
+        impl = make("rms_norm", target, "plugin", eager_kernels.rms_norm, target=target)
+        buckets = [(b.label, family.strategy(impl.op, torch.float32, session.device, bucket=b))
+                   for b in harness.scheduled(session, family, impl, torch.float32)]
+        harness.run(session, family.name, impl, torch.float32, family.strategy(impl.op, torch.float32, session.device),
+                    record, max_examples=12, buckets=buckets)
+    first, second = seen.values()
+    assert first == second and len(first) >= 12 + 2
 
 
 def test_quantised_outputs_report_their_bit_exact_fraction(session):
