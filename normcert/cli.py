@@ -35,7 +35,8 @@ import tempfile
 import time
 from collections import defaultdict
 
-from normcert.properties.plugin import KERNEL_TIMEOUT, PROFILES, RUN_RECORD
+from normcert.properties.plugin import PROFILES, RUN_RECORD
+from normcert.properties.session import HEARTBEAT, KERNEL_TIMEOUT, STALLED
 
 USAGE = 4
 NO_TESTS = 5  # pytest's exit status when it collected nothing
@@ -164,10 +165,22 @@ def _start(cmd: list[str], env: dict) -> subprocess.Popen:
     return subprocess.Popen(cmd, env=env, **group)
 
 
-def _wait(child: subprocess.Popen, record: str, grace: float) -> tuple[int, str]:
-    """The child's exit status, and what went wrong with its ending ("" if nothing).  A first
-    Ctrl-C is handed to the child, which stops its run and writes an "interrupted" certificate;
-    a second one ends it.  (The whole step is guarded: Ctrl-C may land anywhere in it.)"""
+def _end(child: subprocess.Popen) -> int:
+    """Kill the child and its process group (xdist's workers too); its exit status."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except OSError:
+        child.kill()
+    return child.wait()
+
+
+def _wait(child: subprocess.Popen, record: str, heartbeat: str, grace: float) -> tuple[int, str]:
+    """The child's exit status, and what went wrong with its ending ("" if nothing).  A child that
+    makes no progress (its ``heartbeat`` file untouched) for STALLED kernel timeouts is stuck in
+    kernel code outside the watchdog (a finalizer, an exception's ``__str__``, an import) and is
+    ended; so is one still alive ``grace`` seconds after its run ended.  A first Ctrl-C is handed to
+    the child, which stops its run and writes an "interrupted" certificate; a second one ends it.
+    (The whole step is guarded: Ctrl-C may land anywhere in it.)"""
     written = None
     interrupts = 0
     while True:
@@ -179,15 +192,18 @@ def _wait(child: subprocess.Popen, record: str, grace: float) -> tuple[int, str]
             if written is None and os.path.exists(record):
                 written = time.monotonic()
             if written is not None and time.monotonic() - written > grace:
-                child.kill()
-                child.wait()
+                _end(child)
                 return 0, (f"the kernel's process did not exit within {grace:g} s of the end of its run "
                            f"(a thread or finalizer of the kernel kept it alive): ended by normcert")
+            silent = time.time() - os.path.getmtime(heartbeat)
+            if written is None and silent > STALLED * grace:
+                return _end(child), (f"the kernel's process made no progress for {silent:.0f} s ({STALLED} kernel "
+                                     f"timeouts): stuck in kernel code outside the watchdog (a finalizer, an "
+                                     f"exception's __str__, an import); ended by normcert")
         except KeyboardInterrupt:
             interrupts += 1
             if interrupts > 1:
-                child.kill()
-                return child.wait(), "interrupted twice"
+                return _end(child), "interrupted twice"
             child.send_signal(signal.SIGINT)
 
 
@@ -201,8 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
     with tempfile.TemporaryDirectory(prefix="normcert-run-") as folder:
         record = env[RUN_RECORD] = os.path.join(folder, "record.json")
+        heartbeat = env[HEARTBEAT] = os.path.join(folder, "heartbeat")
+        open(heartbeat, "w").close()
         cmd = [sys.executable, "-m", "pytest", *_child_config(folder), *_pytest_args(a)]
-        status, ending = _wait(_start(cmd, env), record, _grace(a))
+        status, ending = _wait(_start(cmd, env), record, heartbeat, _grace(a))
         try:
             with open(record) as f:
                 run = json.load(f)
@@ -211,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     if run is None:
         if status in (USAGE, 2, 3):
             return status  # a usage error, Ctrl-C or pytest's internal error: pytest has said which
-        why = f"the kernel's process exited with status {status} before normcert's end of run"
+        why = ending or f"the kernel's process exited with status {status} before normcert's end of run"
         if a.command == "certify" and a.certificate:
             from normcert.properties import certificate  # noqa: PLC0415
 

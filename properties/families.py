@@ -14,13 +14,14 @@ and its test is ``test_<name>`` there (dashes as underscores).
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass
 from typing import Callable
 
 from normcert.oracle import OPS, Op
 from normcert.oracle.formats import DTYPE_NAMES
 
-from .strategies import BUCKETS, LARGE
+from .strategies import BUCKETS, LARGE, REFILLS, transforms
 
 
 def _every_op(op: Op) -> bool:
@@ -33,6 +34,44 @@ def _has_backward(op: Op) -> bool:
 
 
 @dataclass(frozen=True)
+class Param:
+    """A property's own draw, carried in ``Case.params`` and in a replay file: its name and kind.
+
+    seed          an integer in [0, 2**32)
+    count         an integer >= 1
+    row           an integer in [0, rows): a row of the case's main tensor (its leading dims flattened)
+    power of two  2**k for an integer k in [-6, 6] (a scale that keeps every value exact)
+    float         a finite number
+    choice        one of ``choices(op)``"""
+
+    name: str
+    kind: str
+    choices: Callable[[Op], tuple[str, ...]] | None = None
+
+    def problem(self, op: Op, value, rows: int) -> str | None:
+        """Why ``value`` cannot be this parameter of a case of ``op`` with ``rows`` rows (None: it can)."""
+        if self.kind == "choice":
+            allowed = self.choices(op)
+            return None if isinstance(value, str) and value in allowed else \
+                f"expected one of {', '.join(map(repr, allowed))} for {op.name}"
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return "expected a finite number"
+        if self.kind == "float":
+            return None
+        if self.kind == "power of two":
+            k = math.log2(value) if value > 0 else 0.5
+            return None if k == int(k) and -6 <= k <= 6 else "expected 2**k for an integer k in [-6, 6]"
+        if not isinstance(value, int):
+            return "expected an integer"
+        lo, hi = {"seed": (0, 2 ** 32 - 1), "count": (1, 2 ** 62), "row": (0, rows - 1)}[self.kind]
+        return None if lo <= value <= hi else f"expected an integer in [{lo}, {hi}]"
+
+
+def _refills(op: Op) -> tuple[str, ...]:
+    return REFILLS
+
+
+@dataclass(frozen=True)
 class Family:
     """name: as the certificate writes it; module: the test module holding check and cases
     (None where the family is not a per-case check: gradcheck runs torch's own);
@@ -41,7 +80,8 @@ class Family:
     backward: it checks a kernel's backward (``harness.backward_gate``: a forward-only kernel
     is not certified by it); buckets: the scheduled shapes (``strategies.BUCKETS``) it checks
     on every (kernel, dtype) besides its random search; profile: the family runs only under
-    this profile (``--profile large``: on a GPU) and checks its buckets alone, no random search."""
+    this profile (``--profile large``: on a GPU) and checks its buckets alone, no random search;
+    params: its own draws beside the op's arguments (``Param``), which a replay file must carry."""
 
     name: str
     module: str
@@ -53,6 +93,7 @@ class Family:
     backward: bool = False
     buckets: tuple[str, ...] = ()
     profile: str | None = None
+    params: tuple[Param, ...] = ()
 
     @property
     def test(self) -> str:
@@ -80,18 +121,21 @@ FAMILIES: tuple[Family, ...] = (
     Family("extremes", "test_accuracy", "check_accuracy", "extreme_cases", core=True, buckets=BUCKETS),
     Family("fusion", "test_fusion", "check_fusion", "fusion_cases", applies=lambda op: op.unfused is not None,
            buckets=BUCKETS),
-    Family("padding", "test_masks", "check_padding", "padded_cases", applies=lambda op: op.mask is not None),
-    Family("row-independence", "test_masks", "check_row_independence", "row_cases", applies=lambda op: op.rowwise),
+    Family("padding", "test_masks", "check_padding", "padded_cases", applies=lambda op: op.mask is not None,
+           params=(Param("fill", "choice", _refills), Param("fill_seed", "seed"))),
+    Family("row-independence", "test_masks", "check_row_independence", "row_cases", applies=lambda op: op.rowwise,
+           params=(Param("row", "row"), Param("fill", "choice", _refills), Param("fill_seed", "seed"))),
     Family("invariance", "test_invariance", "check_invariance", "invariance_cases",
-           applies=lambda op: op.scale_invariant or op.shift_invariant, buckets=BUCKETS),
+           applies=lambda op: op.scale_invariant or op.shift_invariant, buckets=BUCKETS,
+           params=(Param("transform", "choice", transforms), Param("c", "power of two"), Param("d", "float"))),
     Family("gradients", "test_gradients", "check_gradients", "gradient_cases", applies=_has_backward, core=True,
-           backward=True, buckets=BUCKETS),
+           backward=True, buckets=BUCKETS, params=(Param("cot_seed", "seed"),)),
     Family("gradcheck", "test_gradients", None, None, applies=_has_backward, backward=True),
     Family("determinism", "test_bitwise", "check_determinism", "determinism_cases", bitwise=True),
     Family("batch-invariance", "test_bitwise", "check_batch_invariance", "batch_cases",
-           applies=lambda op: op.rowwise, bitwise=True, buckets=("odd", "strided")),
+           applies=lambda op: op.rowwise, bitwise=True, buckets=("odd", "strided"), params=(Param("shift", "row"),)),
     Family("large", "test_large", "check_large", "large_cases", applies=lambda op: op.rowwise, buckets=LARGE,
-           profile="large"),
+           profile="large", params=(Param("limit", "count"),)),
 )
 BY_NAME = {f.name: f for f in FAMILIES}
 

@@ -45,6 +45,7 @@ from normcert.oracle.formats import DTYPE_NAMES
 from .case import Case
 from .fitting import fit
 from .replay import save_failure
+from .session import FIRST_CALL
 
 
 class ContractViolation(AssertionError):
@@ -149,9 +150,6 @@ class KernelHung(ContractViolation):
     """The kernel gave no result within --kernel-timeout; it is not called again in this process."""
 
 
-FIRST_CALL = 5  # the first call of a specialisation may take this many times --kernel-timeout
-
-
 def kernel_code(session, impl, what: str, thunk, specialisation=None):
     """``thunk()`` (a call into kernel code) under the watchdog; its failures are the kernel's.
 
@@ -178,8 +176,12 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
                     box["value"] = thunk()
                 finally:
                     box["leaked"] = _changes(before, thread_state())
-        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below
-            box["error"] = e
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below, as words:
+            box["error"] = type(e)  # its message is made here, under the watchdog (a __str__ may block)
+            try:
+                box["text"] = _first_line(e)
+            except BaseException:  # noqa: BLE001 - a __str__ that raises
+                box["text"] = "(its message could not be formatted)"
 
     before, rng = global_state(), torch.get_rng_state()
     key = (impl.id, what, specialisation)
@@ -187,6 +189,7 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
     if impl.id not in session.hung and not _WORKER.run(call, limit):
         session.hung[impl.id] = f"{impl.id}{what} hung: no result after {limit:g} s"
     session.called.add(key)
+    session.beat()
     if impl.id in session.hung:
         # one raise for the call that hung and every later one: Hypothesis replays a failing
         # example and calls a failure raised from another line a different ("flaky") one
@@ -195,19 +198,19 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
     torch.set_rng_state(rng)  # a kernel that draws random numbers must not shift later draws
     if box.get("leaked"):
         _WORKER.retire()  # its thread-local state is the kernel's now: the next call gets a fresh thread
-    e = box.get("error")
-    if e is None and changed:
+    error = box.get("error")
+    if error is None and changed:
         raise ContractViolation(f"{impl.id}{what} changed torch's global state: {changed} (restored)")
-    if e is None and box.get("leaked"):
+    if error is None and box.get("leaked"):
         raise ContractViolation(f"{impl.id}{what} left torch's thread-local state changed: {box['leaked']} "
                                 f"(the next call runs in a fresh thread)")
-    if e is None:
+    if error is None:
         return box["value"]
-    if isinstance(e, NotImplementedError):
-        raise NotSupported(f"{impl.id} refused this case: {e}") from None
-    if isinstance(e, KeyboardInterrupt):
-        raise e
-    raise ContractViolation(f"{impl.id}{what} raised {type(e).__name__}: {_first_line(e)}") from None
+    if issubclass(error, NotImplementedError):
+        raise NotSupported(f"{impl.id} refused this case: {box['text']}")
+    if issubclass(error, KeyboardInterrupt):
+        raise KeyboardInterrupt
+    raise ContractViolation(f"{impl.id}{what} raised {error.__name__}: {box['text']}")
 
 
 def _flushes_denormals() -> bool:

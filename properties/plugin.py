@@ -49,6 +49,8 @@ import hypothesis.core
 import pytest
 from hypothesis import settings
 
+from normcert.properties.session import KERNEL_TIMEOUT
+
 # examples per property and dtype; "large" is ci's plus the large family (a GPU: test_large)
 PROFILES = {"dev": 4, "ci": 12, "thorough": 300, "large": 12}
 
@@ -62,7 +64,6 @@ def _register_profiles():
         settings.register_profile(name, max_examples=examples, deadline=None)
 
 _PACKAGE = "normcert.properties"
-KERNEL_TIMEOUT = 60.0  # seconds, the default --kernel-timeout
 RUN_RECORD = "NORMCERT_RUN_RECORD"  # where the controller writes its verdict as its last step (``cli``)
 
 
@@ -246,6 +247,7 @@ class Suite:
                                failures_dir=os.path.abspath(config.getoption("--failures-dir")),
                                kernel_timeout=timeout,
                                profile=config.getoption("hypothesis_profile", None) or "ci")
+        self.session.beat()  # before any kernel's module is imported: an import that hangs stops the beat
         from normcert.oracle.formats import DTYPE_NAMES  # noqa: PLC0415
         from normcert.properties.families import BY_NAME  # noqa: PLC0415
 
@@ -346,8 +348,15 @@ class Suite:
         for r in self.session.results[start:]:
             item.user_properties.append(("normcert", dataclasses.asdict(r)))
 
+    def pytest_collectreport(self, report):
+        self.session.beat()
+
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.session.beat()
+
     def pytest_runtest_logreport(self, report):
         """Results reach the controller (also from xdist workers) on the test reports."""
+        self.session.beat()
         if report.when == "call" or (report.when == "setup" and report.skipped):
             self.results.extend(value for key, value in report.user_properties if key == "normcert")
         if report.failed and "crashed while running" in str(report.longrepr):  # xdist's report of a dead worker

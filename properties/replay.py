@@ -13,6 +13,7 @@ their original strides (a sliced or transposed view stays one), on any device.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import re
@@ -111,9 +112,13 @@ def _members(path: str) -> dict[str, int]:
         _fail(path, "not a replay file (expected a .npz archive written by normcert)")
     try:
         with zipfile.ZipFile(path) as zf:
-            return {i.filename.removesuffix(".npy"): i.file_size for i in zf.infolist()}
+            names = [i.filename for i in zf.infolist()]
+            sizes = {i.filename.removesuffix(".npy"): i.file_size for i in zf.infolist()}
     except (OSError, zipfile.BadZipFile, EOFError) as e:
         _fail(path, f"not a readable replay file ({e})")
+    if len(sizes) != len(names):  # "t_x" and "t_x.npy": the size checked would not be the member read
+        _fail(path, "two members with one name (with and without .npy)")
+    return sizes
 
 
 def _int_list(path, k, field, value, *, minimum=None) -> list[int]:
@@ -139,9 +144,11 @@ def _tensor_meta(path, k, m, sizes) -> tuple[torch.dtype, list, list, int, int]:
         _fail(path, f"tensor {k!r}: shape, stride and offset do not fit together")
     numel = int(np.prod(shape, dtype=object)) if shape else 1
     span = (offset + 1 + sum((n - 1) * st for n, st in zip(shape, stride))) if numel else 0
-    if numel > MAX_ELEMENTS or span > MAX_ELEMENTS:
-        _fail(path, f"tensor {k!r} declares {max(numel, span)} elements, more than the {MAX_ELEMENTS} a replay "
-              f"file may hold")
+    # an empty tensor of shape (2**40, 0) holds nothing, but an op's output over its rows would not
+    dims_product = int(np.prod([max(n, 1) for n in shape], dtype=object)) if shape else 1
+    if max(numel, span, dims_product) > MAX_ELEMENTS:
+        _fail(path, f"tensor {k!r} declares {max(numel, span, dims_product)} elements, more than the {MAX_ELEMENTS} a "
+              f"replay file may hold")
     stored = sizes.get(f"t_{k}")
     if stored is None:
         _fail(path, f"tensor {k!r} has no data member")
@@ -163,6 +170,9 @@ def _check_meta(path: str, meta) -> None:
     names = [f.name for f in CASE_CHECKS]
     if meta.get("property") not in names:
         _fail(path, f"unknown property {meta.get('property')!r}, expected one of {', '.join(names)}")
+    family = CASE_CHECKS[names.index(meta["property"])]
+    if not family.applies(oracle.OPS[meta["op"]]):
+        _fail(path, f"property {family.name!r} does not apply to {meta['op']}")
     if not isinstance(meta.get("impl"), str):
         _fail(path, "'impl' must be a string OP=MODULE:ATTR")
     for field in ("scalars", "params", "notes", "tensors"):
@@ -172,29 +182,68 @@ def _check_meta(path: str, meta) -> None:
     if set(meta["scalars"]) != set(rec.scalars):
         _fail(path, f"scalars {sorted(meta['scalars'])}, expected {sorted(rec.scalars)} for {meta['op']}")
     kinds = {a.name: a.kind for a in rec.args}
-    for k, v in {**meta["scalars"], **meta["params"]}.items():
-        if kinds.get(k) == "approximate" and k in meta["scalars"]:
-            if v not in APPROXIMATE:
-                _fail(path, f"{k} = {v!r}, expected one of {', '.join(map(repr, APPROXIMATE))}")
-        elif not isinstance(v, (int, float)) or isinstance(v, bool) or not np.isfinite(v):
-            _fail(path, f"scalar {k!r} = {v!r}, expected a finite number")
     for k, v in meta["scalars"].items():
-        if kinds.get(k) in ("eps", "scale") and not v > 0:
+        if kinds[k] == "approximate":
+            if v not in APPROXIMATE:
+                _fail(path, f"{k} = {_short(v)}, expected one of {', '.join(map(repr, APPROXIMATE))}")
+        elif not _finite(v):
+            _fail(path, f"scalar {k!r} = {_short(v)}, expected a finite number")
+        elif kinds[k] in ("eps", "scale") and not v > 0:
             _fail(path, f"{k} = {v!r}, expected {k} > 0")
-    expected = set(oracle.OPS[meta["op"]].tensors)
+    wanted = {p.name for p in family.params}
+    if set(meta["params"]) != wanted:
+        _fail(path, f"params {sorted(meta['params'])}, expected {sorted(wanted)} for property {family.name!r}")
+    expected = set(rec.tensors)
     if set(meta["tensors"]) != expected:
         _fail(path, f"tensors {sorted(meta['tensors'])}, expected {sorted(expected)} for {meta['op']}")
+    may_be_none = {a.name for a in rec.args if a.optional or a.kind == "mask"}
+    for k, m in meta["tensors"].items():
+        if m is None and k not in may_be_none:
+            _fail(path, f"tensor {k!r} is null, and {meta['op']} needs it")
+
+
+def _finite(v) -> bool:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:  # an integer past float's range, e.g. 10**400
+        return False
+
+
+def _short(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_case(path: str, meta: dict, case: Case) -> None:
+    """The built case fits its op's signature (shapes, dtypes, rank) and its property's params."""
+    try:
+        case.record.check(case.oracle_args())
+    except ValueError as e:
+        _fail(path, str(e))
+    x = case.main
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    family = next(f for f in CASE_CHECKS if f.name == meta["property"])
+    for p in family.params:
+        problem = p.problem(case.record, meta["params"][p.name], rows)
+        if problem:
+            _fail(path, f"param {p.name!r} = {_short(meta['params'][p.name])}: {problem}")
 
 
 def load(path: str, device: str) -> tuple[dict, Case]:
     """(meta, case) from a replay file; ReplayError says, in one line, what is wrong with it.
 
-    Validated before anything is built: the format, op, property, target,
-    scalars (the op's, finite, eps and scale > 0, GELU's form one of two names) and every tensor's dtype (one of the four, or
-    bool), shape, strides (no negative ones) and offset.  Each tensor may
-    declare and store at most ``MAX_ELEMENTS`` elements; member sizes are read
-    from the zip directory and checked before a member is inflated, and only
-    the members the metadata names are read.
+    Validated before anything is built: the format, op, property (one that applies to the op),
+    target, scalars (the op's, finite, eps and scale > 0, GELU's form one of two names), the
+    property's params (``families.Param``: exactly its own), and every tensor's presence (null only
+    where the op allows None), dtype (one of the four, or bool), shape, strides (no negative ones)
+    and offset.  Each tensor may declare and store at most ``MAX_ELEMENTS`` elements, counting
+    every dim as at least 1 (an empty (2**40, 0) tensor would have 2**40 rows of output); member
+    sizes are read from the zip directory and checked before a member is inflated (two members
+    with one name are refused), and only the members the metadata names are read.  Once built,
+    the case must fit the op's signature (``Op.check``: shapes, dtypes, rank) and each param its
+    kind (a row index below the case's rows).
     """
     sizes = _members(path)
     if sizes.get("meta", MAX_META_BYTES + 1) > MAX_META_BYTES:
@@ -207,8 +256,10 @@ def load(path: str, device: str) -> tuple[dict, Case]:
             raw = {k: z[f"t_{k}"] for k in layout}
     except ReplayError:
         raise
+    except RecursionError:
+        _fail(path, "metadata nested too deeply")
     except (OSError, ValueError, KeyError, UnicodeDecodeError, zipfile.BadZipFile, EOFError) as e:
-        _fail(path, f"not a readable replay file ({type(e).__name__}: {e})")
+        _fail(path, f"not a readable replay file ({type(e).__name__}: {_short(str(e))})")
     tensors = {k: None for k, m in meta["tensors"].items() if m is None}
     for k, (dtype, shape, stride, offset, span) in layout.items():
         data = raw[k]
@@ -218,4 +269,5 @@ def load(path: str, device: str) -> tuple[dict, Case]:
         flat = flat.to(device)
         tensors[k] = torch.as_strided(flat, shape, stride, offset) if span else flat[:0].reshape(shape)
     case = Case(meta["op"], tensors, dict(meta["scalars"]), dict(meta["notes"]), dict(meta["params"]))
+    _check_case(path, meta, case)
     return meta, case

@@ -8,7 +8,15 @@ replay writer take the session (or the field they need) as an argument.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
+
+KERNEL_TIMEOUT = 60.0  # seconds, the default --kernel-timeout
+FIRST_CALL = 5  # the first call of a specialisation may take this many times --kernel-timeout
+STALLED = FIRST_CALL + 1
+"""Kernel timeouts of silence after which ``normcert certify`` ends a run as stalled: a first call
+may take FIRST_CALL of them, the oracle and the checks between two calls far less than one."""
+HEARTBEAT = "NORMCERT_HEARTBEAT"  # a file whose mtime the run touches as it makes progress (``beat``)
 
 
 @dataclass
@@ -29,7 +37,8 @@ class Session:
     (``harness.accepts_weightless``);
     profile: the run's profile (``plugin.PROFILES``): "large" adds the large family;
     returned: kernel id -> the outputs of its last calls, held to catch a reused buffer
-    (``harness.check_not_reused``)."""
+    (``harness.check_not_reused``);
+    heartbeat: the file ``beat`` touches (``$NORMCERT_HEARTBEAT``, set by ``normcert certify``), or None."""
 
     device: str = "cpu"
     seed: int = 0
@@ -49,6 +58,17 @@ class Session:
     weightless: dict = field(default_factory=dict)
     profile: str = "ci"
     returned: dict = field(default_factory=dict)
+    heartbeat: str | None = field(default_factory=lambda: os.environ.get(HEARTBEAT))
+
+    def beat(self) -> None:
+        """The run made progress (a kernel call returned, a test started): touch the heartbeat file
+        that ``normcert certify`` watches, if it set one.  A process stuck in kernel code outside
+        the watchdog (a finalizer, an exception's ``__str__``, an import) stops beating and is ended."""
+        if self.heartbeat:
+            try:
+                os.utime(self.heartbeat)
+            except OSError:
+                pass  # the parent's folder is gone: the parent is gone too
 
     def derive_seed(self, *parts) -> int:
         """A per-test seed from the global seed: the same whatever the worker split."""

@@ -59,6 +59,7 @@ LAYOUTS = ("contiguous", "transposed", "sliced", "offset")
 MASK_KINDS = ("none", "all", "random", "single", "prefix")
 PADDED_MASK_KINDS = ("random", "single", "prefix")
 PAD_FILLS = ("keep", "nan", "huge", "zeros")
+REFILLS = ("nan", "posinf", "neginf", "huge", "fresh")  # what the mask properties write over other rows
 
 PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191)
 POWERS = tuple(2 ** k for k in range(0, 15))  # up to 16384
@@ -513,6 +514,11 @@ def cotangents(rng, shapes_dtypes, device):
         f = fmt(dtype)
         out.append(torch.from_numpy(f.round(rng.standard_normal(shape))).to(dtype).to(device))
     return tuple(out)
+
+
+def transforms(op) -> tuple[str, ...]:
+    """The invariances of op record ``op`` the invariance family checks: "scale", "shift"."""
+    return tuple(k for k, ok in (("scale", op.scale_invariant), ("shift", op.shift_invariant)) if ok)
 
 
 def scales(bucket: Bucket | None = None):

@@ -10,7 +10,9 @@
   states it;
 * a kernel that ends its process with ``os._exit(0)``, at import (under ``-n 2`` too) or in a
   call, gets exit status 1 and an "incomplete" certificate, never an older one left in place;
-* a kernel whose thread keeps the process alive after the run is ended, and the run says so;
+* a kernel whose thread keeps the process alive after the run is ended, and the run says so; so is
+  one stuck outside the watchdog (a finalizer on its output that blocks, a module import that
+  blocks): its process stops beating and is ended, with an incomplete certificate;
 * a kernel that changes the working directory does not move the certificate;
 * a declared domain (`--domain`) is what gets certified, and the verdict and certificate say so.
 """
@@ -146,3 +148,13 @@ def test_a_bad_domain_is_one_line_and_exit_4(tmp_path):
     r = _certify(tmp_path, GOOD, *SCOPE, "--domain", "width_multiple=eight")
     assert r.returncode == 4 and "--domain: width_multiple='eight': expected a whole number >= 1" in r.stderr
     assert "Traceback" not in _said(r)
+
+
+@pytest.mark.parametrize("kernel", ["rms_norm=normcert.properties.meta.hostile:rms_output_finalizer_blocks",
+                                    "rms_norm=blocks_at_import:rms"], ids=["finalizer", "import"])
+def test_a_process_stuck_outside_the_watchdog_is_ended(tmp_path, kernel):
+    (tmp_path / "blocks_at_import.py").write_text("import threading\nthreading.Event().wait()\n")
+    (tmp_path / "c.json").write_text('{"run": "complete", "verdict": "certified"}')  # a stale certificate
+    r = _certify(tmp_path, kernel, *SCOPE, "--property", "contract", "--kernel-timeout", "1")
+    assert r.returncode == 1 and "made no progress for" in r.stderr and "ended by normcert" in r.stderr, _said(r)
+    assert _cert(tmp_path)["verdict"] == "incomplete"

@@ -18,16 +18,14 @@ from normcert.oracle.formats import fmt, to_float64
 
 from .families import BY_NAME
 from .harness import certify, check_pair, invoke
-from .strategies import cases, choice, scales
+from .strategies import cases, choice, scales, transforms
 from .test_accuracy import valid_positions
 
 
 @st.composite
 def invariance_cases(draw, op, dtype, device, bucket=None):
     case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset"), hostile=False, bucket=bucket))
-    info = oracle.OPS[op]
-    kinds = [k for k, ok in (("scale", info.scale_invariant), ("shift", info.shift_invariant)) if ok]
-    case.params["transform"] = draw(choice(kinds, bucket, "transform"))
+    case.params["transform"] = draw(choice(transforms(oracle.OPS[op]), bucket, "transform"))
     case.params["c"] = draw(scales(bucket))
     case.params["d"] = draw(choice([-3.0, -1.0, -0.5, 0.25, 1.0, 2.0], bucket, "shift"))
     return case

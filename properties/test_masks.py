@@ -20,11 +20,8 @@ from normcert.oracle.formats import fmt, to_float64
 
 from .families import BY_NAME
 from .harness import certify, check_pair, invoke
-from .strategies import cases, choice, integer, layout_tensor
+from .strategies import REFILLS, cases, choice, integer, layout_tensor
 from .test_accuracy import valid_positions
-
-FILLS = ("nan", "posinf", "neginf", "huge", "fresh")
-
 
 def _fill(values, rows, kind, rng, f):
     if kind == "fresh":
@@ -47,7 +44,7 @@ def _self_check(session, impl, case, other, where, worst, label):
 def padded_cases(draw, op, dtype, device, bucket=None):
     case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset"), hostile=False,
                       padded=True, bucket=bucket))
-    case.params["fill"] = draw(choice(FILLS, bucket, "refill"))
+    case.params["fill"] = draw(choice(REFILLS, bucket, "refill"))
     case.params["fill_seed"] = draw(integer(0, 2 ** 16, bucket, "fill_seed"))
     return case
 
@@ -67,7 +64,7 @@ def row_cases(draw, op, dtype, device, bucket=None):
                       min_rows=2, bucket=bucket))
     rows = int(np.prod(case.main.shape[:-1]))
     case.params["row"] = draw(integer(0, rows - 1, bucket, "row"))
-    case.params["fill"] = draw(choice(FILLS, bucket, "refill"))
+    case.params["fill"] = draw(choice(REFILLS, bucket, "refill"))
     case.params["fill_seed"] = draw(integer(0, 2 ** 16, bucket, "fill_seed"))
     return case
 

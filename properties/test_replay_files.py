@@ -3,7 +3,12 @@
 * a saved case loads back bit for bit: dtype, shape, strides (a transposed
   bfloat16 view, a bool mask, sublayer weights) and the scalars;
 * a file that is not a replay file, is truncated, or names an unknown op is a
-  ``ReplayError`` naming the file and what is wrong (never unpickled);
+  ``ReplayError`` naming the file and what is wrong (never unpickled); so is every hostile
+  variant of a good file: JSON nested 100 000 deep, eps = 10**400, a null x, a weight of the
+  wrong shape or dtype, a 0-d x, empty shapes of 2**62 or 2**40 rows, a property that does not
+  apply or lacks its params, two members of one name;
+* a property's own draws (invariance's transform, the mask properties' fill and row) round trip
+  and are checked against their kind;
 * ``normcert replay FILE`` of a planted bug's failure exits 1 with no
   Hypothesis database, and ``pytest --pyargs normcert.properties --replay FILE``
   exits 0 against a correct kernel given with ``--impl``, both from any folder.
@@ -45,9 +50,9 @@ def _deep_norm_case():
 def test_round_trip_is_bit_exact(tmp_path):
     case = _deep_norm_case()
     impl = plugin("deep_norm=normcert.impls.eager:deep_norm")
-    cmd = save_failure(impl, "accuracy", case, directory=str(tmp_path))
+    cmd = save_failure(impl, "gradients", case, directory=str(tmp_path))
     meta, back = load(shlex.split(cmd)[-1], "cpu")
-    assert meta["impl"] == "deep_norm=normcert.impls.eager:deep_norm" and meta["property"] == "accuracy"
+    assert meta["impl"] == "deep_norm=normcert.impls.eager:deep_norm" and meta["property"] == "gradients"
     assert back.scalars == case.scalars and back.params == case.params
     for k, t in case.tensors.items():
         u = back.tensors[k]
@@ -58,7 +63,8 @@ def test_round_trip_is_bit_exact(tmp_path):
 def test_mask_round_trip(tmp_path):
     x = torch.randn(2, 3, 4)
     mask = torch.tensor([[True, False, True], [False, False, True]])
-    case = Case("batch_norm", {"x": x, "weight": torch.ones(4), "bias": torch.zeros(4), "mask": mask}, {"eps": 1e-5})
+    case = Case("batch_norm", {"x": x, "weight": torch.ones(4), "bias": torch.zeros(4), "mask": mask}, {"eps": 1e-5},
+                params={"fill": "nan", "fill_seed": 5})
     cmd = save_failure(plugin("batch_norm=normcert.impls.eager:batch_norm"), "padding", case, directory=str(tmp_path))
     _, back = load(shlex.split(cmd)[-1], "cpu")
     assert back.tensors["mask"].dtype == torch.bool and torch.equal(back.tensors["mask"], mask)
@@ -81,7 +87,7 @@ def test_gelu_form_round_trip_and_refusal(tmp_path):
 
 
 def _saved(tmp_path):
-    cmd = save_failure(plugin("deep_norm=normcert.impls.eager:deep_norm"), "accuracy", _deep_norm_case(),
+    cmd = save_failure(plugin("deep_norm=normcert.impls.eager:deep_norm"), "gradients", _deep_norm_case(),
                        directory=str(tmp_path))
     return shlex.split(cmd)[-1]
 
@@ -107,6 +113,12 @@ def _set(field, value):
     return change
 
 
+def _set_x_shape(shape):
+    def change(meta):
+        meta["tensors"]["x"].update(shape=shape, stride=[1] * len(shape))
+    return change
+
+
 @pytest.mark.parametrize("change, says", [
     (_set("tensors.x.stride", [0, 0]), None),  # filled in below: a huge shape over one element
     (_set("tensors.x.stride", [-4, 1]), "negative strides are not replayable"),
@@ -114,6 +126,16 @@ def _set(field, value):
     (_set("scalars.eps", 0.0), "expected eps > 0"),
     (_set("property", "speed"), "unknown property 'speed'"),
     (_set("tensors.extra", None), "expected ['bias', 'sub_bias', 'sub_weight', 'weight', 'x']"),
+    (_set("scalars.eps", 10 ** 400), "scalar 'eps' = 1000000000000000000000000000000000000..., expected a finite"),
+    (_set("tensors.x", None), "tensor 'x' is null, and deep_norm needs it"),
+    (_set("tensors.weight.shape", [4]), "deep_norm: weight must be of shape (5,) (the last dim of x), got (4,)"),
+    (_set("tensors.weight.dtype", "float16"), "deep_norm: weight must be of dtype"),
+    (_set_x_shape([]), "x must be a tensor of rank >= 1, got rank 0"),
+    (_set_x_shape([0, 2 ** 62]), "declares 4611686018427387904 elements"),
+    (_set_x_shape([2 ** 40, 0]), "declares 1099511627776 elements"),
+    (_set("property", "padding"), "property 'padding' does not apply to deep_norm"),
+    (_set("params", {}), "params [], expected ['cot_seed'] for property 'gradients'"),
+    (_set("params.cot_seed", -1), "param 'cot_seed' = -1: expected an integer in [0, 4294967295]"),
 ])
 def test_hostile_metadata_is_refused_before_anything_is_built(tmp_path, change, says):
     path = _saved(tmp_path)
@@ -125,6 +147,48 @@ def test_hostile_metadata_is_refused_before_anything_is_built(tmp_path, change, 
     with pytest.raises(ReplayError) as e:
         load(path, "cpu")
     assert str(e.value).startswith(path) and says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_metadata_nested_too_deeply_is_one_line(tmp_path):
+    path = _saved(tmp_path)
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["meta"] = np.frombuffer(("[" * 100_000 + "]" * 100_000).encode(), dtype=np.uint8)
+    np.savez(path, **arrays)
+    with pytest.raises(ReplayError, match="metadata nested too deeply"):
+        load(path, "cpu")
+
+
+def test_two_members_of_one_name_are_refused(tmp_path):
+    """``t_x`` beside ``t_x.npy``: the size check would read one and np.load the other."""
+    path = _saved(tmp_path)
+    with zipfile.ZipFile(path, "a") as zf:
+        zf.writestr("t_x", b"\0" * 64)
+    with pytest.raises(ReplayError, match="two members with one name"):
+        load(path, "cpu")
+
+
+@pytest.mark.parametrize("prop, params, says", [
+    ("invariance", {"transform": "scale", "c": 2.0, "d": -0.5}, None),
+    ("invariance", {"transform": "shift", "c": 2.0, "d": -0.5}, "expected one of 'scale' for rms_norm"),
+    ("invariance", {"transform": "scale", "c": 3.0, "d": -0.5}, "expected 2**k for an integer k in [-6, 6]"),
+    ("row-independence", {"row": 1, "fill": "posinf", "fill_seed": 3}, None),
+    ("row-independence", {"row": 2, "fill": "posinf", "fill_seed": 3}, "param 'row' = 2: expected an integer in [0, 1]"),
+    ("row-independence", {"row": 1, "fill": "lava", "fill_seed": 3}, "expected one of 'nan', 'posinf'"),
+    ("batch-invariance", {"shift": 1}, None),
+])
+def test_a_property_s_own_draws_round_trip_and_are_checked(tmp_path, prop, params, says):
+    """Invariance's transform and the mask properties' fill are names, not numbers: a failing case of
+    theirs replays; a param outside its kind is refused in one line."""
+    case = Case("rms_norm", {"x": torch.randn(2, 4), "weight": torch.ones(4)}, {"eps": 1e-5}, {}, params)
+    path = shlex.split(save_failure(plugin("rms_norm=normcert.impls.eager:rms_norm"), prop, case,
+                                    directory=str(tmp_path)))[-1]
+    if says is None:
+        assert load(path, "cpu")[1].params == params
+        return
+    with pytest.raises(ReplayError) as e:
+        load(path, "cpu")
+    assert says in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_zip_bomb_member_is_refused_before_it_is_inflated(tmp_path):

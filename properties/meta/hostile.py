@@ -11,6 +11,7 @@ writing around the view it is handed.
 from __future__ import annotations
 
 import threading
+import weakref
 
 import torch
 
@@ -220,3 +221,22 @@ def rms_3d_contiguous_only(x, weight, eps):
 
 
 rms_3d_contiguous_only.normcert_domain = "ranks=3 contiguous=all"
+
+
+# ------------------------------------------------------------------ kernel code outside the watchdog (item 8)
+class _BlockingMessage(RuntimeError):
+    def __str__(self):
+        threading.Event().wait()  # formatting the error never returns
+        return "never"
+
+
+def rms_error_message_blocks(x, weight, eps):
+    """Raises an exception whose ``__str__`` blocks for ever."""
+    raise _BlockingMessage()
+
+
+def rms_output_finalizer_blocks(x, weight, eps):
+    """Correct, but its output carries a finalizer that blocks for ever when the output is freed."""
+    y = _rms(x, weight, eps)
+    weakref.finalize(y, threading.Event().wait)
+    return y

@@ -96,6 +96,15 @@ def test_a_hanging_kernel_is_cut_once_then_fails_fast(session):
     assert len(calls) == before, "a hung kernel must not be called again"
 
 
+def test_an_error_whose_message_blocks_is_cut_by_the_watchdog(session):
+    """The kernel's exception is put into words in the worker thread, under the watchdog: a
+    ``__str__`` that never returns is a hang of the kernel's, not of the suite."""
+    session.kernel_timeout = 0.2
+    with pytest.raises(PropertyFailure, match="rms_error_message_blocks hung: no result after 1 s"):
+        _accuracy(session, hostile.rms_error_message_blocks)
+    assert session.results[-1].outcome == "fail"
+
+
 def test_a_slow_first_call_is_not_a_hang(session):
     """torch.compile and Triton compile at a kernel's first call: that call gets FIRST_CALL times
     the timeout, the later ones the timeout."""
