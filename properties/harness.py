@@ -574,7 +574,8 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
     the profile's; None: no random search), then over each (label, strategy) of ``buckets`` (one
     case each: the first one Hypothesis tries, not shrunk); record and raise on failure.  A
     non-gating run (a bitwise family without --bitwise) reports a failure as a warning and does
-    not shrink it: shrinking re-runs the kernel hundreds of times for a case that fails nothing."""
+    not shrink it: shrinking re-runs the kernel hundreds of times for a case that fails nothing;
+    nor is a case study's expected failure shrunk, outside ``--profile thorough``."""
     res = Result(impl.id, impl.op, impl.backend, prop, DTYPE_NAMES[dtype], "error")
     session.results.append(res)
     domain = impl.domain
@@ -588,6 +589,14 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
         raise PropertyFailure(f"{prop} fails for {impl.id} ({impl.backend}) in {res.dtype}: {res.message}")
     if not supported:  # the whole dtype refused: every case must be refused too
         check = _refuses(res.dtype)
+    # a failure is shrunk to a small case, at the price of re-running kernel and oracle hundreds of
+    # times; not where the failure decides nothing (a bitwise family without --bitwise) or is the
+    # expected verdict on a case study (most of the suite's time went to shrinking those), unless
+    # --profile thorough asks for their minimal cases
+    shrinks_not = ("a warning" if not gating else
+                   "a case study, expected to fail; --profile thorough shrinks it"
+                   if impl.expected_failure and session.profile != "thorough" else "")
+    shrinks = not shrinks_not
     worst = Worst()
     cover = Coverage()
     state = {}
@@ -635,7 +644,7 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
     t0 = time.perf_counter()
     try:
         if strategy is not None:
-            search(strategy, max_examples, **({} if gating else {"phases": _NO_SHRINK}))
+            search(strategy, max_examples, **({} if shrinks else {"phases": _NO_SHRINK}))
         for label, strat in buckets:
             # no shrinking: the bucket fixes the shape, and each step would re-run a large case
             search(strat, 1, label, phases=(Phase.generate,))
@@ -660,7 +669,8 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
         if gating or not failure:
             raise PropertyFailure(
                 f"{prop} fails for {impl.id} ({impl.backend}) in {DTYPE_NAMES[dtype]}: {res.message}\n"
-                f"  shrunk case: {res.worst_where}\n  replay: {res.replay}"
+                f"  {'shrunk case' if shrinks else 'first failing case (not shrunk: ' + shrinks_not + ')'}: "
+                f"{res.worst_where}\n  replay: {res.replay}"
             ) from None
     finally:
         res.seconds = time.perf_counter() - t0

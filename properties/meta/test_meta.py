@@ -156,6 +156,21 @@ def test_a_warning_is_not_shrunk(session):
     assert res.examples <= examples + 1, res.examples
 
 
+@pytest.mark.parametrize("profile, shrunk", [("ci", False), ("thorough", True)])
+def test_a_case_study_is_shrunk_only_under_the_thorough_profile(session, profile, shrunk):
+    """A case study's failure is its expected verdict: under ci the first failing case stands (and
+    says so), under thorough it is shrunk as any other failure."""
+    session.profile = profile
+    study = make("rms_norm", "study", "case-study", planted.rms_eps_outside_sqrt, expected_failure="planted",
+                 target="normcert.properties.meta.planted:rms_eps_outside_sqrt")
+    with pytest.raises(PropertyFailure) as e:
+        _run(session, BY_NAME["accuracy"], study, torch.float32, max_examples=12)
+    said = str(e.value)
+    assert ("shrunk case: " in said) == shrunk
+    assert ("first failing case (not shrunk: a case study, expected to fail; --profile thorough shrinks it)"
+            in said) == (not shrunk)
+
+
 @pytest.mark.parametrize("fn, killed", [(planted.rms_offsets_wrap_past_2_16, True), (planted.rms_llama_order, False)],
                          ids=["wraps past 2**16", "correct"])
 def test_large_family_at_a_cpu_scale(fn, killed, session):
