@@ -18,6 +18,8 @@ tolerance -- but with a fresh forward for every backward (``finite_differences``
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 import torch
@@ -28,6 +30,7 @@ from normcert.oracle import error_model, formats
 
 from .case import Case
 from .families import BY_NAME
+from .fitting import fit
 from .harness import (ContractViolation, NotSupported, Result, backward_gate, certify, invoke, kernel_code,
                       record_assessment)
 from .strategies import cases, cotangents, integer
@@ -88,7 +91,7 @@ def test_gradients(normcert_session, impl, dtype):
     certify(normcert_session, BY_NAME["gradients"], impl, dtype)
 
 
-def _gradcheck_case(op, device):
+def gradcheck_case(op, device):
     rec = oracle.OPS[op]
     args = rec.sample(torch.float64, device, rows=2, width=4)  # a row per output element: keep it small
     return Case(op, {k: args[k] for k in rec.tensors}, {k: args[k] for k in rec.scalars})
@@ -98,8 +101,28 @@ def _outputs(out) -> tuple:
     return out if isinstance(out, tuple) else (out,)
 
 
-def finite_differences(fn, leaves: list, h: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3) -> str:
-    """torch.autograd.gradcheck's test of ``fn`` at ``leaves`` (float64); '' or the worst mismatch.
+@dataclass
+class Mismatch:
+    """Where the backward and the finite differences disagree: d outputs[output].flat[out_elem] /
+    d leaves[input].flat[in_elem], as the backward gives it and as central differences do."""
+
+    output: int
+    out_elem: int
+    input: int
+    in_elem: int
+    backward: float
+    finite: float
+
+    def __str__(self) -> str:
+        return (f"d output[{self.output}][{self.out_elem}] / d input[{self.input}][{self.in_elem}]: backward gives "
+                f"{self.backward!r}, finite differences {self.finite!r}")
+
+
+GRADCHECK_ATOL, GRADCHECK_RTOL = 1e-5, 1e-3  # torch.autograd.gradcheck's defaults
+
+
+def finite_differences(fn, leaves: list, h: float = 1e-6) -> Mismatch | None:
+    """torch.autograd.gradcheck's test of ``fn`` at ``leaves`` (float64): None, or the worst mismatch.
 
     The analytical Jacobian J[i, j] = d out_i / d in_j is built one row at a time, each from a
     forward and a backward of its own: gradcheck backpropagates through one graph again and
@@ -135,19 +158,53 @@ def finite_differences(fn, leaves: list, h: float = 1e-6, atol: float = 1e-5, rt
                     shifted.append(torch.cat([o.reshape(-1) for o in _outputs(fn(*args))]))
                 columns.append((shifted[0] - shifted[1]) / (2 * h))
     numeric = torch.stack(columns, dim=1) if columns else torch.zeros_like(analytic)
-    excess = (analytic - numeric).abs() - (atol + rtol * numeric.abs())
+    excess = (analytic - numeric).abs() - (GRADCHECK_ATOL + GRADCHECK_RTOL * numeric.abs())
     if excess.numel() == 0 or not (excess > 0).any():
-        return ""
+        return None
     i, j = divmod(int(excess.argmax()), excess.shape[1])
-    return (f"d output[{i}] / d input[{j}]: backward gives {float(analytic[i, j])!r}, "
-            f"finite differences {float(numeric[i, j])!r}")
+    output, out_elem = _locate(i, [o.numel() for o in base])
+    leaf, in_elem = _locate(j, [t.numel() for t in leaves])
+    return Mismatch(output, out_elem, leaf, in_elem, float(analytic[i, j]), float(numeric[i, j]))
+
+
+def _locate(flat: int, sizes: list[int]) -> tuple[int, int]:
+    """(which tensor, which element) of position ``flat`` in the concatenation of tensors of ``sizes``."""
+    for k, n in enumerate(sizes):
+        if flat < n:
+            return k, flat
+        flat -= n
+    raise IndexError(flat)
+
+
+def which_side(case: Case, names: list[str], m: Mismatch) -> str:
+    """The mismatch in words, with the oracle's exact derivative and which of the two is off: the
+    backward, or the finite differences (a forward that moves in steps coarser than float64 --
+    computed in float32, say -- gives noisy differences while its backward may be right)."""
+    rec, args = case.record, case.oracle_args()
+    shape = rec.out_shape(tuple(case.main.shape))
+    cot = [torch.zeros(shape, dtype=torch.float64, device=case.main.device) for _ in rec.outputs]
+    cot[m.output].view(-1)[m.out_elem] = 1.0
+    exact = float(np.asarray(oracle.vjp(case.op, cot, **args)[names[m.input]]).reshape(-1)[m.in_elem])
+    tol = GRADCHECK_ATOL + GRADCHECK_RTOL * abs(exact)
+    off = [side for side, value in (("the backward", m.backward), ("the finite differences", m.finite))
+           if not abs(value - exact) <= tol]
+    text = (f"d {rec.outputs[m.output]}[{m.out_elem}] / d {names[m.input]}[{m.in_elem}]: backward gives "
+            f"{m.backward!r}, finite differences {m.finite!r}, exact {exact!r}")
+    if off == ["the finite differences"]:
+        return (text + ": the finite differences are off and the backward is right -- the forward moves in "
+                       "steps coarser than float64 (does it compute float64 in a lower precision?)")
+    return text + f": {' and '.join(off) or 'neither'} off by more than gradcheck's tolerance of the exact value"
 
 
 def test_gradcheck(normcert_session, impl):
     """gradcheck's test in float64 (``finite_differences``; skipped where float64 is not supported)."""
     session = normcert_session
+    if not impl.domain.admits_dtype("float64"):
+        session.results.append(Result(impl.id, impl.op, impl.backend, "gradcheck", "float64", "not-supported",
+                                      message=f"outside its declared domain ({impl.domain.describe()})"))
+        pytest.skip(f"not-supported: {impl.id}: float64 is outside its declared domain")
     backward_gate(session, BY_NAME["gradcheck"], impl, torch.float64)
-    case = _gradcheck_case(impl.op, session.device)
+    case = fit(gradcheck_case(impl.op, session.device), impl.domain)
     live, leaves = _leaves(case)
     names = list(leaves)
 
@@ -160,8 +217,9 @@ def test_gradcheck(normcert_session, impl):
     try:
         mismatch = kernel_code(session, impl, " (gradcheck)",
                                lambda: finite_differences(fn, [leaves[k] for k in names]), torch.float64)
-        ok = not mismatch
-        message = "" if ok else f"gradcheck fails for {impl.id} in float64 on {case.describe()}: {mismatch}"
+        ok = mismatch is None
+        message = "" if ok else (f"gradcheck fails for {impl.id} in float64 on {case.describe()}: "
+                                 f"{which_side(case, names, mismatch)}")
     except NotSupported:
         res.outcome = "not-supported"
         pytest.skip(f"{impl.id} does not support float64")

@@ -21,7 +21,8 @@ from normcert.properties.harness import PropertyFailure, certify
 from normcert.properties.session import Session
 from normcert.properties.test_accuracy import check_accuracy
 from normcert.properties.test_bitwise import check_determinism
-from normcert.properties.test_gradients import check_gradients, finite_differences, gradient_cases
+from normcert.properties.test_gradients import (gradcheck_case, check_gradients, finite_differences,
+                                                gradient_cases, which_side)
 
 from . import hostile
 
@@ -197,7 +198,32 @@ def test_gradcheck_gives_a_compiled_backward_a_fresh_graph_per_call():
     fresh = torch.compile(lambda x, w: hostile._rms(x, w, 1e-5), dynamic=True)
     gen = torch.Generator().manual_seed(0)
     x, w = torch.randn(4, 6, generator=gen, dtype=torch.float64), torch.randn(6, generator=gen, dtype=torch.float64)
-    assert finite_differences(fresh, [x, w]) == ""
+    assert finite_differences(fresh, [x, w]) is None
+
+
+class _ZeroBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight):
+        return hostile._rms(x, weight, 1e-5)
+
+    @staticmethod
+    def backward(ctx, g):
+        return torch.zeros_like(g), None
+
+
+@pytest.mark.parametrize("fn, says", [
+    (lambda x, w: hostile._rms(x.float(), w.float(), 1e-5).double(),
+     "the finite differences are off and the backward is right -- the forward moves in steps coarser than float64"),
+    (_ZeroBackward.apply, "the backward off by more than gradcheck's tolerance of the exact value"),
+], ids=["computes-in-float32", "zero-backward"])
+def test_gradcheck_says_which_side_is_off(fn, says):
+    """A kernel that takes float64 and computes in float32 has a right backward and noisy finite
+    differences; a zero backward is the backward's fault.  The oracle's exact derivative decides."""
+    case = gradcheck_case("rms_norm", "cpu")
+    names = list(case.record.grads_in(case.tensors))
+    mismatch = finite_differences(fn, [case.tensors[k] for k in names])
+    said = which_side(case, names, mismatch)
+    assert says in said and ", exact " in said, said
 
 
 def test_gradcheck_rejects_a_backward_that_is_not_the_derivative():
@@ -211,7 +237,7 @@ def test_gradcheck_rejects_a_backward_that_is_not_the_derivative():
             return 3 * g  # d(x^2)/dx is 2x
 
     x = torch.linspace(-1, 1, 6, dtype=torch.float64).reshape(2, 3)
-    assert "backward gives 3.0, finite differences" in finite_differences(Square.apply, [x])
+    assert "backward gives 3.0, finite differences" in str(finite_differences(Square.apply, [x]))
 
 
 def test_a_finished_call_leaves_no_reference_to_its_inputs(session):
