@@ -75,32 +75,32 @@ def _pytest_args(a) -> list[str]:
     args = ["--pyargs", "normcert.properties", "-p", "no:cacheprovider"]
     if a.command == "certify":
         for spec in a.impls:
-            args += ["--impl", spec]
-        args += ["--hypothesis-profile", a.profile, "--seed", str(a.seed)]
+            args += ["--normcert-impl", spec]
+        args += ["--hypothesis-profile", a.profile, "--normcert-seed", str(a.seed)]
         if a.certificate:
-            args += ["--certificate", a.certificate]
+            args += ["--normcert-certificate", a.certificate]
         if a.bitwise:
-            args.append("--bitwise")
+            args.append("--normcert-bitwise")
         if a.require_backward:
-            args.append("--require-backward")
+            args.append("--normcert-require-backward")
         if a.failures_dir:
-            args += ["--failures-dir", a.failures_dir]
+            args += ["--normcert-failures-dir", a.failures_dir]
         if a.kernel_timeout:
-            args += ["--kernel-timeout", a.kernel_timeout]
+            args += ["--normcert-kernel-timeout", a.kernel_timeout]
         if a.domain is not None:
-            args += ["--domain", a.domain]
+            args += ["--normcert-domain", a.domain]
         if a.workers:
             args += ["-n", a.workers]
         args += [f"--normcert-property={p}" for p in a.property] + [f"--normcert-dtype={d}" for d in a.dtype]
         args += a.pytest_args
     else:
-        args += ["--replay", a.file]
+        args += ["--normcert-replay", a.file]
         if a.impl:
-            args += ["--impl", a.impl]
+            args += ["--normcert-impl", a.impl]
         if a.kernel_timeout:
-            args += ["--kernel-timeout", a.kernel_timeout]
+            args += ["--normcert-kernel-timeout", a.kernel_timeout]
     if a.device:
-        args += ["--device", a.device]
+        args += ["--normcert-device", a.device]
     return args
 
 

@@ -48,32 +48,33 @@ import normcert
 SCHEMA = "normcert-certificate/4"
 
 
-def check_writable(path: str) -> None:
-    """Fail early, in one line, if the certificate (JSON, and .md beside it) cannot be written."""
+def check_writable(path: str, flag: str = "--certificate") -> None:
+    """Fail early, in one line naming the option ``flag``, if the certificate (JSON, and .md beside
+    it) cannot be written."""
     if path.lower().endswith(".md"):
-        raise pytest.UsageError(f"--certificate {path}: give the JSON path; the Markdown is written beside it as .md")
+        raise pytest.UsageError(f"{flag} {path}: give the JSON path; the Markdown is written beside it as .md")
     for target in (path, markdown_path(path)):
         if os.path.isdir(target):
-            raise pytest.UsageError(f"--certificate {path}: {target} is a folder, expected a file path")
+            raise pytest.UsageError(f"{flag} {path}: {target} is a folder, expected a file path")
         if os.path.lexists(target) and (os.path.islink(target) or not os.path.isfile(target)):
-            raise pytest.UsageError(f"--certificate {path}: {target} exists and is not a regular file "
+            raise pytest.UsageError(f"{flag} {path}: {target} exists and is not a regular file "
                                     f"(a link, FIFO or device): expected a regular file or a new path")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise pytest.UsageError(f"--certificate {path}: folder {folder} does not exist")
+        raise pytest.UsageError(f"{flag} {path}: folder {folder} does not exist")
     if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise pytest.UsageError(f"--certificate {path}: not writable")
+        raise pytest.UsageError(f"{flag} {path}: not writable")
 
 
-def check_failures_dir(path: str) -> None:
-    """--failures-dir must be a folder that exists and is writable, or can be created."""
+def check_failures_dir(path: str, flag: str = "--failures-dir") -> None:
+    """The failures folder (option ``flag``) must be a folder that exists and is writable, or can be created."""
     if os.path.exists(path) and not os.path.isdir(path):
-        raise pytest.UsageError(f"--failures-dir {path}: is a file, expected a folder")
+        raise pytest.UsageError(f"{flag} {path}: is a file, expected a folder")
     existing = os.path.abspath(path)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
-        raise pytest.UsageError(f"--failures-dir {path}: {existing} is not a writable folder")
+        raise pytest.UsageError(f"{flag} {path}: {existing} is not a writable folder")
 
 
 def markdown_path(path: str) -> str:

@@ -2,19 +2,22 @@
 
 It holds the options, the hooks that decide what each test runs on, the
 Hypothesis profiles, the collection of results and the certificate, so that
-``pytest --pyargs normcert.properties --impl OP=MODULE:ATTR`` works from any
-directory once normcert is installed:
+``pytest --pyargs normcert.properties --normcert-impl OP=MODULE:ATTR`` works
+from any directory once normcert is installed (every option carries the
+``normcert-`` prefix, so that an installed plugin claims no name another
+project's conftest may use, such as ``--device`` or ``--seed``; ``normcert
+certify`` takes the short forms):
 
-    --impl OP=MODULE:ATTR   certify these callables only (repeatable)
-    --domain SPEC           their declared domain (``impls.domain``), replacing a normcert_domain attribute
-    --device cpu|cuda       default: cuda when available
-    --seed N                global seed; each test's Hypothesis seed derives from it
-    --bitwise               make the bitwise properties gating
-    --certificate PATH      write PATH (JSON) and PATH with .md (Markdown)
-    --failures-dir DIR      where failing cases are saved (default failures/)
-    --replay FILE           re-run one saved failing case
-    --kernel-timeout S      a kernel call with no result after S seconds is hung (default 60)
-    --meta-seeds K          global seeds each correct planted variant is certified under
+    --normcert-impl OP=MODULE:ATTR   certify these callables only (repeatable)
+    --normcert-domain SPEC           their declared domain (``impls.domain``), replacing a normcert_domain attribute
+    --normcert-device cpu|cuda       default: cuda when available
+    --normcert-seed N                global seed; each test's Hypothesis seed derives from it
+    --normcert-bitwise               make the bitwise properties gating
+    --normcert-certificate PATH      write PATH (JSON) and PATH with .md (Markdown)
+    --normcert-failures-dir DIR      where failing cases are saved (default failures/)
+    --normcert-replay FILE           re-run one saved failing case
+    --normcert-kernel-timeout S      a kernel call with no result after S seconds is hung (default 60)
+    --normcert-meta-seeds K          global seeds each correct planted variant is certified under
     --normcert-property P   the run's declared scope: only these property families (repeatable)
     --normcert-dtype D      the run's declared scope: only these dtypes (repeatable)
     --hypothesis-profile dev|ci|thorough|large   (Hypothesis's own option; ci by default;
@@ -55,6 +58,12 @@ from normcert.properties.session import KERNEL_TIMEOUT
 PROFILES = {"dev": 4, "ci": 12, "thorough": 300, "large": 12}
 
 
+def flag(name: str) -> str:
+    """How the user gave option ``name``: ``--name`` to ``normcert certify`` / ``replay`` (which run
+    pytest with ``NORMCERT_RUN_RECORD`` set), ``--normcert-name`` to pytest: messages name that one."""
+    return f"--{name}" if os.environ.get(RUN_RECORD) else f"--normcert-{name}"
+
+
 def _register_profiles():
     """normcert's Hypothesis profiles, registered only in a run that collects normcert's tests:
     ``ci`` replaces Hypothesis's built-in profile of that name, which Hypothesis loads by itself
@@ -69,22 +78,22 @@ RUN_RECORD = "NORMCERT_RUN_RECORD"  # where the controller writes its verdict as
 
 def pytest_addoption(parser):
     g = parser.getgroup("normcert")
-    g.addoption("--impl", action="append", default=[], metavar="OP=MODULE:ATTR",
+    g.addoption("--normcert-impl", action="append", default=[], metavar="OP=MODULE:ATTR",
                 help="certify this callable for OP (repeatable); default: the whole registry")
-    g.addoption("--device", default=None, choices=("cpu", "cuda"), help="default: cuda when available")
-    g.addoption("--seed", type=int, default=0, help="global seed (per-test seeds derive from it)")
-    g.addoption("--bitwise", action="store_true", help="bitwise properties fail the run")
-    g.addoption("--require-backward", action="store_true",
+    g.addoption("--normcert-device", default=None, choices=("cpu", "cuda"), help="default: cuda when available")
+    g.addoption("--normcert-seed", type=int, default=0, help="global seed (per-test seeds derive from it)")
+    g.addoption("--normcert-bitwise", action="store_true", help="bitwise properties fail the run")
+    g.addoption("--normcert-require-backward", action="store_true",
                 help="a kernel whose outputs carry no grad_fn fails gradients and gradcheck (default: "
                      "not certified, forward only)")
-    g.addoption("--certificate", default=None, metavar="PATH", help="write a JSON certificate and a .md beside it")
-    g.addoption("--failures-dir", default="failures", metavar="DIR", help="where failing cases are saved")
-    g.addoption("--replay", default=None, metavar="FILE", help="re-run one saved failing case")
-    g.addoption("--kernel-timeout", type=float, default=KERNEL_TIMEOUT, metavar="SECONDS",
+    g.addoption("--normcert-certificate", default=None, metavar="PATH", help="write a JSON certificate and a .md beside it")
+    g.addoption("--normcert-failures-dir", default="failures", metavar="DIR", help="where failing cases are saved")
+    g.addoption("--normcert-replay", default=None, metavar="FILE", help="re-run one saved failing case")
+    g.addoption("--normcert-kernel-timeout", type=float, default=KERNEL_TIMEOUT, metavar="SECONDS",
                 help="a kernel call with no result after this long is marked hung and not called again")
-    g.addoption("--meta-seeds", type=int, default=1, help="global seeds each correct planted variant is certified under")
-    g.addoption("--domain", default=None, metavar="SPEC",
-                help="the declared domain of every --impl kernel, e.g. 'dtypes=float16,bfloat16 width_multiple=8' "
+    g.addoption("--normcert-meta-seeds", type=int, default=1, help="global seeds each correct planted variant is certified under")
+    g.addoption("--normcert-domain", default=None, metavar="SPEC",
+                help="the declared domain of every --normcert-impl kernel, e.g. 'dtypes=float16,bfloat16 width_multiple=8' "
                      "(replaces its normcert_domain attribute; keys in the README)")
     g.addoption("--normcert-property", action="append", default=[], metavar="NAME",
                 help="declare the run's scope: only these property families (repeatable, or comma-separated); "
@@ -151,7 +160,7 @@ def _targets_normcert(config) -> bool:
 @pytest.hookimpl(tryfirst=True)  # before Hypothesis's plugin loads the profile
 def pytest_configure(config):
     if not _targets_normcert(config):
-        used = [o for o in ("--impl", "--replay", "--certificate") if config.getoption(o)]
+        used = [o for o in ("--normcert-impl", "--normcert-replay", "--normcert-certificate") if config.getoption(o)]
         if used:
             raise pytest.UsageError(f"{used[0]} needs normcert's tests in the run: add --pyargs normcert.properties "
                                     f"(or use the normcert command)")
@@ -167,9 +176,9 @@ def pytest_configure(config):
 def _device(config) -> str:
     import torch  # noqa: PLC0415
 
-    asked = config.getoption("--device")
+    asked = config.getoption("--normcert-device")
     if asked == "cuda" and not torch.cuda.is_available():
-        raise pytest.UsageError("--device cuda: no CUDA device is available")
+        raise pytest.UsageError(f"{flag('device')} cuda: no CUDA device is available")
     return asked or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -211,8 +220,8 @@ def _replay_target(path: str, meta: dict, registry, plugins):
     op, _, target = named.partition("=")
     module, _, attr = target.partition(":")
     if op != meta["op"] or module not in REPLAYABLE or not attr.partition("@")[0].isidentifier():
-        raise pytest.UsageError(f"--replay {path}: the file names the kernel {named!r}, which is not in normcert's "
-                                f"registry; if you trust it, pass --impl {named}")
+        raise pytest.UsageError(f"{flag('replay')} {path}: the file names the kernel {named!r}, which is not in "
+                                f"normcert's registry; if you trust it, pass {flag('impl')} {named}")
     print(f"normcert replay: importing {target}, named by {path}")
     return impls.plugin(named)
 
@@ -230,21 +239,21 @@ class Suite:
         self.controller = not os.environ.get("PYTEST_XDIST_WORKER")
         from normcert.properties import certificate  # noqa: PLC0415 - no torch: usage errors come fast
 
-        certificate.check_failures_dir(config.getoption("--failures-dir"))
-        timeout = config.getoption("--kernel-timeout")
+        certificate.check_failures_dir(config.getoption("--normcert-failures-dir"), flag("failures-dir"))
+        timeout = config.getoption("--normcert-kernel-timeout")
         if not 0 < timeout < float("inf"):
-            raise pytest.UsageError(f"--kernel-timeout {timeout}: expected a finite number of seconds > 0")
+            raise pytest.UsageError(f"{flag('kernel-timeout')} {timeout}: expected a finite number of seconds > 0")
         # resolved now: a kernel that changes the working directory must not move the run's files
-        self.certificate = config.getoption("--certificate") and os.path.abspath(config.getoption("--certificate"))
+        self.certificate = config.getoption("--normcert-certificate") and os.path.abspath(config.getoption("--normcert-certificate"))
         if self.certificate:
-            certificate.check_writable(self.certificate)
+            certificate.check_writable(self.certificate, flag("certificate"))
         device = _device(config)
         impls.ensure_triton_mode(device)  # before anything imports triton
         from normcert.properties.session import Session  # noqa: PLC0415
 
-        self.session = Session(device=device, seed=config.getoption("--seed"), bitwise=config.getoption("--bitwise"),
-                               require_backward=config.getoption("--require-backward"),
-                               failures_dir=os.path.abspath(config.getoption("--failures-dir")),
+        self.session = Session(device=device, seed=config.getoption("--normcert-seed"), bitwise=config.getoption("--normcert-bitwise"),
+                               require_backward=config.getoption("--normcert-require-backward"),
+                               failures_dir=os.path.abspath(config.getoption("--normcert-failures-dir")),
                                kernel_timeout=timeout,
                                profile=config.getoption("hypothesis_profile", None) or "ci")
         self.session.beat()  # before any kernel's module is imported: an import that hangs stops the beat
@@ -260,15 +269,16 @@ class Suite:
 
         self.session.interpreter = interpreter.install() if interpreter.active() else None
         try:
-            plugins = [impls.plugin(s) for s in config.getoption("--impl")]
-            spec = config.getoption("--domain")
+            plugins = [impls.plugin(s) for s in config.getoption("--normcert-impl")]
+            spec = config.getoption("--normcert-domain")
             if spec is not None:
                 if not plugins:
-                    raise impls.UsageError("--domain declares the domain of the --impl kernels: give --impl too")
-                declared = impls.parse(spec)
+                    raise impls.UsageError(f"{flag('domain')} declares the domain of the {flag('impl')} kernels: "
+                                           f"give {flag('impl')} too")
+                declared = impls.parse(spec, where=flag("domain"))
                 plugins = [dataclasses.replace(i, domain=declared) for i in plugins]
             registry = impls.registry()
-            replay = config.getoption("--replay")
+            replay = config.getoption("--normcert-replay")
             if replay:
                 from normcert.properties import replay as rp  # noqa: PLC0415
 
@@ -284,7 +294,7 @@ class Suite:
         if config.getoption("hypothesis_seed", None) is None:
             # plain @given tests (the oracle's own) draw from --seed too; the
             # properties set a per-test seed of their own (Session.derive_seed)
-            hypothesis.core.global_force_seed = config.getoption("--seed")
+            hypothesis.core.global_force_seed = config.getoption("--normcert-seed")
 
     def pytest_generate_tests(self, metafunc):
         from normcert.oracle.formats import DTYPE_NAMES  # noqa: PLC0415
@@ -310,8 +320,8 @@ class Suite:
         """
         from normcert.properties.families import BY_TEST  # noqa: PLC0415
 
-        replaying = bool(config.getoption("--replay"))
-        plugged = bool(config.getoption("--impl"))
+        replaying = bool(config.getoption("--normcert-replay"))
+        plugged = bool(config.getoption("--normcert-impl"))
         properties, dtypes = self.scope["properties"], self.scope["dtypes"]
 
         def in_scope(item) -> bool:
@@ -394,10 +404,10 @@ class Suite:
         if bad:
             report.write_line("case studies expected to fail but passed every property: " + ", ".join(bad), red=True)
             session.exitstatus = 1
-        replaying = bool(session.config.getoption("--replay"))
+        replaying = bool(session.config.getoption("--normcert-replay"))
         missing = [] if replaying else self.not_run()
         # a certification run (kernels plugged in, or a certificate asked for) that left checks undone
-        certifying = not replaying and bool(session.config.getoption("--impl") or self.certificate)
+        certifying = not replaying and bool(session.config.getoption("--normcert-impl") or self.certificate)
         if missing and certifying:
             report.ensure_newline()
             report.write_line(f"normcert: not certified: {len(missing)} check(s) of the run's scope did not run, "

@@ -145,11 +145,12 @@ def test_bad_paths_are_refused(tmp_path, monkeypatch, option, value, says):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--impl", "rms_norm=boom:rms"], "importing module 'boom' raised SystemExit"),
-    (["--impl", GOOD, "--hypothesis-profile", "nope"], "unknown profile"),
-    (["--impl", GOOD, "--certificate", "folder"], "is a folder"),
-    (["--impl", GOOD, "--kernel-timeout", "inf"], "--kernel-timeout inf: expected a finite number of seconds > 0"),
-    (["--replay", "bad.npz"], "bad.npz: not a replay file"),
+    (["--normcert-impl", "rms_norm=boom:rms"], "importing module 'boom' raised SystemExit"),
+    (["--normcert-impl", GOOD, "--hypothesis-profile", "nope"], "unknown profile"),
+    (["--normcert-impl", GOOD, "--normcert-certificate", "folder"], "folder is a folder, expected a file path"),
+    (["--normcert-impl", GOOD, "--normcert-kernel-timeout", "inf"],
+     "--normcert-kernel-timeout inf: expected a finite number of seconds > 0"),
+    (["--normcert-replay", "bad.npz"], "bad.npz: not a replay file"),
 ])
 def test_bad_module_or_profile_is_a_usage_error(tmp_path, args, says):
     (tmp_path / "bad.npz").write_text("not an archive")

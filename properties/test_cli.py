@@ -57,7 +57,14 @@ def test_verdict_table():
 
 def test_plugin_is_inert_in_other_runs(tmp_path):
     # CI=true makes Hypothesis load its own built-in "ci" profile; normcert's profile of the same
-    # name must not replace it in somebody else's run (a CI run once caught exactly that)
+    # name must not replace it in somebody else's run (a CI run once caught exactly that).
+    # Their conftest claims the generic option names an ML project's conftest often does: the
+    # installed plugin claims none of them (its options carry the normcert- prefix).
+    (tmp_path / "conftest.py").write_text(
+        "def pytest_addoption(parser):\n"
+        "    for name in ('--device', '--seed', '--impl', '--certificate', '--replay', '--domain', '--bitwise',\n"
+        "                 '--kernel-timeout', '--failures-dir', '--require-backward', '--meta-seeds'):\n"
+        "        parser.addoption(name, default=None)\n")
     (tmp_path / "test_theirs.py").write_text(
         "import os\nfrom hypothesis import settings\n\n"
         "def test_untouched():\n"
@@ -71,6 +78,6 @@ def test_plugin_is_inert_in_other_runs(tmp_path):
         seen = [ln for ln in theirs.stdout.splitlines() if ln.startswith("PROFILE")]
         assert seen and seen == [ln for ln in alone.stdout.splitlines() if ln.startswith("PROFILE")]
         assert seen[0].split()[3] == "None"
-    misused = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--impl", "rms_norm=m:f"], tmp_path)
+    misused = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--normcert-impl", "rms_norm=m:f"], tmp_path)
     assert misused.returncode == 4
     assert "--pyargs normcert.properties" in misused.stderr

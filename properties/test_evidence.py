@@ -32,7 +32,7 @@ SCOPE = ["--profile", "dev", "--dtype", "float32"]
 def _certify(cwd, *args, env=()):
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_")) and k != "CI"}
     environ.update(HYPOTHESIS_STORAGE_DIRECTORY=str(cwd / ".hyp"), **dict(env))
-    return subprocess.run([sys.executable, "-m", "normcert", "certify", *args, "--certificate", "c.json"], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "normcert", "certify", "--certificate", "c.json", *args], cwd=cwd,
                           env=environ, capture_output=True, text=True, timeout=300)
 
 
@@ -82,8 +82,9 @@ def test_plain_pytest_with_a_selection_is_not_certified(tmp_path):
     """The same rule in a plain pytest run (the plugin's own end of run): -k leaves accuracy undone."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_")) and k != "CI"}
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "--pyargs", "normcert.properties",
-                        "--impl", GOOD, "--hypothesis-profile", "dev", "--normcert-dtype", "float32",
-                        "--normcert-property", "accuracy,contract", "-k", "contract", "--certificate", "c.json"],
+                        "--normcert-impl", GOOD, "--hypothesis-profile", "dev", "--normcert-dtype", "float32",
+                        "--normcert-property", "accuracy,contract", "-k", "contract", "--normcert-certificate",
+                        "c.json"],
                        cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=300)
     assert r.returncode == 1, _said(r)
     cert = _cert(tmp_path)

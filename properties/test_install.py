@@ -79,7 +79,8 @@ def test_wheel_certifies_a_kernel_from_the_users_folder(tmp_path):
     assert outcomes[("accuracy", "bfloat16")] == "pass" and set(outcomes.values()) <= {"pass", "warn"}
 
     wrong = _run(["-P", "-m", "pytest", "-q", "-x", "--pyargs", "normcert.properties",
-                  "--impl", "rms_norm=mykern:bad", "--failures-dir", str(tmp_path / "failures")], cwd=work, env=env)
+                  "--normcert-impl", "rms_norm=mykern:bad", "--normcert-failures-dir", str(tmp_path / "failures")],
+                 cwd=work, env=env)
     assert wrong.returncode == 1, wrong.stdout[-3000:] + wrong.stderr[-3000:]
     assert "fails for rms_norm:mykern:bad" in wrong.stdout
 

@@ -258,7 +258,7 @@ def test_replay_command_reproduces_without_hypothesis_database(tmp_path):
     bad = _run("-m", "normcert", "replay", path, storage=empty, cwd=elsewhere)
     assert bad.returncode == 1, bad.stdout[-2000:] + bad.stderr[-2000:]
     assert "accuracy still fails for rms_norm:normcert.properties.meta.planted:rms_eps_outside_sqrt" in bad.stdout
-    good = _run("-m", "pytest", "-q", "-p", "no:xdist", "--pyargs", "normcert.properties", "--replay", path,
-                "--impl", "rms_norm=normcert.impls.eager:rms_norm", storage=empty, cwd=elsewhere)
+    good = _run("-m", "pytest", "-q", "-p", "no:xdist", "--pyargs", "normcert.properties", "--normcert-replay", path,
+                "--normcert-impl", "rms_norm=normcert.impls.eager:rms_norm", storage=empty, cwd=elsewhere)
     assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
     assert not any(empty.rglob("*")), "replay must not read or write a Hypothesis database"

@@ -96,7 +96,7 @@ def test_bucket_bug_is_killed_on_every_seed(op, fn, families, session, request):
     scheduled cases alone kill it."""
     session.bitwise = True
     impl = _impl(op, fn)
-    _killed_on_every_seed(session, impl, families, request.config.getoption("--meta-seeds"))
+    _killed_on_every_seed(session, impl, families, request.config.getoption("--normcert-meta-seeds"))
     prop, message = _first_failure(session, impl, families, max_examples=1)
     assert prop is not None, f"{fn.__name__} survived {sorted(families)}'s scheduled cases"
     assert "bucket=" in message, message
@@ -110,7 +110,7 @@ def test_batch_size_bug_is_killed_on_every_seed(op, fn, families, session, reque
     the random search cut to one (the simplest) case, by the scheduled cases alone."""
     session.bitwise = True
     impl = _impl(op, fn)
-    _killed_on_every_seed(session, impl, families, request.config.getoption("--meta-seeds"))
+    _killed_on_every_seed(session, impl, families, request.config.getoption("--normcert-meta-seeds"))
     prop, message = _first_failure(session, impl, families, max_examples=1)
     assert prop is not None, f"{fn.__name__} survived {sorted(families)}'s scheduled cases"
     assert "bucket=" in message, message
@@ -223,11 +223,12 @@ def test_large_profile_rejects_int32_row_offsets_on_a_gpu(session, tmp_path):
     """The GPU check itself: a Triton RMSNorm whose row offset is int32 fails --profile large in
     bfloat16 (a subprocess: a wrapped offset may leave the CUDA context unusable)."""
     if session.device != "cuda":
-        pytest.skip("needs --device cuda (cases past 2**31 elements)")
+        pytest.skip("needs --normcert-device cuda (cases past 2**31 elements)")
     impl = "rms_norm=normcert.properties.meta.planted_triton:rms_norm_int32_offsets"
     out = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "normcert.properties.test_large", "-p",
-                          "no:xdist", "--impl", impl, "--hypothesis-profile", "large", "--device", "cuda",
-                          "--normcert-dtype", "bfloat16", "--failures-dir", str(tmp_path)],
+                          "no:xdist", "--normcert-impl", impl, "--hypothesis-profile", "large",
+                          "--normcert-device", "cuda", "--normcert-dtype", "bfloat16", "--normcert-failures-dir",
+                          str(tmp_path)],
                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 1 and "large fails for rms_norm:" in out.stdout, out.stdout[-3000:]
 
@@ -244,7 +245,7 @@ def test_large_profile_is_opt_in_and_says_why_it_skips_on_the_cpu():
 def test_correct_variant_is_certified(op, fn, session, request):
     impl = _impl(op, fn)
     base = session.seed
-    for k in range(request.config.getoption("--meta-seeds")):
+    for k in range(request.config.getoption("--normcert-meta-seeds")):
         session.seed = base + 1000 * k
         for family in CASE_CHECKS:
             # the bitwise pair is not a correctness claim; large is a GPU's (test_large_family_at_a_cpu_scale)
