@@ -544,7 +544,9 @@ class Coverage:
 
 
 def scheduled(session, family, impl, dtype) -> tuple:
-    """The family's buckets (``strategies.buckets``) for this kernel and dtype, spun by the run's seed."""
+    """The family's buckets (``strategies.buckets``) for this kernel and dtype, spun by the run's seed.
+    The "million" bucket (one call past 2**20 elements) is scheduled in one dtype of the kernel's
+    domain per run, rotating with the seed: a call that size costs seconds under Triton's interpreter."""
     from .strategies import buckets, large_buckets  # noqa: PLC0415
 
     if not family.buckets or not family.applies(oracle.OPS[impl.op]) or not impl.domain.admits_dtype(DTYPE_NAMES[dtype]):
@@ -553,7 +555,10 @@ def scheduled(session, family, impl, dtype) -> tuple:
     if family.profile == "large":
         return large_buckets(oracle.OPS[impl.op], spin)
     interpreted = "many" in family.buckets and runs_interpreted(session, impl, dtype)
-    return tuple(b for b in buckets(oracle.OPS[impl.op], spin, interpreted) if b.name in family.buckets)
+    admitted = [d for d in DTYPE_NAMES.values() if impl.domain.admits_dtype(d)]
+    million = admitted[session.derive_seed(impl.op, family.name, "million") % len(admitted)]
+    return tuple(b for b in buckets(oracle.OPS[impl.op], spin, interpreted) if b.name in family.buckets
+                 and (b.name != "million" or million == DTYPE_NAMES[dtype]))
 
 
 def run_family(session, family, impl, dtype, *, max_examples=None, gating=True) -> Result:

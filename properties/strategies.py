@@ -102,7 +102,10 @@ class Bucket:
         return text + (f" ({self.note})" if self.note else "")
 
 
-BUCKETS = ("long", "odd", "strided", "many", "qk")
+BUCKETS = ("long", "odd", "strided", "many", "qk", "million")
+MILLION = 1 << 20  # elements: "million" is one call past it (on CPU; --profile large goes past 2**31 on a GPU)
+MILLION_WIDTH = 4096  # its rows' x-width: 257 rows, 257 programs under Triton's interpreter
+MILLION_MIN_WIDTH = 1024  # ops capped below this (deep_norm's n x n sublayer) would need too many rows
 
 
 def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
@@ -114,6 +117,8 @@ def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
     many     MANY_ROWS rows of a small width
     qk       (headwise ops) QK_TOKENS x QK_HEADS x one of HEAD_DIMS, the k part of a fused QKV
              projection (layout "fused_qkv"): QK-norm as models call it
+    million  MILLION // w + 1 rows of x-width w = MILLION_WIDTH: one call past 2**20 elements (ops
+             whose max_width allows at least MILLION_MIN_WIDTH)
 
     Widths are capped at the op's ``max_width``; with ``interpreted`` (a kernel that runs
     under Triton's interpreter) "many" has MANY_ROWS_INTERPRETED rows."""
@@ -132,7 +137,17 @@ def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
     return (make("long", 1, LONG_WIDTH),
             make("odd", 3, ODD_WIDTHS[odd]),
             make("strided", 3, ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], layout="sliced"),
-            make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1])) + qk
+            make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1])) + qk \
+        + _million(rec, spin)
+
+
+def _million(rec, spin: int) -> tuple[Bucket, ...]:
+    x_width = min(MILLION_WIDTH, rec.max_width)
+    if x_width < MILLION_MIN_WIDTH:
+        return ()
+    rows = MILLION // x_width + 1
+    return (Bucket("million", rows, x_width // 2 if rec.halves else x_width, "contiguous", _mix(spin, "million"),
+                   f"{rows * x_width} elements"),)
 
 
 # ---------------------------------------------------------------- large (--profile large, a GPU)

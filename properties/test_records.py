@@ -107,6 +107,8 @@ def test_every_bucket_of_every_family_draws_its_shape(op):
             assert b.width <= rec.max_width
             if b.name == "strided":
                 assert x.stride(0) > x.shape[-1]
+            if b.name == "million":
+                assert x.numel() > 2 ** 20 and x.is_contiguous()
 
 
 def test_bucket_cases_differ_from_seed_to_seed():

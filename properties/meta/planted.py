@@ -208,6 +208,14 @@ def ln_rows_past_65535_unlaunched(x, weight, bias, eps):
     return y.reshape(x.shape)
 
 
+def rms_elements_past_2_20_unwritten(x, weight, eps):
+    """A flat element offset held in 20 bits (a packed index, a fixed-size workspace): every element
+    past 2**20 of the output keeps the buffer's zeros.  Right on every call of up to 2**20 elements."""
+    y = rms_formula(up(x), up(weight, x), eps).to(x.dtype).contiguous()
+    y.view(-1)[1 << 20:] = 0
+    return y
+
+
 def rms_heads_past_32_unlaunched(x, weight, eps):
     """QK-norm on a (tokens, heads, head_dim) view launched on a (tokens, 32) grid: heads past
     32 are never written and keep the output buffer's zeros."""
@@ -806,6 +814,7 @@ BUCKET_BUGS = [  # (op, kernel, the families that must kill it on every seed)
     ("rms_norm", rms_drops_partial_block, {"accuracy"}),
     ("layer_norm", ln_rows_past_65535_unlaunched, {"accuracy"}),
     ("rms_norm", rms_heads_past_32_unlaunched, {"accuracy"}),
+    ("rms_norm", rms_elements_past_2_20_unwritten, {"accuracy"}),
     ("rms_norm", rms_grad_ignores_tail_past_4096, {"gradients"}),
     ("layer_norm", ln_grad_rows_past_65535_unlaunched, {"gradients"}),
 ]
