@@ -425,7 +425,13 @@ class Suite:
                "scope": {k: v or "all" for k, v in self.scope.items()},
                "domains": {i.id: i.domain.describe() for i in self.session.impls}}
         if self.certificate:
-            certificate.write(self.certificate, self.session, self.results, session.config, run)
+            try:
+                certificate.write(self.certificate, self.session, self.results, session.config, run)
+            except OSError as e:  # its folder removed or made read-only mid-run (by the kernel, say)
+                report.write_line(f"normcert: not certified: the certificate {self.certificate} could not be "
+                                  f"written ({e.strerror or e})", red=True)
+                run["verdict"] = "not certified"
+                session.exitstatus = run["pytest_exit_status"] = 1
         record = os.environ.get(RUN_RECORD)
         if record:  # the last step: a parent reading no record knows the run never got here
             with open(record + ".tmp", "w") as f:

@@ -13,7 +13,8 @@
 * a kernel whose thread keeps the process alive after the run is ended, and the run says so; so is
   one stuck outside the watchdog (a finalizer on its output that blocks, a module import that
   blocks): its process stops beating and is ended, with an incomplete certificate;
-* a kernel that changes the working directory does not move the certificate;
+* a kernel that changes the working directory does not move the certificate; one that removes
+  the certificate's folder gets one line and exit status 1, not a traceback;
 * a declared domain (`--domain`) is what gets certified, and the verdict and certificate say so.
 """
 from __future__ import annotations
@@ -159,3 +160,18 @@ def test_a_process_stuck_outside_the_watchdog_is_ended(tmp_path, kernel):
     r = _certify(tmp_path, kernel, *SCOPE, "--property", "contract", "--kernel-timeout", "1")
     assert r.returncode == 1 and "made no progress for" in r.stderr and "ended by normcert" in r.stderr, _said(r)
     assert _cert(tmp_path)["verdict"] == "incomplete"
+
+
+def test_a_certificate_folder_removed_mid_run_is_one_line_and_not_certified(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "remover.py").write_text(
+        "import os, shutil\nfrom normcert.impls.eager import rms_norm\n\n"
+        "def rms(x, weight, eps):\n"
+        "    shutil.rmtree(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'out'), ignore_errors=True)\n"
+        "    return rms_norm(x, weight, eps)\n")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_")) and k != "CI"}
+    r = subprocess.run([sys.executable, "-m", "normcert", "certify", "--certificate", "out/c.json", "rms_norm=remover:rms",
+                        *SCOPE, "--property", "contract"], cwd=tmp_path, env=environ, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 1 and "could not be written (No such file or directory)" in r.stdout, _said(r)
+    assert "Traceback" not in _said(r) and "INTERNALERROR" not in _said(r)
