@@ -43,6 +43,7 @@ from normcert.oracle import error_model
 from normcert.oracle.formats import DTYPE_NAMES
 
 from .case import Case
+from .families import BY_NAME
 from .fitting import fit
 from .replay import save_failure
 from .session import FIRST_CALL
@@ -475,7 +476,9 @@ def accepts_weightless(session, impl, dtype) -> bool:
 def backward_gate(session, family, impl, dtype) -> None:
     """Before a family that checks the backward: a kernel registered without one skips; a
     kernel whose outputs carry no grad_fn is not certified by the family (forward only), and
-    fails it where it was registered with a backward or under --require-backward."""
+    fails it where it was registered with a backward or under --require-backward.  Forward-only
+    status, like support, is not decided by the op's sample alone: the gradients family's own
+    cases (the same seeds) must carry no grad_fn either (``_no_grad_fn``), else the kernel fails."""
     import pytest  # noqa: PLC0415
 
     if impl.backward is False:
@@ -485,17 +488,41 @@ def backward_gate(session, family, impl, dtype) -> None:
     by_convention = bool(impl.convention) and not (impl.backward or session.require_backward)
     if not by_convention and has_backward(session, impl, dtype):
         return
-    reason = (f"@{impl.convention} is an inference calling convention" if by_convention
-              else "its outputs carry no grad_fn")
-    res = Result(impl.id, impl.op, impl.backend, family.name, DTYPE_NAMES[dtype], "not-certified",
-                 message=f"forward only: {reason}, so its backward was not checked")
-    session.results.append(res)
     why = "registered with backward" if impl.backward else "--require-backward" if session.require_backward else ""
     if why:
-        res.outcome = "fail"
-        res.message = f"{why}, but its outputs carry no grad_fn"
+        res = Result(impl.id, impl.op, impl.backend, family.name, DTYPE_NAMES[dtype], "fail",
+                     message=f"{why}, but its outputs carry no grad_fn")
+        session.results.append(res)
         pytest.fail(f"{family.name} fails for {impl.id} in {res.dtype}: {res.message}", pytrace=False)
+    if by_convention:
+        reason = f"@{impl.convention} is an inference calling convention"
+        res = Result(impl.id, impl.op, impl.backend, family.name, DTYPE_NAMES[dtype], "not-certified")
+        session.results.append(res)
+    else:
+        reason = "its outputs carry no grad_fn"
+        gradients = BY_NAME["gradients"]
+        try:
+            res = run(session, family.name, impl, dtype, gradients.strategy(impl.op, dtype, session.device),
+                      _no_grad_fn)
+        except PropertyFailure as e:
+            pytest.fail(str(e), pytrace=False)
+        if res.outcome == "not-supported":
+            pytest.skip(f"not-supported: {impl.id} {res.message}")
+        res.outcome = "not-certified"
+    res.message = f"forward only: {reason}, so its backward was not checked"
     pytest.skip(f"not-certified (forward only): {impl.id}: {reason}; --require-backward makes this a failure")
+
+
+def _no_grad_fn(session, impl, case, worst):
+    """A forward-only kernel's outputs carry no grad_fn on this case either (inputs requiring grad)."""
+    live = case.replace(**{k: case.tensors[k].detach().clone().requires_grad_(True)
+                           for k in case.record.grads_in(case.tensors)})
+    with torch.enable_grad():
+        outs = invoke(session, impl, live)
+    carrying = [name for name, o in zip(case.record.outputs, outs) if o.grad_fn is not None]
+    if carrying:
+        raise PropertyFailure(f"{', '.join(carrying)} carries a grad_fn on this case but none on the op's sample "
+                              f"(2 rows): forward-only must hold on every case, or its backward goes unchecked")
 
 
 class Coverage:

@@ -240,3 +240,10 @@ def rms_output_finalizer_blocks(x, weight, eps):
     y = _rms(x, weight, eps)
     weakref.finalize(y, threading.Event().wait)
     return y
+
+
+def rms_detached_on_the_sample(x, weight, eps):
+    """Detaches its output on the 2x4 sample alone: forward-only where the gate looks, a backward
+    everywhere else (which would then go unchecked)."""
+    y = _rms(x, weight, eps)
+    return y.detach() if tuple(x.shape) == (2, 4) else y

@@ -4,7 +4,7 @@ A kernel whose outputs carry no grad_fn (every inference kernel) gets
 ``not-certified`` for gradients and gradcheck, in the certificate, the verdict
 table and the terminal summary, and the run passes; ``--require-backward`` (a
 training kernel) and a registration that promised a backward make it a failure;
-a grad_fn on some inputs and not on others is always one.
+a grad_fn on some inputs and not on others is always one, the op's 2x4 sample included.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from normcert.properties.families import BY_NAME
 from normcert.properties.harness import certify
 from normcert.properties.session import Session
 
-from . import planted
+from . import hostile, planted
 
 
 def _impl(fn, backward):
@@ -41,9 +41,22 @@ def test_a_plugged_forward_only_kernel_is_not_certified_and_does_not_fail(sessio
         certify(session, BY_NAME["gradients"], impl, torch.float32)
     with pytest.raises(pytest.skip.Exception, match=r"not-certified \(forward only\)"):
         test_gradients.test_gradcheck(session, impl)
-    assert [(r.prop, r.outcome, r.examples) for r in session.results] == \
-        [("gradients", "not-certified", 0), ("gradcheck", "not-certified", 0)]
-    assert all("forward only" in r.message for r in session.results)
+    # forward only on every case of the gradients family, not only on the op's sample
+    assert [(r.prop, r.outcome) for r in session.results] == \
+        [("gradients", "not-certified"), ("gradcheck", "not-certified")]
+    assert all("forward only" in r.message and r.examples > 0 for r in session.results)
+
+
+def test_a_kernel_forward_only_on_the_sample_alone_fails(session):
+    """A grad_fn everywhere but on the 2x4 sample the gate looks at: its backward would never be
+    checked; the gradients family's own cases show it."""
+    impl = make("rms_norm", "detached_on_the_sample", "plugin", hostile.rms_detached_on_the_sample,
+                target="normcert.properties.meta.hostile:rms_detached_on_the_sample", backward=None)
+    with pytest.raises(BaseException) as e:  # a skip ("not certified, forward only") must not pass for it
+        certify(session, BY_NAME["gradients"], impl, torch.float32)
+    assert isinstance(e.value, pytest.fail.Exception), e.value
+    assert "y carries a grad_fn on this case but none on the op's sample" in str(e.value)
+    assert session.results[-1].outcome == "fail"
 
 
 @pytest.mark.parametrize("require, backward, why", [(True, None, "--require-backward"),
