@@ -39,13 +39,24 @@ def same_as(op, name, t, x):
         _fail(op, name, f"of shape {tuple(x.shape)} (the shape of x)", tuple(t.shape))
 
 
+def finite_number(v) -> bool:
+    """Is ``v`` a real number (not a bool) with a finite float value?  An integer past float's
+    range (10**400) is not, and asking does not raise OverflowError."""
+    if isinstance(v, bool) or not isinstance(v, Real):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def positive(op, name, v):
-    if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(v) or v <= 0:
+    if not finite_number(v) or v <= 0:
         _fail(op, name, "a positive finite float", repr(v))
 
 
 def finite(op, name, v):
-    if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(v):
+    if not finite_number(v):
         _fail(op, name, "a finite float", repr(v))
 
 

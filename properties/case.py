@@ -48,6 +48,13 @@ class Case:
         parts += [f"{k}={v}" for k, v in self.notes.items()]
         return f"{self.op}(" + ", ".join(parts) + ")"
 
+    @classmethod
+    def sample(cls, op: str, dtype: torch.dtype, device="cpu", rows: int = 3, width: int = 6) -> "Case":
+        """The op record's small ordinary input (``Op.sample``) as a case."""
+        rec = OPS[op]
+        args = rec.sample(dtype, device, rows=rows, width=width)
+        return cls(op, {k: args[k] for k in rec.tensors}, {k: args[k] for k in rec.scalars})
+
     def with_identity(self) -> "Case":
         """The case with each optional weight or bias given as None replaced by its identity (ones
         in x.dtype, zeros): the same op, for a kernel that takes no None."""

@@ -20,6 +20,7 @@ from typing import Callable
 
 from normcert.oracle import OPS, Op
 from normcert.oracle.formats import DTYPE_NAMES
+from normcert.oracle.validate import finite_number
 
 from .strategies import BUCKETS, LARGE, REFILLS, transforms
 
@@ -56,7 +57,7 @@ class Param:
             allowed = self.choices(op)
             return None if isinstance(value, str) and value in allowed else \
                 f"expected one of {', '.join(map(repr, allowed))} for {op.name}"
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not finite_number(value):
             return "expected a finite number"
         if self.kind == "float":
             return None

@@ -58,7 +58,11 @@ class PropertyFailure(AssertionError):
 
 
 class NotSupported(Exception):
-    """The kernel raised NotImplementedError for this input."""
+    """The kernel raised NotImplementedError for this input; ``why``: its message."""
+
+    def __init__(self, message: str, why: str = ""):
+        super().__init__(message)
+        self.why = why
 
 
 # ------------------------------------------------------------------ invoking
@@ -208,7 +212,7 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
     if error is None:
         return box["value"]
     if issubclass(error, NotImplementedError):
-        raise NotSupported(f"{impl.id} refused this case: {box['text']}")
+        raise NotSupported(f"{impl.id} refused this case: {box['text']}", box["text"])
     if issubclass(error, KeyboardInterrupt):
         raise KeyboardInterrupt
     raise ContractViolation(f"{impl.id}{what} raised {error.__name__}: {box['text']}")
@@ -417,9 +421,7 @@ def on_sample(session, impl, dtype, *, grads=False, weightless=False):
     from normcert.impls import interpreter  # noqa: PLC0415
 
     rec = oracle.OPS[impl.op]
-    sample = rec.sample(dtype, session.device, rows=2, width=4)
-    case = fit(Case(impl.op, {k: sample[k] for k in rec.tensors}, {k: sample[k] for k in rec.scalars}), impl.domain)
-    args = case.oracle_args()
+    args = fit(Case.sample(impl.op, dtype, session.device, rows=2, width=4), impl.domain).oracle_args()
     if weightless:
         args.update({k: None for k in rec.optional})
     if grads:
@@ -608,12 +610,12 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
     non-gating run (a bitwise family without --bitwise) reports a failure as a warning and does
     not shrink it: shrinking re-runs the kernel hundreds of times for a case that fails nothing;
     nor is a case study's expected failure shrunk, outside ``--profile thorough``."""
+    outside = outside_domain(session, impl, prop, dtype)
+    if outside:
+        return outside
     res = Result(impl.id, impl.op, impl.backend, prop, DTYPE_NAMES[dtype], "error")
     session.results.append(res)
     domain = impl.domain
-    if not domain.admits_dtype(res.dtype):
-        res.outcome, res.message = "not-supported", f"outside its declared domain ({domain.describe()})"
-        return res
     supported = probe(session, impl, dtype)
     if not supported and domain.declared:
         res.outcome = "fail"
@@ -716,11 +718,21 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
     return res
 
 
+def outside_domain(session, impl, prop: str, dtype) -> Result | None:
+    """A ``not-supported`` result, recorded, where ``dtype`` is outside the kernel's declared domain
+    (the kernel is not called); None inside it."""
+    if impl.domain.admits_dtype(DTYPE_NAMES[dtype]):
+        return None
+    res = Result(impl.id, impl.op, impl.backend, prop, DTYPE_NAMES[dtype], "not-supported",
+                 message=f"outside its declared domain ({impl.domain.describe()})")
+    session.results.append(res)
+    return res
+
+
 def _refusal(domain, e: NotSupported) -> str:
-    why = str(e).split(" refused this case: ", 1)[-1]
     if domain.declared:
-        return f"refused a case inside its declared domain ({domain.describe()}): {why}"
-    return (f"refused a case of a dtype it accepts: {why}; a kernel that supports part of the op declares "
+        return f"refused a case inside its declared domain ({domain.describe()}): {e.why}"
+    return (f"refused a case of a dtype it accepts: {e.why}; a kernel that supports part of the op declares "
             f"its domain (normcert_domain on the kernel, or --domain), and is certified on it")
 
 

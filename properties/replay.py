@@ -13,7 +13,6 @@ their original strides (a sliced or transposed view stays one), on any device.
 from __future__ import annotations
 
 import json
-import math
 import os
 import platform
 import re
@@ -26,7 +25,9 @@ import torch
 from normcert import oracle
 from normcert.oracle.formats import BY_NAME, DTYPE_NAMES
 from normcert.oracle.record import APPROXIMATE
+from normcert.oracle.validate import finite_number
 
+from . import families
 from .families import CASE_CHECKS
 
 from .case import Case
@@ -170,7 +171,7 @@ def _check_meta(path: str, meta) -> None:
     names = [f.name for f in CASE_CHECKS]
     if meta.get("property") not in names:
         _fail(path, f"unknown property {meta.get('property')!r}, expected one of {', '.join(names)}")
-    family = CASE_CHECKS[names.index(meta["property"])]
+    family = families.BY_NAME[meta["property"]]
     if not family.applies(oracle.OPS[meta["op"]]):
         _fail(path, f"property {family.name!r} does not apply to {meta['op']}")
     if not isinstance(meta.get("impl"), str):
@@ -186,7 +187,7 @@ def _check_meta(path: str, meta) -> None:
         if kinds[k] == "approximate":
             if v not in APPROXIMATE:
                 _fail(path, f"{k} = {_short(v)}, expected one of {', '.join(map(repr, APPROXIMATE))}")
-        elif not _finite(v):
+        elif not finite_number(v):
             _fail(path, f"scalar {k!r} = {_short(v)}, expected a finite number")
         elif kinds[k] in ("eps", "scale") and not v > 0:
             _fail(path, f"{k} = {v!r}, expected {k} > 0")
@@ -202,15 +203,6 @@ def _check_meta(path: str, meta) -> None:
             _fail(path, f"tensor {k!r} is null, and {meta['op']} needs it")
 
 
-def _finite(v) -> bool:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
-    try:
-        return math.isfinite(float(v))
-    except OverflowError:  # an integer past float's range, e.g. 10**400
-        return False
-
-
 def _short(v) -> str:
     text = repr(v)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -224,7 +216,7 @@ def _check_case(path: str, meta: dict, case: Case) -> None:
         _fail(path, str(e))
     x = case.main
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    family = next(f for f in CASE_CHECKS if f.name == meta["property"])
+    family = families.BY_NAME[meta["property"]]
     for p in family.params:
         problem = p.problem(case.record, meta["params"][p.name], rows)
         if problem:

@@ -32,7 +32,7 @@ from .case import Case
 from .families import BY_NAME
 from .fitting import fit
 from .harness import (ContractViolation, NotSupported, Result, backward_gate, certify, invoke, kernel_code,
-                      record_assessment)
+                      outside_domain, record_assessment)
 from .strategies import cases, cotangents, integer
 
 
@@ -92,9 +92,7 @@ def test_gradients(normcert_session, impl, dtype):
 
 
 def gradcheck_case(op, device):
-    rec = oracle.OPS[op]
-    args = rec.sample(torch.float64, device, rows=2, width=4)  # a row per output element: keep it small
-    return Case(op, {k: args[k] for k in rec.tensors}, {k: args[k] for k in rec.scalars})
+    return Case.sample(op, torch.float64, device, rows=2, width=4)  # a row per output element: keep it small
 
 
 def _outputs(out) -> tuple:
@@ -199,10 +197,9 @@ def which_side(case: Case, names: list[str], m: Mismatch) -> str:
 def test_gradcheck(normcert_session, impl):
     """gradcheck's test in float64 (``finite_differences``; skipped where float64 is not supported)."""
     session = normcert_session
-    if not impl.domain.admits_dtype("float64"):
-        session.results.append(Result(impl.id, impl.op, impl.backend, "gradcheck", "float64", "not-supported",
-                                      message=f"outside its declared domain ({impl.domain.describe()})"))
-        pytest.skip(f"not-supported: {impl.id}: float64 is outside its declared domain")
+    outside = outside_domain(session, impl, "gradcheck", torch.float64)
+    if outside:
+        pytest.skip(f"not-supported: {impl.id} {outside.message}")
     backward_gate(session, BY_NAME["gradcheck"], impl, torch.float64)
     case = fit(gradcheck_case(impl.op, session.device), impl.domain)
     live, leaves = _leaves(case)

@@ -136,6 +136,8 @@ def _set_x_shape(shape):
     (_set("property", "padding"), "property 'padding' does not apply to deep_norm"),
     (_set("params", {}), "params [], expected ['cot_seed'] for property 'gradients'"),
     (_set("params.cot_seed", -1), "param 'cot_seed' = -1: expected an integer in [0, 4294967295]"),
+    (_set("params.cot_seed", 10 ** 400), "param 'cot_seed' = 1000000000000000000000000000000000000...: expected a "
+                                         "finite number"),
 ])
 def test_hostile_metadata_is_refused_before_anything_is_built(tmp_path, change, says):
     path = _saved(tmp_path)
