@@ -38,6 +38,7 @@ import torch
 from normcert import oracle
 from normcert.impls import eager
 from normcert.oracle.backends import MP_PREC
+from normcert.oracle.kinds import KINDS
 from normcert.oracle.mpmath_backend import MPExact
 from normcert.properties.certificate import cpu_name
 
@@ -121,7 +122,7 @@ def naive(op: str, a: dict, part: int):
     """The op's oracle maths on ``NaiveLoops``, on the first ``part`` rows (positions for batch_norm)."""
     rec, B = oracle.OPS[op], NaiveLoops()
     first = {arg.name: a[arg.name][:part] for arg in rec.args
-             if arg.kind in ("rows", "mask") and a.get(arg.name) is not None}
+             if KINDS[arg.kind].shape in ("rows", "leading") and a.get(arg.name) is not None}
     kw = oracle.arguments(rec, B, {**a, **first})
     with mpmath.workprec(MP_PREC), np.errstate(all="ignore"):
         return rec.forward(B, **kw)

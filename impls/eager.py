@@ -13,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from normcert.oracle.record import APPROXIMATE
+from normcert.oracle.kinds import APPROXIMATE
 from normcert.oracle.validate import one_of, positive
 
 from . import make

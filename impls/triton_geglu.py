@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from normcert.oracle.record import APPROXIMATE
+from normcert.oracle.kinds import APPROXIMATE
 from normcert.oracle.validate import one_of
 
 from . import make

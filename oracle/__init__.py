@@ -23,7 +23,8 @@ import torch
 from .backends import BACKENDS, MP_PREC
 from .formats import fmt, to_float64
 from .ops import OPS
-from .record import IDENTITY, TENSOR_KINDS, Op
+from .kinds import KINDS
+from .record import Op
 
 
 def _op(name) -> Op:
@@ -41,25 +42,13 @@ def _prepare(op: Op, path: str, args: dict):
 
 def arguments(op: Op, B, args: dict) -> dict:
     """``args`` (torch tensors and Python floats, by name) validated against ``op``'s signature
-    and converted to backend ``B``'s values: tensors exactly widened, the mask as numpy bools, an
-    optional weight or bias given as None as its identity (ones, zeros)."""
-    missing = [k for k in op.tensors + op.scalars if k not in args and k != op.mask]
+    and converted to backend ``B``'s values by their kinds (``kinds.Kind.convert``)."""
+    missing = [a.name for a in op.args if a.name not in args and not KINDS[a.kind].may_be_none]
     if missing:
         raise ValueError(f"{op.name}: missing argument(s) {', '.join(missing)}")
     op.check(args)
-    kw = {}
     n = args[op.main].shape[-1]
-    for a in op.args:
-        k, t = a.name, args.get(a.name)
-        if k == op.mask:
-            kw[k] = None if t is None else t.detach().cpu().numpy().astype(bool)
-        elif a.optional and t is None:
-            kw[k] = B.array(np.full(n, IDENTITY[a.kind]))
-        elif a.kind in TENSOR_KINDS:
-            kw[k] = B.array(to_float64(t))
-        else:
-            kw[k] = t if a.kind == "approximate" else float(t)
-    return kw
+    return {a.name: KINDS[a.kind].convert(B, args.get(a.name), n) for a in op.args}
 
 
 def _run(B, fn, *a, **kw):
@@ -111,7 +100,7 @@ def _resolve(rec: Op, args: dict, outs: list) -> None:
             near = np.isfinite(v) & (f.round(v - b) != f.round(v + b))
         rows = np.nonzero(near.reshape(-1, n).any(axis=1))[0] if n else []
         if len(rows):
-            sub = {a.name: _rows(args[a.name], rows) if a.kind == "rows" else args[a.name] for a in rec.args}
+            sub = {a.name: _rows(args[a.name], rows) if KINDS[a.kind].shape == "rows" else args[a.name] for a in rec.args}
             exact = forward(rec.name, path="mpmath", **sub)[k]
             flat = v.reshape(-1, n).copy()
             flat[rows] = exact.reshape(-1, n)

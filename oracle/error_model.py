@@ -83,7 +83,7 @@ import torch
 
 from . import geglu
 from .formats import compute_format, fmt, to_float64
-from .record import IDENTITY
+from .kinds import KINDS
 from .special import erfc
 
 ROUNDINGS = 2
@@ -220,7 +220,7 @@ def _f(t):
 def _vec(args, name):
     """A weight or bias as float64; None (a weightless call) is its identity, ones or zeros."""
     t = args[name]
-    return to_float64(t) if t is not None else np.full(args["x"].shape[-1], IDENTITY[name])
+    return to_float64(t) if t is not None else np.full(args["x"].shape[-1], KINDS[name].identity)
 
 
 def _wctx(args, name):

@@ -7,24 +7,11 @@ record names which apply), how a kernel is called, and its flags.  Every
 consumer (validation, strategies, probe, gradcheck, replay, benchmarks, the
 properties) loops over records and reads these fields; none of them names an op.
 
-Argument kinds (n is the main tensor's last dim, the normalised length):
-
-    rows     a tensor of the main tensor's shape and dtype; the op's first rows
-             argument is its *main* tensor (its dtype, device and rows define a case)
-    weight   a length-n vector in the main dtype or float32, drawn around 1
-    bias     a length-n vector in the main dtype or float32, drawn around 0
-    matrix   an n x n matrix in the main dtype (a sublayer's weight)
-    vector   a length-n vector in the main dtype or float32 (a sublayer's bias), drawn small
-    mask     a bool tensor of shape main.shape[:-1], or None: the valid positions
-    eps      a positive finite float
-    alpha    a finite float (DeepNorm's residual scale, (2N)^(1/4) for N layers)
-    approximate  GELU's form, one of APPROXIMATE: "none" (erf) or "tanh"
-    scale    a positive finite float: a static per-tensor quantisation scale (the output is
-             divided by it before it is rounded to its ``quantised`` format)
-
-An ``optional`` weight or bias may be passed as None (a weightless call, as vLLM, quack and
-Llama-4's QK-norm make it): it then means its kind's IDENTITY, a weight of ones or a bias of
-zeros, and gets no gradient.
+Argument kinds (``kinds.KINDS``: rows, weight, bias, matrix, vector, mask, eps, alpha,
+approximate, scale) are records too: how an argument is checked, sampled, drawn and given to the
+oracle is its kind's, in ``kinds`` alone.  An ``optional`` argument may be passed as None (a
+weightless call, as vLLM, quack and Llama-4's QK-norm make it): it then means its kind's identity,
+a weight of ones or a bias of zeros, and gets no gradient.
 """
 from __future__ import annotations
 
@@ -35,25 +22,20 @@ from typing import Callable
 import torch
 
 from . import validate as v
-
-TENSOR_KINDS = ("rows", "weight", "bias", "matrix", "vector", "mask")
-SCALAR_KINDS = ("eps", "alpha", "approximate", "scale")
-APPROXIMATE = ("none", "tanh")
-IDENTITY = {"weight": 1.0, "bias": 0.0}  # what an optional weight or bias passed as None means
+from .kinds import KINDS
 
 
 @dataclass(frozen=True)
 class Arg:
     name: str
-    kind: str
-    optional: bool = False  # may be None: the kind's IDENTITY (weight and bias only)
+    kind: str  # a name in ``kinds.KINDS``
+    optional: bool = False  # may be None: the kind's identity (a kind that has one)
 
     def __post_init__(self):
-        if self.kind not in TENSOR_KINDS + SCALAR_KINDS:
-            raise ValueError(f"Arg {self.name}: kind must be one of {', '.join(TENSOR_KINDS + SCALAR_KINDS)}, "
-                             f"got {self.kind!r}")
-        if self.optional and self.kind not in IDENTITY:
-            raise ValueError(f"Arg {self.name}: only a weight or bias may be optional, not a {self.kind}")
+        if self.kind not in KINDS:
+            raise ValueError(f"Arg {self.name}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.optional and KINDS[self.kind].identity is None:
+            raise ValueError(f"Arg {self.name}: a {self.kind} has no identity, so it cannot be optional")
 
 
 @dataclass(frozen=True)
@@ -126,11 +108,11 @@ class Op:
 
     @property
     def tensors(self) -> tuple[str, ...]:
-        return tuple(a.name for a in self.args if a.kind in TENSOR_KINDS)
+        return tuple(a.name for a in self.args if KINDS[a.kind].tensor)
 
     @property
     def scalars(self) -> tuple[str, ...]:
-        return tuple(a.name for a in self.args if a.kind in SCALAR_KINDS)
+        return tuple(a.name for a in self.args if not KINDS[a.kind].tensor)
 
     @property
     def row_inputs(self) -> tuple[str, ...]:
@@ -170,39 +152,20 @@ class Op:
         v.tensor(self.name, self.main, x)
         if self.halves:
             v.even_last_dim(self.name, x)
-        n = x.shape[-1]
         for a in self.args:
             t = args.get(a.name)
-            if a.name == self.main or (a.optional and t is None):
-                continue
-            if a.kind == "rows":
-                v.same_as(self.name, a.name, t, x)
-            elif a.kind in ("weight", "bias", "vector"):
-                v.vector(self.name, a.name, t, n, x.dtype)
-            elif a.kind == "matrix":
-                v.square(self.name, a.name, t, n, x.dtype)
-            elif a.kind == "mask":
-                v.mask(self.name, t, x)
-            elif a.kind in ("eps", "scale"):
-                v.positive(self.name, a.name, t)
-            elif a.kind == "approximate":
-                v.one_of(self.name, a.name, t, APPROXIMATE)
-            else:
-                v.finite(self.name, a.name, t)
+            if a.name != self.main and not (t is None and (a.optional or KINDS[a.kind].may_be_none)):
+                KINDS[a.kind].check(self.name, a.name, t, x)
 
     def sample(self, dtype: torch.dtype, device="cpu", rows: int = 3, width: int = 6, seed: int = 0) -> dict:
         """A small ordinary input, the same for every consumer that needs one (the dtype probe,
-        gradcheck, benchmarks): standard normal rows, weight 1 + N(0, 1/16), bias N(0, 1/16), a
-        sublayer scaled by 1/sqrt(n), no mask, eps = 1e-5, alpha = 2, approximate = "none", scale = 1/64.
+        gradcheck, benchmarks): each argument its kind's ``sample`` (``kinds``: standard normal
+        rows, weight 1 + N(0, 1/16), no mask, eps = 1e-5, ...), tensors in ``dtype`` on ``device``.
         ``width`` must be even for ``halves`` ops."""
         gen = torch.Generator().manual_seed(seed)
         normal = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
-        value = {"rows": lambda: normal(rows, width), "weight": lambda: 1 + normal(width) / 4,
-                 "bias": lambda: normal(width) / 4, "matrix": lambda: normal(width, width) / math.sqrt(width),
-                 "vector": lambda: normal(width) / 10, "mask": lambda: None, "eps": lambda: 1e-5,
-                 "alpha": lambda: 2.0, "approximate": lambda: "none", "scale": lambda: 1 / 64}
         out = {}
         for a in self.args:
-            val = value[a.kind]()
+            val = KINDS[a.kind].sample(normal, rows, width)
             out[a.name] = val.to(dtype).to(device) if isinstance(val, torch.Tensor) else val
         return out

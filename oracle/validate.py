@@ -15,7 +15,8 @@ from .formats import DTYPES
 
 
 def _fail(op, name, expected, got):
-    raise ValueError(f"{op}: {name} must be {expected}, got {got}")
+    got = str(got)
+    raise ValueError(f"{op}: {name} must be {expected}, got {got if len(got) <= 40 else got[:37] + '...'}")
 
 
 def tensor(op, name, t, dtypes=DTYPES, min_dim=1):

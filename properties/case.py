@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from normcert.oracle import OPS, Op
-from normcert.oracle.record import IDENTITY
+from normcert.oracle.kinds import KINDS
 
 
 @dataclass
@@ -59,7 +59,7 @@ class Case:
         """The case with each optional weight or bias given as None replaced by its identity (ones
         in x.dtype, zeros): the same op, for a kernel that takes no None."""
         x = self.main
-        filled = {a.name: torch.full((x.shape[-1],), IDENTITY[a.kind], dtype=x.dtype, device=x.device)
+        filled = {a.name: torch.full((x.shape[-1],), KINDS[a.kind].identity, dtype=x.dtype, device=x.device)
                   for a in self.record.args if a.optional and self.tensors.get(a.name) is None}
         if not filled:
             return self

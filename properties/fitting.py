@@ -23,18 +23,16 @@ from __future__ import annotations
 import torch
 
 from normcert.impls.domain import Domain
+from normcert.oracle.kinds import KINDS
 
 from .case import Case
-
-_WIDE = ("weight", "bias", "vector")  # length-n vectors
-_PARAMS = ("weight", "bias", "vector", "matrix")
 
 
 def fit(case: Case, domain: Domain) -> Case:
     if not domain.declared:
         return case
     rec = case.record
-    kinds = {a.name: a.kind for a in rec.args}
+    kinds = {a.name: KINDS[a.kind] for a in rec.args}
     t = dict(case.tensors)
     changed = []
     main = t[rec.main]
@@ -43,8 +41,9 @@ def fit(case: Case, domain: Domain) -> Case:
     k = domain.rank(r)
     if k != r:
         for name, kind in kinds.items():
-            if t.get(name) is not None and kind in ("rows", "mask"):
-                t[name] = _rerank(t[name], r - (kind == "mask"), k - (kind == "mask"))
+            if t.get(name) is not None and kind.shape in ("rows", "leading"):
+                lead = kind.shape == "leading"  # a mask: x's leading dims
+                t[name] = _rerank(t[name], r - lead, k - lead)
         changed.append(f"rank {r} -> {k}")
 
     n = main.shape[-1]
@@ -54,11 +53,11 @@ def fit(case: Case, domain: Domain) -> Case:
             v = t.get(name)
             if v is None:
                 continue
-            if kind == "rows":
+            if kind.shape == "rows":
                 t[name] = _relayout(_halves(v, n2) if rec.halves else _resize(v, -1, n2), v)
-            elif kind in _WIDE:
+            elif kind.shape == "vector":
                 t[name] = _relayout(_resize(v, -1, n2), v)
-            elif kind == "matrix":
+            elif kind.shape == "matrix":
                 t[name] = _relayout(_resize(_resize(v, -1, n2), -2, n2), v)
         changed.append(f"row length {n} -> {n2}")
 
@@ -71,7 +70,7 @@ def fit(case: Case, domain: Domain) -> Case:
 
     if domain.params is not None:
         want = case.dtype if domain.params == "same" else torch.float32
-        cast = [name for name, kind in kinds.items() if kind in _PARAMS and t.get(name) is not None
+        cast = [name for name, kind in kinds.items() if kind.parameter and t.get(name) is not None
                 and t[name].dtype != want]
         for name in cast:
             t[name] = t[name].to(want)

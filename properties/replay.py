@@ -24,8 +24,7 @@ import torch
 
 from normcert import oracle
 from normcert.oracle.formats import BY_NAME, DTYPE_NAMES
-from normcert.oracle.record import APPROXIMATE
-from normcert.oracle.validate import finite_number
+from normcert.oracle.kinds import KINDS
 
 from . import families
 from .families import CASE_CHECKS
@@ -182,22 +181,19 @@ def _check_meta(path: str, meta) -> None:
     rec = oracle.OPS[meta["op"]]
     if set(meta["scalars"]) != set(rec.scalars):
         _fail(path, f"scalars {sorted(meta['scalars'])}, expected {sorted(rec.scalars)} for {meta['op']}")
-    kinds = {a.name: a.kind for a in rec.args}
+    kinds = {a.name: KINDS[a.kind] for a in rec.args}
     for k, v in meta["scalars"].items():
-        if kinds[k] == "approximate":
-            if v not in APPROXIMATE:
-                _fail(path, f"{k} = {_short(v)}, expected one of {', '.join(map(repr, APPROXIMATE))}")
-        elif not finite_number(v):
-            _fail(path, f"scalar {k!r} = {_short(v)}, expected a finite number")
-        elif kinds[k] in ("eps", "scale") and not v > 0:
-            _fail(path, f"{k} = {v!r}, expected {k} > 0")
+        try:
+            kinds[k].check(meta["op"], k, v, None)
+        except ValueError as e:
+            _fail(path, str(e))
     wanted = {p.name for p in family.params}
     if set(meta["params"]) != wanted:
         _fail(path, f"params {sorted(meta['params'])}, expected {sorted(wanted)} for property {family.name!r}")
     expected = set(rec.tensors)
     if set(meta["tensors"]) != expected:
         _fail(path, f"tensors {sorted(meta['tensors'])}, expected {sorted(expected)} for {meta['op']}")
-    may_be_none = {a.name for a in rec.args if a.optional or a.kind == "mask"}
+    may_be_none = {a.name for a in rec.args if a.optional or kinds[a.name].may_be_none}
     for k, m in meta["tensors"].items():
         if m is None and k not in may_be_none:
             _fail(path, f"tensor {k!r} is null, and {meta['op']} needs it")

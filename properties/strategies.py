@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import torch
@@ -48,7 +49,7 @@ from hypothesis import strategies as st
 
 from normcert.oracle import OPS
 from normcert.oracle.formats import fmt
-from normcert.oracle.record import APPROXIMATE
+from normcert.oracle.kinds import KINDS
 
 from .case import Case
 
@@ -391,20 +392,20 @@ def tensors(draw, rng, dtype, shape, device, profiles=PROFILES, hostile=True, la
 
 
 @st.composite
-def vectors(draw, rng, n, x_dtype, device, kind="weight", bucket=None):
-    """weight (around 1) or bias (around 0), in x.dtype or float32."""
-    dtype = draw(choice([x_dtype, torch.float32], bucket, kind + "dtype"))
+def vectors(draw, rng, n, x_dtype, device, name, around, profiles, bucket=None):
+    """A length-n vector around ``around`` (a weight's 1, a bias's 0), in x.dtype or float32, by one of
+    ``profiles``: "ones" / "zeros" (``around`` itself), "normal" (around + N(0, 1)), "lattice"
+    (random bit patterns, exponents in [-3, 1]); contiguous or at stride 2.  ``name`` salts the spins."""
+    dtype = draw(choice([x_dtype, torch.float32], bucket, name + "dtype"))
     f = fmt(dtype)
-    profile = draw(choice(["ones", "normal", "lattice"] if kind == "weight" else ["zeros", "normal"], bucket, kind))
-    if profile == "ones":
-        v = np.ones(n)
-    elif profile == "zeros":
-        v = np.zeros(n)
+    profile = draw(choice(list(profiles), bucket, name))
+    if profile in ("ones", "zeros"):
+        v = np.full(n, around)
     elif profile == "normal":
-        v = f.round((1.0 if kind == "weight" else 0.0) + rng.standard_normal(n))
+        v = f.round(around + rng.standard_normal(n))
     else:
         v = lattice(rng, f, (n,), -3, 1)
-    strided = draw(st.booleans() if bucket is None else choice([False, True], bucket, kind + "strided"))
+    strided = draw(st.booleans() if bucket is None else choice([False, True], bucket, name + "strided"))
     if strided:
         buf = torch.zeros(2 * n, dtype=dtype, device=device)
         buf[::2] = torch.from_numpy(v).to(dtype)
@@ -451,6 +452,68 @@ def pad_values(x, mask, fill_kind, rng):
     return out
 
 
+@dataclass
+class Drawing:
+    """One case's draws, as an argument kind asks for them (``oracle.kinds.Kind.draw``): the
+    Hypothesis ``draw``, the case's numpy generator, its dtype, device and shape, the bucket whose
+    spins it follows, and the notes it writes.  ``tensors`` holds the tensors drawn so far, by name."""
+
+    draw: Callable
+    rng: np.random.Generator
+    dtype: torch.dtype
+    device: object
+    shape: tuple
+    bucket: Bucket | None
+    notes: dict
+    main: str
+    profiles: tuple
+    hostile: bool
+    layouts: tuple
+    padded: bool
+    tensors: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return self.shape[-1]
+
+    def rows(self, name: str) -> torch.Tensor:
+        """A tensor of the case's shape: a value profile, hostile rows, a layout (``tensors``)."""
+        return self.draw(tensors(self.rng, self.dtype, self.shape, self.device, profiles=self.profiles,
+                                 hostile=self.hostile, notes=self.notes, name=name, bucket=self.bucket,
+                                 layouts=self.layouts))
+
+    def vector(self, name: str, around: float, profiles: tuple[str, ...]) -> torch.Tensor:
+        return self.draw(vectors(self.rng, self.n, self.dtype, self.device, name, around, profiles, self.bucket))
+
+    def gaussian(self, shape: tuple, scale: float) -> torch.Tensor:
+        """N(0, scale**2) values rounded to the case's dtype."""
+        values = fmt(self.dtype).round(scale * self.rng.standard_normal(shape))
+        return torch.from_numpy(values).to(self.dtype).to(self.device)
+
+    def mask(self, name: str) -> torch.Tensor | None:
+        """A mask of the case's leading dims (``masks``); its padded positions of the main tensor
+        are overwritten (``pad_values``: NaN, huge, zeros, or kept) to prove they are never read."""
+        m, self.notes[name] = self.draw(masks(self.rng, self.shape[:-1], self.device, padded=self.padded,
+                                              bucket=self.bucket))
+        fill_kind = self.draw(choice(PAD_FILLS, self.bucket, "fill"))
+        if m is not None and fill_kind != "keep":
+            self.notes["padding"] = fill_kind
+            self.tensors[self.main] = pad_values(self.tensors[self.main], m, fill_kind, self.rng)
+        return m
+
+    def eps(self) -> float:
+        return self.draw(eps(self.bucket))
+
+    def quantisation_scale(self) -> float:
+        return self.draw(quantisation_scales(self.bucket))
+
+    def choose(self, xs, salt: str):
+        return self.draw(choice(xs, self.bucket, salt))
+
+    def note(self, name: str, text: str) -> None:
+        self.notes[name] = text
+
+
 @st.composite
 def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MAX_ELEMS, max_n=16384,
           min_rows=0, padded=False, bucket=None):
@@ -474,7 +537,6 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
     seed = draw(integer(0, 2 ** 32 - 1, bucket, "seed"))
     rng = np.random.default_rng(seed)
     notes = {"seed": str(seed)}
-    f = fmt(dtype)
     layouts = LAYOUTS
     qk = None
     if bucket is None and rec.headwise and draw(st.integers(0, 3)) == 3:  # a quarter of the cases
@@ -487,39 +549,16 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
     else:
         shape = bucket.shape(rec)
         notes["bucket"] = bucket.label
-    n = shape[-1]
-    t, scalars = {}, {}
+    d = Drawing(draw, rng, dtype, device, shape, bucket, notes, rec.main, profiles, hostile, layouts, padded)
+    scalars = {}
     for arg in rec.args:
-        kind = arg.kind
-        if kind == "rows":
-            t[arg.name] = draw(tensors(rng, dtype, shape, device, profiles=profiles, hostile=hostile, notes=notes,
-                                       name=arg.name, bucket=bucket, layouts=layouts))
-        elif kind in ("weight", "bias"):
-            if arg.optional and draw(choice([False, False, True], bucket, arg.name + " None")):
-                t[arg.name], notes[arg.name] = None, "None"  # a weightless call
-            else:
-                t[arg.name] = draw(vectors(rng, n, dtype, device, kind, bucket=bucket))
-        elif kind == "matrix":
-            t[arg.name] = torch.from_numpy(f.round(rng.standard_normal((n, n)) / math.sqrt(n))).to(dtype).to(device)
-        elif kind == "vector":
-            t[arg.name] = torch.from_numpy(f.round(0.1 * rng.standard_normal(n))).to(dtype).to(device)
-        elif kind == "mask":
-            t[arg.name], notes[arg.name] = draw(masks(rng, shape[:-1], device, padded=padded, bucket=bucket))
-            fill_kind = draw(choice(PAD_FILLS, bucket, "fill"))
-            if t[arg.name] is not None and fill_kind != "keep":
-                notes["padding"] = fill_kind
-                t[rec.main] = pad_values(t[rec.main], t[arg.name], fill_kind, rng)
-        elif kind == "eps":
-            scalars[arg.name] = draw(eps(bucket))
-        elif kind == "approximate":
-            scalars[arg.name] = draw(choice(APPROXIMATE, bucket, "approximate"))
-        elif kind == "scale":
-            scalars[arg.name] = draw(quantisation_scales(bucket))
-        else:  # alpha
-            n_layers = draw(choice([1, 6, 12, 24, 100], bucket, "alpha"))
-            scalars[arg.name] = float((2 * n_layers) ** 0.25)
-            notes[arg.name] = f"(2N)^1/4, N={n_layers}"
-    return Case(op, t, scalars, notes)
+        kind = KINDS[arg.kind]
+        value = kind.draw(d, arg)
+        if kind.tensor:
+            d.tensors[arg.name] = value
+        else:
+            scalars[arg.name] = value
+    return Case(op, d.tensors, scalars, notes)
 
 
 def cotangents(rng, shapes_dtypes, device):

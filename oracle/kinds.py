@@ -1,0 +1,154 @@
+"""Argument kinds: one record per kind of argument an op takes.
+
+An op's signature (``record.Op.args``) names each argument's kind; everything the suite does
+with an argument it does through its ``Kind``, here and nowhere else:
+
+    check     is a value acceptable?  ``check(op, name, value, main)`` raises ValueError naming
+              the op and the argument (``validate``); the oracle, the replay loader and every
+              kernel call's case go through it
+    sample    the small ordinary value every consumer that needs one uses (the dtype probe,
+              gradcheck, benchmarks): ``sample(normal, rows, width)``, ``normal(*shape)`` being
+              standard normal float64
+    draw      the Hypothesis draw: ``draw(d, arg)`` on the strategy module's ``Drawing`` ``d``,
+              which owns the randomness (one numpy generator per case, the bucket's spins) and
+              the value profiles; the kind says what to ask it for
+    convert   the oracle's value on backend B: tensors exactly widened, the mask as numpy bools,
+              scalars as Python floats (GELU's form as its name)
+    identity  what an ``optional`` argument given as None means (a weight of ones, a bias of
+              zeros); None: the kind may not be optional
+    shape     how the value's shape follows the main tensor x (n = x.shape[-1]):
+              "rows" x.shape; "leading" x.shape[:-1]; "vector" (n,); "matrix" (n, n);
+              None: a scalar.  ``properties.fitting`` reshapes by it; "vector" and "matrix"
+              tensors are the op's *parameters* (a domain's ``params=`` casts them)
+    may_be_none  None is a value of the kind (a mask: every position valid)
+
+The kinds (the first "rows" argument of an op is its *main* tensor: its dtype, device and rows
+define a case):
+
+    rows     a tensor of the main tensor's shape and dtype
+    weight   a length-n vector in the main dtype or float32, drawn around 1
+    bias     a length-n vector in the main dtype or float32, drawn around 0
+    matrix   an n x n matrix in the main dtype (a sublayer's weight), scaled by 1/sqrt(n)
+    vector   a length-n vector in the main dtype or float32 (a sublayer's bias), drawn small
+    mask     a bool tensor of shape x.shape[:-1], or None: the valid positions
+    eps      a positive finite float
+    alpha    a finite float (DeepNorm's residual scale, (2N)^(1/4) for N layers)
+    approximate  GELU's form, one of APPROXIMATE: "none" (erf) or "tanh"
+    scale    a positive finite float: a static per-tensor quantisation scale (the output is
+             divided by it before it is rounded to its quantised format)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+
+from . import validate as v
+from .formats import to_float64
+
+APPROXIMATE = ("none", "tanh")
+LAYERS = (1, 6, 12, 24, 100)  # DeepNorm depths drawn: alpha = (2N)^(1/4)
+
+
+class Drawing(Protocol):
+    """What a kind's ``draw`` may ask of the strategy module (``properties.strategies.Drawing``)."""
+
+    n: int  # the main tensor's last dim
+
+    def rows(self, name: str): ...  # a tensor of the case's shape, by value profile
+    def vector(self, name: str, around: float, profiles: tuple[str, ...]): ...  # length n
+    def gaussian(self, shape: tuple, scale: float): ...  # N(0, scale^2), rounded to the case's dtype
+    def mask(self, name: str): ...  # a mask (or None), padded positions of x overwritten
+    def eps(self) -> float: ...
+    def quantisation_scale(self) -> float: ...
+    def choose(self, xs, salt: str): ...  # one of xs
+    def note(self, name: str, text: str) -> None: ...  # what the case's notes say of the draw
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    check: Callable[[str, str, object, object], None]
+    sample: Callable[[Callable, int, int], object]
+    draw: Callable[[Drawing, object], object]
+    shape: str | None
+    identity: float | None = None
+    may_be_none: bool = False
+
+    def __post_init__(self):
+        if self.shape not in (None, "rows", "leading", "vector", "matrix"):
+            raise ValueError(f"Kind {self.name}: shape must be rows, leading, vector, matrix or None, "
+                             f"got {self.shape!r}")
+
+    @property
+    def tensor(self) -> bool:
+        return self.shape is not None
+
+    @property
+    def parameter(self) -> bool:
+        """A length-n or n x n tensor the op is parametrised by (not one of x's rows)."""
+        return self.shape in ("vector", "matrix")
+
+    def convert(self, B, value, n: int):
+        """``value`` as backend B's argument; an optional one given as None is its identity."""
+        if value is None and self.identity is not None:
+            return B.array(np.full(n, self.identity))
+        if self.shape == "leading":
+            return None if value is None else value.detach().cpu().numpy().astype(bool)
+        if self.tensor:
+            return B.array(to_float64(value))
+        return value if isinstance(value, str) else float(value)
+
+
+def _vector_kind(name: str, identity: float, spread: float, profiles: tuple[str, ...]) -> Kind:
+    """weight / bias: length n, ``identity`` when None, drawn around it."""
+    def draw(d, arg):
+        if arg.optional and d.choose([False, False, True], arg.name + " None"):
+            d.note(arg.name, "None")  # a weightless call
+            return None
+        return d.vector(name, identity, profiles)
+    return Kind(name, check=lambda op, arg_name, t, x: v.vector(op, arg_name, t, x.shape[-1], x.dtype),
+                sample=lambda normal, rows, width: identity + normal(width) * spread, draw=draw, shape="vector",
+                identity=identity)
+
+
+def _alpha(d, arg) -> float:
+    layers = d.choose(list(LAYERS), "alpha")
+    d.note(arg.name, f"(2N)^1/4, N={layers}")
+    return float((2 * layers) ** 0.25)
+
+
+def _scalar_check(check: Callable) -> Callable:
+    return lambda op, name, value, x: check(op, name, value)
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("rows", check=lambda op, name, t, x: v.same_as(op, name, t, x),
+         sample=lambda normal, rows, width: normal(rows, width),
+         draw=lambda d, arg: d.rows(arg.name), shape="rows"),
+    _vector_kind("weight", 1.0, 1 / 4, ("ones", "normal", "lattice")),
+    _vector_kind("bias", 0.0, 1 / 4, ("zeros", "normal")),
+    Kind("matrix", check=lambda op, name, t, x: v.square(op, name, t, x.shape[-1], x.dtype),
+         sample=lambda normal, rows, width: normal(width, width) / math.sqrt(width),
+         draw=lambda d, arg: d.gaussian((d.n, d.n), 1 / math.sqrt(d.n)), shape="matrix"),
+    Kind("vector", check=lambda op, name, t, x: v.vector(op, name, t, x.shape[-1], x.dtype),
+         sample=lambda normal, rows, width: normal(width) / 10,
+         draw=lambda d, arg: d.gaussian((d.n,), 0.1), shape="vector"),
+    Kind("mask", check=lambda op, name, t, x: v.mask(op, t, x),
+         sample=lambda normal, rows, width: None,
+         draw=lambda d, arg: d.mask(arg.name), shape="leading", may_be_none=True),
+    Kind("eps", check=_scalar_check(v.positive),
+         sample=lambda normal, rows, width: 1e-5,
+         draw=lambda d, arg: d.eps(), shape=None),
+    Kind("alpha", check=_scalar_check(v.finite),
+         sample=lambda normal, rows, width: 2.0,
+         draw=_alpha, shape=None),
+    Kind("approximate", check=lambda op, name, value, x: v.one_of(op, name, value, APPROXIMATE),
+         sample=lambda normal, rows, width: "none",
+         draw=lambda d, arg: d.choose(APPROXIMATE, "approximate"), shape=None),
+    Kind("scale", check=_scalar_check(v.positive),
+         sample=lambda normal, rows, width: 1 / 64,
+         draw=lambda d, arg: d.quantisation_scale(), shape=None),
+)}
