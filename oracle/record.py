@@ -53,7 +53,6 @@ class Op:
     call:        ``call(kernel, args) -> outputs``: how a kernel is called, args by name
     rowwise:     output row r depends on input row r only
     scale_invariant: y(c x, c^2 eps) = y(x, eps);  shift_invariant: y(x + d) = y(x)
-    elementwise: each output element depends on the input elements at its own position only
     halves:      the main tensor's last dim is [gate | up]: even, outputs n/2 wide
     max_width, max_rank: the largest cases drawn (the oracle's cost, e.g. an n x n sublayer per row)
     rounded:     outputs defined as the exact value rounded (nearest even) to the main dtype
@@ -82,7 +81,6 @@ class Op:
     rowwise: bool
     scale_invariant: bool = False
     shift_invariant: bool = False
-    elementwise: bool = False
     halves: bool = False
     max_width: int = 16384
     max_rank: int = 4
