@@ -62,9 +62,11 @@ def check(convention: str, op) -> None:
         if op.halves or len(op.outputs) > len(rows):
             raise ValueError(f"@inplace: {op.name}'s outputs ({', '.join(op.outputs)}) do not each have an input "
                              f"of their own shape to be written into")
-        if op.quantised:
-            raise ValueError(f"@inplace: {op.name}'s {', '.join(name for name, _ in op.quantised)} has a dtype of its own "
-                             f"(float8_e4m3fn), not its input's: use @out or @outkw")
+        own = [o for o in op.outs if o.dtype is not None]
+        if own:
+            raise ValueError(f"@inplace: {op.name}'s {', '.join(o.name for o in own)} has a dtype of its own "
+                             f"({', '.join(str(o.dtype).replace('torch.', '') for o in own)}), not its input's: "
+                             f"use @out or @outkw")
 
 
 def poisoned(shape, dtype, device) -> torch.Tensor:

@@ -10,7 +10,7 @@ rounded inputs the kernel saw, by one of two paths (``oracle.backends``):
 ``deep_norm`` the affine sublayer is given as ``sub_weight``/``sub_bias``).
 Results are the exact values rounded once to float64, *not* rounded to the
 kernel's dtype: the error model measures against the exact value.  A quantised
-output (``record.Op.quantised``) is also exact *for its rounding*: rounding it
+output (``record.Out.quantised``) is also exact *for its rounding*: rounding it
 to its format gives the exactly rounded value (``_resolve``).
 The maths of each op is in the docstring of its module.
 """

@@ -39,11 +39,36 @@ class Arg:
 
 
 @dataclass(frozen=True)
+class Out:
+    """One output of an op and its traits.
+
+    dtype:      its dtype whatever the main dtype (None: the main dtype)
+    rounded:    defined as the exact value rounded (nearest even) to its dtype: checked bit for bit
+    quantised:  an output of a fixed narrow ``dtype`` (float8_e4m3fn): the exact value v rounded once
+                to it (nearest even, saturating: ``formats``).  The oracle gives v; the forward bound
+                B is on the kernel's value *before* that last rounding, and a kernel's output must
+                lie in [RNE(v - B), RNE(v + B)]: one of the two neighbours of v where B reaches past
+                a midpoint, bit-exact elsewhere (``error_model.assess``)
+    """
+
+    name: str
+    dtype: torch.dtype | None = None
+    rounded: bool = False
+    quantised: bool = False
+
+    def __post_init__(self):
+        if self.quantised and self.dtype is None:
+            raise ValueError(f"Out {self.name}: a quantised output names the dtype it is quantised to")
+        if self.quantised and self.rounded:
+            raise ValueError(f"Out {self.name}: quantised (to the step) or rounded (bit for bit), not both")
+
+
+@dataclass(frozen=True)
 class Op:
     """One op.
 
     args:        the oracle's arguments in call order, tensors then scalars
-    outputs:     output names, in the order the kernel returns them
+    outs:        the outputs (``Out``: name and traits), in the order the kernel returns them
     grads:       the arguments that get a gradient (none: an inference-only op, no backward)
     forward:     oracle forward, ``forward(B, **args) -> outputs`` on backend B
     vjp:         oracle VJP, ``vjp(B, cotangents, **args) -> {arg: gradient}`` (None without grads)
@@ -55,13 +80,6 @@ class Op:
     scale_invariant: y(c x, c^2 eps) = y(x, eps);  shift_invariant: y(x + d) = y(x)
     halves:      the main tensor's last dim is [gate | up]: even, outputs n/2 wide
     max_width, max_rank: the largest cases drawn (the oracle's cost, e.g. an n x n sublayer per row)
-    rounded:     outputs defined as the exact value rounded (nearest even) to the main dtype
-    quantised:   outputs of a fixed narrow dtype (float8_e4m3fn), whatever the main dtype: the
-                 exact value v rounded once to it (nearest even, saturating: ``formats``).  The
-                 oracle gives v; the forward bound B is on the kernel's value *before* that last
-                 rounding, and a kernel's output must lie in [RNE(v - B), RNE(v + B)]: one of the
-                 two neighbours of v where B reaches past a midpoint, bit-exact elsewhere
-                 (``error_model.assess``).  Other outputs have the main dtype.
     unfused:     the op this one fuses with the residual add: ``self(x, residual, ...)`` is
                  ``(unfused(x + residual, ...), residual_out = x + residual)``
     headwise:    models also apply it per attention head (QK-norm): over the last dim of a
@@ -71,7 +89,7 @@ class Op:
 
     name: str
     args: tuple[Arg, ...]
-    outputs: tuple[str, ...]
+    outs: tuple[Out, ...]
     grads: tuple[str, ...]
     forward: Callable
     vjp: Callable | None
@@ -84,11 +102,9 @@ class Op:
     halves: bool = False
     max_width: int = 16384
     max_rank: int = 4
-    rounded: tuple[str, ...] = ()
     unfused: str | None = None
     headwise: bool = False
     indeterminate: Callable | None = None
-    quantised: tuple[tuple[str, torch.dtype], ...] = ()  # (output, its dtype) pairs
 
     def __post_init__(self):
         if bool(self.grads) != (self.vjp is not None) or bool(self.grads) != (self.grad_bound is not None):
@@ -96,13 +112,28 @@ class Op:
         if self.quantised and not self.rowwise:
             raise ValueError(f"Op {self.name}: a quantised output's oracle resolves rows one at a time; rowwise only")
 
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The output names, in the order the kernel returns them."""
+        return tuple(o.name for o in self.outs)
+
+    @property
+    def rounded(self) -> tuple[str, ...]:
+        """The outputs checked bit for bit (``Out.rounded``)."""
+        return tuple(o.name for o in self.outs if o.rounded)
+
+    @property
+    def quantised(self) -> tuple[str, ...]:
+        """The outputs quantised to a narrow dtype of their own (``Out.quantised``)."""
+        return tuple(o.name for o in self.outs if o.quantised)
+
     def quantised_dtype(self, name: str) -> torch.dtype | None:
-        """The fixed dtype output ``name`` is quantised to, or None (it has the main dtype)."""
-        return dict(self.quantised).get(name)
+        """The fixed dtype output ``name`` is quantised to, or None (it is not quantised)."""
+        return next((o.dtype for o in self.outs if o.name == name and o.quantised), None)
 
     def out_dtype(self, name: str, dtype: torch.dtype) -> torch.dtype:
         """The dtype of output ``name`` for main dtype ``dtype``."""
-        return self.quantised_dtype(name) or dtype
+        return next(o.dtype or dtype for o in self.outs if o.name == name)
 
     @property
     def tensors(self) -> tuple[str, ...]:
