@@ -1,12 +1,12 @@
 """The suite's teeth: planted bugs must be rejected, correct variants certified.
 
-* every kernel in ``planted.BUGS`` fails at least one property of the families
+* every kernel declared ``@bug`` (``planted``, ``expect``) fails at least one property of the families
   listed beside it, with a message naming the property, dtype and shrunk case;
 * a kernel's name does not choose its cases (seed shopping);
-* every kernel in ``planted.BUCKET_BUGS`` (right except on one scheduled shape) is
+* every ``@bucket_bug`` kernel (right except on one scheduled shape) is
   rejected under the profile's examples on each of ``--meta-seeds`` seeds, and so is every
-  kernel in ``planted.BATCH_SIZE_BUGS`` (a row's bits change with the batch size) under --bitwise;
-* every kernel in ``planted.CORRECT`` passes every property in every dtype
+  ``@batch_size_bug`` kernel (a row's bits change with the batch size) under --bitwise;
+* every ``@correct`` kernel passes every property in every dtype
   (``--meta-seeds K`` repeats that under K different global seeds; default 1).
 
 Each runs the property checks in-process through ``harness.run`` -- the same
@@ -35,6 +35,11 @@ from normcert.properties.session import Session
 from normcert.properties.strategies import FAR_STRIDE_PAST, LARGE_WIDTH, large_buckets
 
 from . import planted
+from .expect import catalogue
+
+BUGS, BUCKET_BUGS = catalogue(planted, "bug"), catalogue(planted, "bucket_bug")
+BATCH_SIZE_BUGS = catalogue(planted, "batch_size_bug")
+CORRECT = [(op, fn) for op, fn, _ in catalogue(planted, "correct")]
 
 DTYPE_ORDER = (DTYPES[3], DTYPES[2], DTYPES[1], DTYPES[0])  # bf16, fp16, fp32, fp64: bugs show soonest in low precision
 
@@ -69,7 +74,7 @@ def _first_failure(session, impl, props, max_examples):
     return None, None
 
 
-@pytest.mark.parametrize("op, fn, families", planted.BUGS, ids=[f.__name__ for _, f, _ in planted.BUGS])
+@pytest.mark.parametrize("op, fn, families", BUGS, ids=[f.__name__ for _, f, _ in BUGS])
 def test_planted_bug_is_rejected(op, fn, families, session):
     session.bitwise = True
     prop, message = _first_failure(session, _impl(op, fn), families, max_examples=40)
@@ -89,7 +94,7 @@ def _killed_on_every_seed(session, impl, families, seeds):
     session.seed = base
 
 
-@pytest.mark.parametrize("op, fn, families", planted.BUCKET_BUGS, ids=[f.__name__ for _, f, _ in planted.BUCKET_BUGS])
+@pytest.mark.parametrize("op, fn, families", BUCKET_BUGS, ids=[f.__name__ for _, f, _ in BUCKET_BUGS])
 def test_bucket_bug_is_killed_on_every_seed(op, fn, families, session, request):
     """Right on the shapes the random search draws, wrong on one bucket's: killed on every one of
     ``--meta-seeds`` seeds; and with the random search cut to one (the simplest) case, the
@@ -102,8 +107,8 @@ def test_bucket_bug_is_killed_on_every_seed(op, fn, families, session, request):
     assert "bucket=" in message, message
 
 
-@pytest.mark.parametrize("op, fn, families", planted.BATCH_SIZE_BUGS,
-                         ids=[f.__name__ for _, f, _ in planted.BATCH_SIZE_BUGS])
+@pytest.mark.parametrize("op, fn, families", BATCH_SIZE_BUGS,
+                         ids=[f.__name__ for _, f, _ in BATCH_SIZE_BUGS])
 def test_batch_size_bug_is_killed_on_every_seed(op, fn, families, session, request):
     """Right in every batch, but a row's bits change with the batch size: killed under --bitwise
     on every one of ``--meta-seeds`` seeds, by a batch of another size than the case's; and with
@@ -241,7 +246,7 @@ def test_large_profile_is_opt_in_and_says_why_it_skips_on_the_cpu():
         test_large.test_large(Session(device="cpu", profile="large"), impl, DTYPES[1])
 
 
-@pytest.mark.parametrize("op, fn", planted.CORRECT, ids=[f.__name__ for _, f in planted.CORRECT])
+@pytest.mark.parametrize("op, fn", CORRECT, ids=[f.__name__ for _, f in CORRECT])
 def test_correct_variant_is_certified(op, fn, session, request):
     impl = _impl(op, fn)
     base = session.seed
