@@ -52,7 +52,7 @@ function below):
                   rms_norm(x) to x.dtype and then scale it, as vLLM's does) / scale, plus
                   3 u_c |v| (scale rounded to c, and 1 / scale and a product, or a division);
                   add_rms_norm_fp8 likewise from add_rms_norm's.  The output must lie in
-                  [RNE(v - B), RNE(v + B)] (``assess``, ``record.Op.quantised``)
+                  [RNE(v - B), RNE(v + B)] (``assessment.assess``, ``record.Op.quantised``)
     geglu         |g_i up_i| / 2 dP_i + |y_i| (2 u_o + 3 u_c + ORACLE) + lam_o (2 + |up_i|)
                   + lam_c (|g_i up_i| + |up_i|),
                   gelu(g) = g P / 2 and dP the error of P = 1 + erf or 1 + tanh (``_gelu_p``):
@@ -70,7 +70,7 @@ Domain: a row whose mean square is not representable in the compute format
 contract of a float32-computing kernel.  Its bound is +inf (no claim), and the
 suite counts such elements as ``unclaimed`` rather than pass them silently.
 
-``assess`` compares a kernel's output with the exact value under the bound
+``assessment.assess`` compares a kernel's output with the exact value under the bound
 and reports the worst error both in ulps of the output dtype and in model
 units (error / bound; <= 1 passes).
 """
@@ -79,7 +79,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from . import geglu
 from .formats import compute_format, fmt, to_float64
@@ -735,107 +734,3 @@ def geglu_bwd(args, cot, exact, gate=None, up=None):
 def gelu_and_mul_bwd(args, cot, exact):
     g, u = _halves(args)
     return geglu_bwd(args, cot, exact, gate=g, up=u)
-
-
-# ---------------------------------------------------------------- assessment
-@dataclass
-class Assessment:
-    name: str
-    ok: bool
-    unclaimed: int
-    max_ulps: float
-    max_units: float
-    detail: str  # the worst element, or the first class mismatch
-    exact: int = 0  # quantised outputs: elements equal to the exact value rounded (bit-exact) ...
-    checked: int = 0  # ... of this many claimed finite ones
-
-
-def pair_reference(y0: torch.Tensor, tol: np.ndarray, quantised: bool = False):
-    """(reference, bound) for checking an output y1 against another kernel output y0 that is
-    within ``tol`` of it before any rounding: ``assess(name, y1, reference, bound, ...)``.
-
-    A quantised y0 stands for any value that rounds to it, its ``rounding_interval`` [lo, hi]:
-    the reference is its centre and the bound grows by its half-width, so y1 passes iff some
-    value within tol of that interval rounds to it.  At ±max of a saturating format the interval
-    is cut at ±2 max: nothing past max rounds otherwise, so no verdict changes."""
-    r = to_float64(y0)
-    if not quantised:
-        return r, tol
-    f = fmt(y0.dtype)
-    lo, hi = f.rounding_interval(r)
-    lo, hi = np.maximum(lo, -2 * f.max), np.minimum(hi, 2 * f.max)
-    with np.errstate(all="ignore"):
-        return np.where(np.isnan(r), r, (lo + hi) / 2), (hi - lo) / 2 + tol
-
-
-def _needed(f, a, e):
-    """How far from the exact value e a kernel's value must have been to round to a: the distance
-    from e to a's ``rounding_interval`` (0 where e rounds to a)."""
-    lo, hi = f.rounding_interval(a)
-    with np.errstate(all="ignore"):
-        return np.maximum(np.maximum(lo - e, e - hi), 0.0)
-
-
-def assess(name: str, actual: torch.Tensor, exact: np.ndarray, bound: np.ndarray, dtype: torch.dtype,
-           where: np.ndarray | None = None, nan_ok: np.ndarray | None = None, quantised: bool = False) -> Assessment:
-    """Check one output: NaN must be NaN, ±inf the same inf, finite within bound.
-
-    An exact value whose magnitude reaches the largest finite number of the
-    output dtype (within its bound) may also come back as the same-signed inf
-    (that is what rounding it does).  ``where`` limits the check to a mask;
-    at ``nan_ok`` (the op record's ``indeterminate``) NaN is accepted for an infinite exact value.
-
-    ``quantised`` (``record.Op.quantised``): the output is the kernel's value rounded once to
-    ``dtype``, and ``bound`` is on that value: the output passes iff a value within bound of the
-    exact one rounds to it, i.e. it lies in [RNE(e - bound), RNE(e + bound)]; an infinite exact
-    value must give RNE(e) (±max: the format saturates).  Its model units are that value's
-    distance from e over the bound; its ulps are steps of ``dtype`` from RNE(e); and it counts
-    the outputs equal to RNE(e), bit-exact.
-    """
-    f = fmt(dtype)
-    a = to_float64(actual).reshape(exact.shape)
-    e = exact
-    sel = np.ones(e.shape, bool) if where is None else np.broadcast_to(where, e.shape)
-    claimed = sel & np.isfinite(bound) | sel & ~np.isfinite(e)
-    unclaimed = int((sel & ~claimed).sum())
-    with np.errstate(all="ignore"):
-        nan_e, nan_a = np.isnan(e), np.isnan(a)
-        bad_nan = claimed & (nan_e != nan_a)
-        inf_e = np.isinf(e)
-        fin = claimed & np.isfinite(e)
-        if quantised:
-            q = f.round(e)
-            bad_inf = claimed & inf_e & ~(a == q)
-            err = np.where(np.isnan(a), np.inf, _needed(f, a, e))
-            overflow_ok = np.zeros(e.shape, bool)
-            ulps = np.where(fin & np.isfinite(a), np.abs(f.rank(a) - f.rank(q)), 0.0)  # steps of the format
-        else:
-            bad_inf = claimed & inf_e & ~(a == e)
-            err = np.abs(a - e)
-            overflow_ok = fin & np.isinf(a) & (np.sign(a) == np.sign(e)) & (np.abs(e) + bound >= f.max)
-            ulps = np.where(fin & ~overflow_ok & np.isfinite(err), err / f.ulp(e), 0.0)
-        if nan_ok is not None:
-            excused = np.broadcast_to(nan_ok, e.shape) & inf_e & nan_a
-            bad_nan, bad_inf = bad_nan & ~excused, bad_inf & ~excused
-        bad_fin = fin & ~overflow_ok & ~(err <= bound)
-        units = np.where(fin & ~overflow_ok & np.isfinite(err), err / np.where(bound > 0, bound, np.inf), 0.0)
-        units = np.where(fin & ~overflow_ok & (err > 0) & (bound == 0), np.inf, units)
-        units = np.where(fin & ~overflow_ok & ~np.isfinite(err), np.inf, units)
-    bad = bad_nan | bad_inf | bad_fin
-    max_ulps = float(ulps.max(initial=0.0)) if not np.isinf(units).any() else float(np.where(np.isfinite(ulps), ulps, 0).max(initial=0))
-    detail = ""
-    rounds = (lambda i: f" (rounds to {float(q[i])!r})") if quantised else (lambda i: "")
-    what = "the value rounded is off by" if quantised else "|error|"
-    if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        if bad_fin.any():
-            idx = tuple(int(i) for i in np.unravel_index(np.argmax(np.where(bad_fin, units, -1)), e.shape))
-        detail = f"{name}{list(idx)}: got {float(a[idx])!r}, exact {float(e[idx])!r}{rounds(idx)}"
-        if not (quantised and not bad_fin[idx]):  # a quantised NaN / saturation mismatch: no distance to give
-            detail += f", {what} {err[idx]:.3g} > bound {bound[idx]:.3g} ({ulps[idx]:.3g} ulp of {f.name})"
-    elif fin.any():
-        idx = tuple(int(i) for i in np.unravel_index(np.argmax(units), e.shape))
-        detail = f"{name}{list(idx)}: worst {what} {err[idx]:.3g} = {units[idx]:.3g} of bound, {ulps[idx]:.3g} ulp"
-    hits = int((fin & (a == q)).sum()) if quantised else 0
-    return Assessment(name, not bad.any(), unclaimed, max_ulps, float(units.max(initial=0.0)), detail,
-                      hits, int(fin.sum()) if quantised else 0)

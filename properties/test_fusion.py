@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from normcert import oracle
-from normcert.oracle import error_model
+from normcert.oracle import assessment, error_model
 
 from .families import BY_NAME
 from .harness import certify, check_pair, invoke, record_assessment
@@ -41,7 +41,7 @@ def check_fusion(session, impl, case, worst):
     y, res = invoke(session, impl, case)
     args = case.oracle_args()
     exact_y, exact_res = oracle.forward(case.op, **args)
-    a = error_model.assess("residual_out", res, exact_res, np.zeros_like(exact_res), case.dtype)
+    a = assessment.assess("residual_out", res, exact_res, np.zeros_like(exact_res), case.dtype)
     record_assessment(a, case, worst)
     g = oracle.OPS[rec.unfused]
     unfused = Case(g.name, {k: res.detach().clone() if k == g.main else case.tensors[k] for k in g.tensors},
