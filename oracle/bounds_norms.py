@@ -124,30 +124,39 @@ def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.
     sum_rounding = ctx.uo if rows.rounded else 0.0
     rho, rho_rel = _inverse_rms(ctx, x, args["eps"])
     rho_rel = rho_rel + sum_rounding
-    saved = ROUNDINGS * ctx.uo  # intermediates saved in x.dtype for backward
     claim = claimable_rows(ctx, x) & rows.claim
     with np.errstate(all="ignore"):
-        g = dy * w
-        direct = rho * np.abs(g)  # |rho g_i|
-        via_mean = rho ** 3 * np.abs(x)  # |rho^3 x_i|, the factor of M
-        mean_gx, mean_abs_gx = row_mean(g * x), row_mean(np.abs(g * x))
-        dx_err = (direct * (rho_rel + saved + 2 * ctx.uc + multiplier_rel)
-                  + via_mean * (np.abs(mean_gx) * (3 * rho_rel + sum_rounding + 4 * ctx.uc)
-                                + (ctx.gam(x.shape[-1] + 2) + sum_rounding + saved + ORACLE + multiplier_rel)
-                                * mean_abs_gx))
-        # dx = dx_rms + the rows' own cotangent is rounded after the add: its magnitude, not |dx|, sets the rounding
-        dx_err = (dx_err + ctx.round_out(direct + via_mean * np.abs(mean_gx) + np.abs(rows.cotangent))
-                  + ctx.lam_c * (1 + direct + via_mean))
         tiny = np.abs(x * rho) < 2 * ctx.lam_o  # xhat may be saved subnormal, or flushed
-        dx_err = dx_err + ROUNDINGS * ctx.lam_o * rho ** 2 * (np.abs(mean_gx) * tiny
-                                                              + np.abs(x) * row_mean(np.abs(g) * tiny))
-        weight_ctx = affine_grad_context(args, "weight")
-        dw_terms = np.abs(dy * x * rho)
-        dw_sum_err, dw_total = row_sum_error(weight_ctx, dw_terms)
-        dw_err = (dw_sum_err + (rho_rel.max(initial=0) + sum_rounding + saved) * dw_total
-                  + weight_ctx.round_out(np.abs(exact.get("weight", 0.0)))
-                  + weight_ctx.lam_c * x.shape[0] + ROUNDINGS * ctx.lam_o * sum_over_rows(np.abs(dy) * tiny))
+        dx_err = _rms_dx_error(ctx, x, dy * w, rho, rho_rel, sum_rounding, multiplier_rel, rows.cotangent, tiny)
+        dw_err = _rms_dweight_error(ctx, affine_grad_context(args, "weight"), x, dy, rho, rho_rel, sum_rounding,
+                                    tiny, exact.get("weight", 0.0))
     return {"x": np.where(claim, dx_err, np.inf), "weight": np.where(claim.all(), dw_err, np.inf)}
+
+
+def _rms_dx_error(ctx, x, g, rho, rho_rel, sum_rounding, multiplier_rel, cotangent, tiny):
+    """dx_i = rho g_i - rho^3 x_i M: its terms' errors, dx's rounding (after the rows' own cotangent
+    is added), the flush floors lam_c, and the floor of a tiny saved xhat (``rms_norm_bwd``)."""
+    saved = ROUNDINGS * ctx.uo  # intermediates saved in x.dtype for backward
+    direct = rho * np.abs(g)  # |rho g_i|
+    via_mean = rho ** 3 * np.abs(x)  # |rho^3 x_i|, the factor of M
+    mean_gx, mean_abs_gx = row_mean(g * x), row_mean(np.abs(g * x))
+    dx_err = (direct * (rho_rel + saved + 2 * ctx.uc + multiplier_rel)
+              + via_mean * (np.abs(mean_gx) * (3 * rho_rel + sum_rounding + 4 * ctx.uc)
+                            + (ctx.gam(x.shape[-1] + 2) + sum_rounding + saved + ORACLE + multiplier_rel)
+                            * mean_abs_gx))
+    # dx = dx_rms + the rows' own cotangent is rounded after the add: its magnitude, not |dx|, sets the rounding
+    dx_err = (dx_err + ctx.round_out(direct + via_mean * np.abs(mean_gx) + np.abs(cotangent))
+              + ctx.lam_c * (1 + direct + via_mean))
+    return dx_err + ROUNDINGS * ctx.lam_o * rho ** 2 * (np.abs(mean_gx) * tiny + np.abs(x) * row_mean(np.abs(g) * tiny))
+
+
+def _rms_dweight_error(ctx, weight_ctx, x, dy, rho, rho_rel, sum_rounding, tiny, dweight):
+    """dw_j = sum_rows dy_j x_j rho: the sum's error, rho's (its largest rho_rel over the rows) and a
+    saved xhat's on the terms, dw's rounding, and the floors of flushed terms and of tiny saved xhat."""
+    dw_sum_err, dw_total = row_sum_error(weight_ctx, np.abs(dy * x * rho))
+    return (dw_sum_err + (rho_rel.max(initial=0) + sum_rounding + ROUNDINGS * ctx.uo) * dw_total
+            + weight_ctx.round_out(np.abs(dweight))
+            + weight_ctx.lam_c * x.shape[0] + ROUNDINGS * ctx.lam_o * sum_over_rows(np.abs(dy) * tiny))
 
 
 def gemma_rms_norm_bwd(args, cot, exact):
