@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from normcert import oracle
-from normcert.oracle import error_model
+from normcert.oracle import assessment, error_model
 from normcert.oracle.formats import fmt
 
 N, EPS = 4096, 1e-6
@@ -36,7 +36,7 @@ def main() -> None:
     (exact,) = oracle.forward("rms_norm", **args)
     (bound,) = oracle.OPS["rms_norm"].forward_bound(args, (exact,))
     y = F.rms_norm(x, (N,), w, EPS)
-    a = error_model.assess("y", y, exact, bound, torch.bfloat16)
+    a = assessment.assess("y", y, exact, bound, torch.bfloat16)
     got = y.double().numpy()
     units = abs(got - exact) / bound
     i = int(units.argmax())

@@ -17,12 +17,12 @@ Vector-Jacobian product for cotangent dy:
     gelu'(g)      = Phi(g) + g phi(g),  phi(g) = e**(-g**2 / 2) / sqrt(2 pi)
     gelu_tanh'(g) = sigma(2 t) + g 2 sigma(2 t) sigma(-2 t) t'(g),  t'(g) = sqrt(2 / pi) (1 + 3 0.044715 g**2)
     dgate = dy up gelu_a'(g),   dup = dy gelu_a(g)
-    gelu_and_mul: dx = concat(dgate, dup)
+    gelu_and_mul: dx = concat(dgate, dup)                  (the halves form: ``halves``)
 
 Limits, as for SiLU the IEEE evaluation of the defining formula: gelu(+inf) = +inf * 1 = +inf,
 gelu(-inf) = -inf * 0 = NaN (both forms), NaN gives NaN; the product with up follows IEEE.  For
 finite g != 0, gelu(g) is exactly nonzero however small, so gelu(g) * (+-inf) is +-inf (a kernel
-whose gelu(g) underflowed may give NaN there: ``error_model.geglu_indeterminate``).
+whose gelu(g) underflowed may give NaN there: ``bounds_gated.geglu_indeterminate``).
 """
 from __future__ import annotations
 
@@ -75,13 +75,3 @@ def vjp(B, cot, gate, up, approximate):
     return {"gate": B.pointwise(lambda B, g, u, d: d * (u * _dgelu(B, g, approximate)), gate, up, dy, risky=risky),
             "up": B.pointwise(lambda B, g, d: d * (g * _cdf(B, g, approximate)), gate, dy, risky=risky)}
 
-
-def mul_forward(B, x, approximate):
-    h = x.shape[-1] // 2
-    return forward(B, x[..., :h], x[..., h:], approximate)
-
-
-def mul_vjp(B, cot, x, approximate):
-    h = x.shape[-1] // 2
-    g = vjp(B, cot, x[..., :h], x[..., h:], approximate)
-    return {"x": np.concatenate([g["gate"], g["up"]], axis=-1)}

@@ -2,8 +2,8 @@
 
 Modelled on PyTorch's OpInfo.  An ``Op`` owns its signature (named arguments,
 each of a *kind*), its oracle (forward and VJP, the maths in its module's
-docstring), its error-model bounds (the formulas live in ``error_model``; the
-record names which apply), how a kernel is called, and its flags.  Every
+docstring), its error-model bounds (derived in ``error_model`` and the ``bounds_*``
+modules; the record names which apply), how a kernel is called, and its flags.  Every
 consumer (validation, strategies, probe, gradcheck, replay, benchmarks, the
 properties) loops over records and reads these fields; none of them names an op.
 
@@ -48,7 +48,7 @@ class Out:
                 to it (nearest even, saturating: ``formats``).  The oracle gives v; the forward bound
                 B is on the kernel's value *before* that last rounding, and a kernel's output must
                 lie in [RNE(v - B), RNE(v + B)]: one of the two neighbours of v where B reaches past
-                a midpoint, bit-exact elsewhere (``error_model.assess``)
+                a midpoint, bit-exact elsewhere (``assessment.assess``)
     """
 
     name: str
@@ -84,7 +84,7 @@ class Op:
                  ``(unfused(x + residual, ...), residual_out = x + residual)``
     headwise:    models also apply it per attention head (QK-norm): over the last dim of a
                  (tokens, heads, head_dim) view of a fused QKV projection, one weight of length head_dim
-    indeterminate: where an infinite exact output may come back NaN (``error_model``), or None
+    indeterminate: where an infinite exact output may come back NaN (``bounds_gated``), or None
     """
 
     name: str

@@ -9,7 +9,7 @@ Vector-Jacobian product for cotangent dy:
 
     dgate = dy * up * sigma(g) * (1 + g * (1 - sigma(g)))
     dup   = dy * silu(g)
-    silu_and_mul: dx = concat(dgate, dup)
+    silu_and_mul: dx = concat(dgate, dup)                   (the halves form: ``halves``)
 
 Limits, by convention the IEEE evaluation of the defining formula (which is
 what every common kernel formula gives, and what torch gives):
@@ -17,7 +17,7 @@ silu(+inf) = +inf, silu(-inf) = -inf / (1 + inf) = NaN (not the analytic limit
 0), silu(NaN) = NaN; then the product with up follows IEEE (0 * inf = NaN).
 For finite g != 0, silu(g) and silu'(g) are exactly nonzero, however small, so
 silu(g) * (+-inf) is +-inf: the exact value, never the NaN that a float
-evaluation gets once silu(g) has underflowed (see ``error_model.indeterminate``).
+evaluation gets once silu(g) has underflowed (see ``bounds_gated.swiglu_indeterminate``).
 """
 from __future__ import annotations
 
@@ -65,13 +65,3 @@ def vjp(B, cot, gate, up):
     return {"gate": B.pointwise(lambda B, g, u, d: d * (u * _dsilu(B, g)), gate, up, dy, risky=_risky),
             "up": B.pointwise(lambda B, g, d: d * _silu(B, g), gate, dy, risky=_risky)}
 
-
-def mul_forward(B, x):
-    h = x.shape[-1] // 2
-    return forward(B, x[..., :h], x[..., h:])
-
-
-def mul_vjp(B, cot, x):
-    h = x.shape[-1] // 2
-    g = vjp(B, cot, x[..., :h], x[..., h:])
-    return {"x": np.concatenate([g["gate"], g["up"]], axis=-1)}

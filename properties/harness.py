@@ -39,7 +39,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings, target
 from hypothesis.errors import Flaky
 
 from normcert import oracle
-from normcert.oracle import error_model
+from normcert.oracle import assessment
 from normcert.oracle.formats import DTYPE_NAMES
 
 from .case import Case
@@ -347,7 +347,7 @@ class Worst:
     exact: int = 0  # quantised outputs checked against the oracle: bit-exact ones ...
     checked: int = 0  # ... of these
 
-    def add(self, a: error_model.Assessment, case: Case) -> None:
+    def add(self, a: assessment.Assessment, case: Case) -> None:
         self.unclaimed += a.unclaimed
         if np.isfinite(a.max_units):
             self.example_units = max(self.example_units, a.max_units)
@@ -365,7 +365,7 @@ def check_against_oracle(outs, case: Case, worst: Worst, where=None, label="") -
     bounds = rec.forward_bound(args, exact)
     nan_ok = rec.indeterminate(args) if rec.indeterminate else None
     for name, o, e, b in zip(rec.outputs, outs, exact, bounds):
-        a = error_model.assess(label + name, o, e, b, rec.out_dtype(name, case.dtype), where=where, nan_ok=nan_ok,
+        a = assessment.assess(label + name, o, e, b, rec.out_dtype(name, case.dtype), where=where, nan_ok=nan_ok,
                                quantised=rec.quantised_dtype(name) is not None)
         worst.exact, worst.checked = worst.exact + a.exact, worst.checked + a.checked
         record_assessment(a, case, worst)
@@ -374,16 +374,16 @@ def check_against_oracle(outs, case: Case, worst: Worst, where=None, label="") -
 def check_pair(label: str, name: str, actual, other, tol, case: Case, worst: Worst, where=None) -> None:
     """Output ``name`` of one call (``actual``) within ``tol`` of another call's (``other``), tol
     bounding how far apart the two may be before any rounding to a quantised format
-    (``error_model.pair_reference``)."""
+    (``assessment.pair_reference``)."""
     rec = case.record
     quantised = rec.quantised_dtype(name) is not None
-    ref, bound = error_model.pair_reference(other, tol, quantised)
-    a = error_model.assess(label, actual, ref, bound, rec.out_dtype(name, case.dtype), where=where,
+    ref, bound = assessment.pair_reference(other, tol, quantised)
+    a = assessment.assess(label, actual, ref, bound, rec.out_dtype(name, case.dtype), where=where,
                            quantised=quantised)
     record_assessment(a, case, worst)
 
 
-def record_assessment(a: error_model.Assessment, case: Case, worst: Worst) -> None:
+def record_assessment(a: assessment.Assessment, case: Case, worst: Worst) -> None:
     worst.add(a, case)
     if not a.ok:
         raise PropertyFailure(a.detail)

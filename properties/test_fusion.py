@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from normcert import oracle
-from normcert.oracle import error_model
+from normcert.oracle import assessment, bounds_derived
 
 from .families import BY_NAME
 from .harness import certify, check_pair, invoke, record_assessment
@@ -41,7 +41,7 @@ def check_fusion(session, impl, case, worst):
     y, res = invoke(session, impl, case)
     args = case.oracle_args()
     exact_y, exact_res = oracle.forward(case.op, **args)
-    a = error_model.assess("residual_out", res, exact_res, np.zeros_like(exact_res), case.dtype)
+    a = assessment.assess("residual_out", res, exact_res, np.zeros_like(exact_res), case.dtype)
     record_assessment(a, case, worst)
     g = oracle.OPS[rec.unfused]
     unfused = Case(g.name, {k: res.detach().clone() if k == g.main else case.tensors[k] for k in g.tensors},
@@ -54,7 +54,7 @@ def check_fusion(session, impl, case, worst):
         tol = (rec.forward_bound(args, (exact_y, exact_res))[0] + g.forward_bound(g_args, exact_u)[0]
                + np.abs(exact_y - exact_u[0]))
     check_pair(f"y vs {other.id}(residual_out)", "y", y, y_u, tol, case, worst,
-               where=~error_model.residual_overflows(args))
+               where=~bounds_derived.sum_overflows(args["x"], args["residual"]))
 
 
 def fusion_cases(op, dtype, device, bucket=None):

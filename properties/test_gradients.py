@@ -26,7 +26,7 @@ import torch
 from hypothesis import strategies as st
 
 from normcert import oracle
-from normcert.oracle import error_model, formats
+from normcert.oracle import assessment, formats
 
 from .case import Case
 from .families import BY_NAME
@@ -83,7 +83,7 @@ def check_gradients(session, impl, case, worst):
         if g.shape != leaves[k].shape or g.dtype != leaves[k].dtype:
             raise ContractViolation(f"{impl.id}: d{k} has shape {tuple(g.shape)} and dtype {g.dtype}, "
                                     f"expected {tuple(leaves[k].shape)} and {leaves[k].dtype}")
-        a = error_model.assess(f"d{k}", g, exact[k], bounds[k], g.dtype)
+        a = assessment.assess(f"d{k}", g, exact[k], bounds[k], g.dtype)
         record_assessment(a, case, worst)
 
 

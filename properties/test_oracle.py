@@ -33,7 +33,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from normcert import oracle
-from normcert.oracle.error_model import assess
+from normcert.oracle.assessment import assess
 from normcert.oracle.formats import E4M3, fmt
 
 from .strategies import PROFILES, cases, cotangents

@@ -1,0 +1,119 @@
+"""The assessment: one kernel output against the exact value under the error model's bound.
+
+``assess`` checks an output element by element: NaN must be NaN, an infinite exact value the same
+inf, a finite one within its bound; it reports the worst error in ulps of the output dtype and in
+model units (error / bound; <= 1 passes).  ``pair_reference`` turns another kernel's output into a
+reference and bound for the same check (two kernels that must agree, e.g. fused and unfused).
+The bounds themselves are the error model's (``error_model`` and the ``bounds_*`` modules).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .formats import fmt, to_float64
+
+
+@dataclass
+class Assessment:
+    name: str
+    ok: bool
+    unclaimed: int
+    max_ulps: float
+    max_units: float
+    detail: str  # the worst element, or the first class mismatch
+    exact: int = 0  # quantised outputs: elements equal to the exact value rounded (bit-exact) ...
+    checked: int = 0  # ... of this many claimed finite ones
+
+
+def pair_reference(y0: torch.Tensor, tol: np.ndarray, quantised: bool = False):
+    """(reference, bound) for checking an output y1 against another kernel output y0 that is
+    within ``tol`` of it before any rounding: ``assess(name, y1, reference, bound, ...)``.
+
+    A quantised y0 stands for any value that rounds to it, its ``rounding_interval`` [lo, hi]:
+    the reference is its centre and the bound grows by its half-width, so y1 passes iff some
+    value within tol of that interval rounds to it.  At ±max of a saturating format the interval
+    is cut at ±2 max: nothing past max rounds otherwise, so no verdict changes."""
+    r = to_float64(y0)
+    if not quantised:
+        return r, tol
+    f = fmt(y0.dtype)
+    lo, hi = f.rounding_interval(r)
+    lo, hi = np.maximum(lo, -2 * f.max), np.minimum(hi, 2 * f.max)
+    with np.errstate(all="ignore"):
+        return np.where(np.isnan(r), r, (lo + hi) / 2), (hi - lo) / 2 + tol
+
+
+def _needed(f, a, e):
+    """How far from the exact value e a kernel's value must have been to round to a: the distance
+    from e to a's ``rounding_interval`` (0 where e rounds to a)."""
+    lo, hi = f.rounding_interval(a)
+    with np.errstate(all="ignore"):
+        return np.maximum(np.maximum(lo - e, e - hi), 0.0)
+
+
+def assess(name: str, actual: torch.Tensor, exact: np.ndarray, bound: np.ndarray, dtype: torch.dtype,
+           where: np.ndarray | None = None, nan_ok: np.ndarray | None = None, quantised: bool = False) -> Assessment:
+    """Check one output: NaN must be NaN, ±inf the same inf, finite within bound.
+
+    An exact value whose magnitude reaches the largest finite number of the
+    output dtype (within its bound) may also come back as the same-signed inf
+    (that is what rounding it does).  ``where`` limits the check to a mask;
+    at ``nan_ok`` (the op record's ``indeterminate``) NaN is accepted for an infinite exact value.
+
+    ``quantised`` (``record.Op.quantised``): the output is the kernel's value rounded once to
+    ``dtype``, and ``bound`` is on that value: the output passes iff a value within bound of the
+    exact one rounds to it, i.e. it lies in [RNE(e - bound), RNE(e + bound)]; an infinite exact
+    value must give RNE(e) (±max: the format saturates).  Its model units are that value's
+    distance from e over the bound; its ulps are steps of ``dtype`` from RNE(e); and it counts
+    the outputs equal to RNE(e), bit-exact.
+    """
+    f = fmt(dtype)
+    a = to_float64(actual).reshape(exact.shape)
+    e = exact
+    sel = np.ones(e.shape, bool) if where is None else np.broadcast_to(where, e.shape)
+    claimed = sel & np.isfinite(bound) | sel & ~np.isfinite(e)
+    unclaimed = int((sel & ~claimed).sum())
+    with np.errstate(all="ignore"):
+        nan_e, nan_a = np.isnan(e), np.isnan(a)
+        bad_nan = claimed & (nan_e != nan_a)
+        inf_e = np.isinf(e)
+        fin = claimed & np.isfinite(e)
+        if quantised:
+            q = f.round(e)
+            bad_inf = claimed & inf_e & ~(a == q)
+            err = np.where(np.isnan(a), np.inf, _needed(f, a, e))
+            overflow_ok = np.zeros(e.shape, bool)
+            ulps = np.where(fin & np.isfinite(a), np.abs(f.rank(a) - f.rank(q)), 0.0)  # steps of the format
+        else:
+            bad_inf = claimed & inf_e & ~(a == e)
+            err = np.abs(a - e)
+            overflow_ok = fin & np.isinf(a) & (np.sign(a) == np.sign(e)) & (np.abs(e) + bound >= f.max)
+            ulps = np.where(fin & ~overflow_ok & np.isfinite(err), err / f.ulp(e), 0.0)
+        if nan_ok is not None:
+            excused = np.broadcast_to(nan_ok, e.shape) & inf_e & nan_a
+            bad_nan, bad_inf = bad_nan & ~excused, bad_inf & ~excused
+        bad_fin = fin & ~overflow_ok & ~(err <= bound)
+        units = np.where(fin & ~overflow_ok & np.isfinite(err), err / np.where(bound > 0, bound, np.inf), 0.0)
+        units = np.where(fin & ~overflow_ok & (err > 0) & (bound == 0), np.inf, units)
+        units = np.where(fin & ~overflow_ok & ~np.isfinite(err), np.inf, units)
+    bad = bad_nan | bad_inf | bad_fin
+    max_ulps = float(ulps.max(initial=0.0)) if not np.isinf(units).any() else float(np.where(np.isfinite(ulps), ulps, 0).max(initial=0))
+    detail = ""
+    rounds = (lambda i: f" (rounds to {float(q[i])!r})") if quantised else (lambda i: "")
+    what = "the value rounded is off by" if quantised else "|error|"
+    if bad.any():
+        idx = tuple(int(i) for i in np.argwhere(bad)[0])
+        if bad_fin.any():
+            idx = tuple(int(i) for i in np.unravel_index(np.argmax(np.where(bad_fin, units, -1)), e.shape))
+        detail = f"{name}{list(idx)}: got {float(a[idx])!r}, exact {float(e[idx])!r}{rounds(idx)}"
+        if not (quantised and not bad_fin[idx]):  # a quantised NaN / saturation mismatch: no distance to give
+            detail += f", {what} {err[idx]:.3g} > bound {bound[idx]:.3g} ({ulps[idx]:.3g} ulp of {f.name})"
+    elif fin.any():
+        idx = tuple(int(i) for i in np.unravel_index(np.argmax(units), e.shape))
+        detail = f"{name}{list(idx)}: worst {what} {err[idx]:.3g} = {units[idx]:.3g} of bound, {ulps[idx]:.3g} ulp"
+    hits = int((fin & (a == q)).sum()) if quantised else 0
+    return Assessment(name, not bad.any(), unclaimed, max_ulps, float(units.max(initial=0.0)), detail,
+                      hits, int(fin.sum()) if quantised else 0)

@@ -1,0 +1,94 @@
+r"""Error-model bounds of the derived forms, from the base op's bounds (wired in ``ops``).
+
+Fused with the residual add (``fused_forward``, ``fused_grad``): op(x, r, ...) =
+(base(s, ...), residual_out = RNE(s)), s = x + r (``record.Op.unfused``).
+
+    y             base's bound at s, plus 2 u_o |y_i| (the sum may be rounded to x.dtype before
+                  normalising); rows where that rounding overflows though x and r are finite carry
+                  no claim (a kernel may normalise the rounded sum, the residual stream it stores,
+                  and then gets inf where the exact y is finite)
+    residual_out  0: bit-exact
+    dx = dr       base's dx at s, with s's rounding (u_o |s_i|) in its terms, and the residual_out
+                  cotangent added before dx is rounded (``bounds_norms.rms_norm_bwd``)
+
+On halves (``halves``): op(x) = base(x[..., :h], x[..., h:]) (``record.Op.halves``, ``oracle.halves``):
+base's bounds on the two halves, its gradient bounds joined along the last dim.
+
+Quantised (``quantised``), e.g. rms_norm_fp8, add_rms_norm_fp8: on v = base(x) / scale before the
+kernel's last rounding (to float8_e4m3fn): base's bound (x.dtype's roundings included: a kernel may
+round rms_norm(x) to x.dtype and then scale it, as vLLM's does) / scale, plus 3 u_c |v| (scale
+rounded to c, and 1 / scale and a product, or a division).  The output must lie in
+[RNE(v - B), RNE(v + B)] (``assessment.assess``, ``record.Op.quantised``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import halves as halves_form
+from .bounds_norms import NormInput
+from .error_model import Context
+from .formats import fmt, to_float64
+
+
+def sum_overflows(x, residual):
+    """Rows where RNE(x + residual) overflows x.dtype though x and residual are finite (keepdims)."""
+    xv, rv = to_float64(x), to_float64(residual)
+    with np.errstate(all="ignore"):
+        rounded = fmt(x.dtype).round(xv + rv)
+    return (np.isinf(rounded) & np.isfinite(xv) & np.isfinite(rv)).any(axis=-1, keepdims=True)
+
+
+def _summed(args, main, residual, cotangent=0.0):
+    """s = main + residual as the base bound's rows: rounded, claimed where RNE(s) is finite."""
+    return NormInput(to_float64(args[main]) + to_float64(args[residual]), rounded=True,
+                     claim=~sum_overflows(args[main], args[residual]), cotangent=cotangent)
+
+
+def fused_forward(base, main: str, residual: str):
+    """The forward bound of base fused with the residual add (module docstring); base takes the
+    rows it normalises as ``rows=``."""
+
+    def bound(args, exact, kernel=True):
+        (y_bound,) = base(args, exact, kernel, rows=_summed(args, main, residual))
+        return y_bound, np.zeros_like(exact[1])
+
+    return bound
+
+
+def fused_grad(base, main: str, residual: str):
+    """The gradient bound of base fused with the residual add: cotangents (dy, dresidual_out);
+    main and residual get the same gradient, and the same bound."""
+
+    def bound(args, cot, exact):
+        grads = base(args, cot, exact, rows=_summed(args, main, residual, cotangent=to_float64(cot[1])))
+        grads[residual] = grads[main]
+        return grads
+
+    return bound
+
+
+def halves(base, main: str, parts: tuple[str, str]):
+    """base (a forward bound, gradient bound or ``indeterminate``) for the halves form: every
+    by-name dict it is given (the arguments; the exact gradients) has ``main`` split into
+    ``parts``, and a gradient bound's result is joined back into ``main``."""
+
+    def on_halves(args, *rest, **kw):
+        rest = tuple(halves_form.split(r, main, parts) if isinstance(r, dict) else r for r in rest)
+        out = base(halves_form.split(args, main, parts), *rest, **kw)
+        return halves_form.join(out, main, parts) if isinstance(out, dict) else out
+
+    return on_halves
+
+
+def quantised(base, main: str, scale: str):
+    """The bound on v = y / scale (the first output, before its rounding to fp8) from base's bound
+    on y = v scale: divided by scale, plus 3 u_c |v|; the other outputs' bounds as base gives them."""
+
+    def bound(args, exact, kernel=True):
+        ctx = Context(args[main].dtype, kernel=kernel)
+        v, s = exact[0], args[scale]
+        with np.errstate(all="ignore"):
+            y_bound, *rest = base(args, (v * s, *exact[1:]), kernel)
+            return (y_bound / s + 3 * ctx.uc * np.abs(v), *rest)
+
+    return bound

@@ -1,0 +1,303 @@
+r"""Error-model bounds of the norms: rms_norm, gemma_rms_norm, layer_norm, batch_norm, deep_norm.
+
+Notation and the reference kernel as in ``error_model``.  Forward bounds, per output element i:
+
+    rms_norm      |y_i| (2 u_o + gam(n+1)/2 + (FN_ULPS + 2) u_c + n lam_c / (ms + eps) + ORACLE)
+                  + lam_o (2 + |w_i|) + lam_c |w_i|     (ms = mean(x^2) of the row)
+    gemma_rms_norm  rms_norm's with w replaced by 1 + w, plus u_c |y_i| (the offset added in c)
+    layer_norm    |w_i| dxhat_i + (2 u_o + u_c + ORACLE)(|w_i xhat_i| + |b_i|) + floors,
+                  dxhat from ``error_model.normalisation_error`` (two-pass *and* Welford
+                  bounds; the mean's error is amplified by rho, so rows with
+                  |mean| >> std, or constant rows with tiny eps, get the
+                  large bound their conditioning demands, and a one-pass
+                  variance, whose error grows with mean^2 / var, does not fit)
+    batch_norm    layer_norm per channel over the valid positions; padded
+                  positions carry no claim
+    deep_norm     layer_norm at z = alpha x + A x + c, with the perturbation of
+                  z (a matmul in c, three roundings to o) pushed through
+                  the normalisation's Jacobian; rows where alpha x, A x + c
+                  or z overflow o (what those roundings would give) carry no claim
+
+The RMSNorm bounds take the rows they normalise as a ``NormInput``: x itself, or, for the form
+fused with the residual add (``bounds_derived.fused_forward``), s = x + r, which the kernel may
+round to x.dtype first.  Gradient bounds: in the docstring of each ``*_bwd``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .error_model import (FN_ULPS, ORACLE, ROUNDINGS, Context, affine_bound, claimable_rows, normalisation_error,
+                          normalisation_vjp_error, row_mean, row_sum_error, sum_over_rows)
+from .formats import to_float64
+from .kinds import KINDS
+
+
+def affine_values(args, name):
+    """A weight or bias as float64; None (a weightless call) is its identity, ones or zeros."""
+    t = args[name]
+    return to_float64(t) if t is not None else np.full(args["x"].shape[-1], KINDS[name].identity)
+
+
+def affine_grad_context(args, name):
+    """The context of a weight's or bias's gradient (its dtype; x's for a weightless call)."""
+    t = args[name]
+    return Context(args["x"].dtype, (t if t is not None else args["x"]).dtype)
+
+
+# ---------------------------------------------------------------- RMSNorm
+@dataclass(frozen=True)
+class NormInput:
+    """The rows an RMSNorm bound normalises, as a correct kernel may see them.
+
+    values:    the exact rows, float64
+    rounded:   the kernel may round them to x.dtype before normalising (a fused sum x + r)
+    claim:     rows the bound may claim at all (keepdims; the fused sum: RNE(x + r) finite)
+    cotangent: a gradient reaching the rows directly, added to dx before it is rounded
+               (add_rms_norm's residual_out cotangent), or 0
+    """
+
+    values: np.ndarray
+    rounded: bool = False
+    claim: np.ndarray | bool = True
+    cotangent: np.ndarray | float = 0.0
+
+
+def _inverse_rms(ctx, s, eps):
+    """(rho, rho_rel): rho = 1 / sqrt(mean(s^2) + eps) and the bound on a correct kernel's relative
+    error in it, gam(n+1)/2 + (FN_ULPS + 2) u_c + n lam_c / (ms + eps)."""
+    n = s.shape[-1]
+    with np.errstate(all="ignore"):
+        mean_square = row_mean(s * s)
+        rho = 1.0 / np.sqrt(mean_square + eps)
+        rho_rel = ctx.gam(n + 1) / 2 + (FN_ULPS + 2) * ctx.uc + n * ctx.lam_c / (mean_square + eps)
+    return rho, rho_rel
+
+
+def rms_norm_fwd(args, exact, kernel=True, rows=None, extra_rel=0.0, multiplier=None):
+    """rms_norm's forward bound (module docstring).
+
+    rows: a ``NormInput`` (default: x); a rounded input adds 2 u_o |y_i| (the sum may be rounded
+    to x.dtype before normalising).  extra_rel: a further relative error of y; multiplier: the
+    factor applied after normalising (default: the weight; gemma_rms_norm's is 1 + weight)."""
+    ctx = Context(args["x"].dtype, kernel=kernel)
+    rows = NormInput(to_float64(args["x"])) if rows is None else rows
+    w = affine_values(args, "weight") if multiplier is None else multiplier
+    if rows.rounded:
+        extra_rel = extra_rel + 2 * ctx.uo
+    _, rho_rel = _inverse_rms(ctx, rows.values, args["eps"])
+    y = np.abs(exact[0])
+    bound = (rho_rel + extra_rel) * y + ctx.round_out(y) + ctx.lam_c * np.abs(w) + ctx.lam_o * np.abs(w)
+    return (np.where(claimable_rows(ctx, rows.values) & rows.claim, bound, np.inf),)
+
+
+def gemma_rms_norm_fwd(args, exact, kernel=True):
+    """rms_norm's bound with the multiplier 1 + w, plus u_c |y_i|: the kernel adds the offset
+    in its compute format, one more rounding of the factor (1 + w_i)."""
+    ctx = Context(args["x"].dtype, kernel=kernel)
+    return rms_norm_fwd(args, exact, kernel, extra_rel=ctx.uc, multiplier=1.0 + affine_values(args, "weight"))
+
+
+def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.0):
+    """dx_i = rho g_i - rho^3 x_i M, M = mean(g x), g = dy w; dw = sum_rows dy x rho.
+
+    |d dx_i| <= rho|g_i| (rho_rel + 2u_c) + rho^3 |x_i| (|M| (3 rho_rel + 4 u_c) + gam(n+2) mean|g x|)
+                + 2 u_o |dx_i| + floors, rho_rel = gam(n+1)/2 + (FN_ULPS+2) u_c.
+    A kernel may save xhat = x rho in x.dtype (the llama order; SAVED relative error) -- and a
+    saved xhat that is subnormal in x.dtype, or flushed, is off by up to lam_x absolutely, not
+    relatively.  Where |xhat| < 2 lam_x ("tiny"), xhat enters dw_j = sum_rows dy_j xhat_j (a floor of
+    ROUNDINGS lam_x sum over tiny rows of |dy_j|) and dx_i = rho (g_i - xhat_i mean(g xhat)) (a floor
+    of ROUNDINGS lam_x rho (rho |M| [i tiny] + rho |x_i| mean(|g| [tiny]))).  Without these floors
+    the llama order was rejected in float16 on rows of |x| ~ 1e-4 with eps = 0.1 (xhat ~ 3e-5,
+    below float16's smallest normal 6.1e-5): dweight 6.3 bounds off.
+    rows: a ``NormInput`` (default: x); a rounded one (the fused sum, off by u_o |s_i|) adds u_o
+    to rho_rel and to the terms of M, and its cotangent is added to dx before dx is rounded.
+    multiplier: the factor after normalising (default: the weight; gemma_rms_norm's is 1 + weight);
+    multiplier_rel: its relative error in the kernel (each g_i off by multiplier_rel |g_i|), which adds
+    multiplier_rel (rho |g_i| + rho^3 |x_i| mean|g x|).
+    """
+    ctx = Context(args["x"].dtype)
+    rows = NormInput(to_float64(args["x"])) if rows is None else rows
+    x, w = rows.values, affine_values(args, "weight") if multiplier is None else multiplier
+    dy = to_float64(cot[0])
+    sum_rounding = ctx.uo if rows.rounded else 0.0
+    rho, rho_rel = _inverse_rms(ctx, x, args["eps"])
+    rho_rel = rho_rel + sum_rounding
+    claim = claimable_rows(ctx, x) & rows.claim
+    with np.errstate(all="ignore"):
+        tiny = np.abs(x * rho) < 2 * ctx.lam_o  # xhat may be saved subnormal, or flushed
+        dx_err = _rms_dx_error(ctx, x, dy * w, rho, rho_rel, sum_rounding, multiplier_rel, rows.cotangent, tiny)
+        dw_err = _rms_dweight_error(ctx, affine_grad_context(args, "weight"), x, dy, rho, rho_rel, sum_rounding,
+                                    tiny, exact.get("weight", 0.0))
+    return {"x": np.where(claim, dx_err, np.inf), "weight": np.where(claim.all(), dw_err, np.inf)}
+
+
+def _rms_dx_error(ctx, x, g, rho, rho_rel, sum_rounding, multiplier_rel, cotangent, tiny):
+    """dx_i = rho g_i - rho^3 x_i M: its terms' errors, dx's rounding (after the rows' own cotangent
+    is added), the flush floors lam_c, and the floor of a tiny saved xhat (``rms_norm_bwd``)."""
+    saved = ROUNDINGS * ctx.uo  # intermediates saved in x.dtype for backward
+    direct = rho * np.abs(g)  # |rho g_i|
+    via_mean = rho ** 3 * np.abs(x)  # |rho^3 x_i|, the factor of M
+    mean_gx, mean_abs_gx = row_mean(g * x), row_mean(np.abs(g * x))
+    dx_err = (direct * (rho_rel + saved + 2 * ctx.uc + multiplier_rel)
+              + via_mean * (np.abs(mean_gx) * (3 * rho_rel + sum_rounding + 4 * ctx.uc)
+                            + (ctx.gam(x.shape[-1] + 2) + sum_rounding + saved + ORACLE + multiplier_rel)
+                            * mean_abs_gx))
+    # dx = dx_rms + the rows' own cotangent is rounded after the add: its magnitude, not |dx|, sets the rounding
+    dx_err = (dx_err + ctx.round_out(direct + via_mean * np.abs(mean_gx) + np.abs(cotangent))
+              + ctx.lam_c * (1 + direct + via_mean))
+    return dx_err + ROUNDINGS * ctx.lam_o * rho ** 2 * (np.abs(mean_gx) * tiny + np.abs(x) * row_mean(np.abs(g) * tiny))
+
+
+def _rms_dweight_error(ctx, weight_ctx, x, dy, rho, rho_rel, sum_rounding, tiny, dweight):
+    """dw_j = sum_rows dy_j x_j rho: the sum's error, rho's (its largest rho_rel over the rows) and a
+    saved xhat's on the terms, dw's rounding, and the floors of flushed terms and of tiny saved xhat."""
+    dw_sum_err, dw_total = row_sum_error(weight_ctx, np.abs(dy * x * rho))
+    return (dw_sum_err + (rho_rel.max(initial=0) + sum_rounding + ROUNDINGS * ctx.uo) * dw_total
+            + weight_ctx.round_out(np.abs(dweight))
+            + weight_ctx.lam_c * x.shape[0] + ROUNDINGS * ctx.lam_o * sum_over_rows(np.abs(dy) * tiny))
+
+
+def gemma_rms_norm_bwd(args, cot, exact):
+    """rms_norm's with the multiplier 1 + w, g = dy (1 + w) off by u_c relative (``rms_norm_bwd``)."""
+    return rms_norm_bwd(args, cot, exact, multiplier=1.0 + affine_values(args, "weight"),
+                        multiplier_rel=Context(args["x"].dtype).uc)
+
+
+# ---------------------------------------------------------------- centred norms
+def layer_norm_fwd(args, exact, kernel=True):
+    ctx = Context(args["x"].dtype, kernel=kernel)
+    norm = normalisation_error(ctx, to_float64(args["x"]), args["eps"])
+    return (affine_bound(ctx, norm, affine_values(args, "weight"), affine_values(args, "bias")),)
+
+
+def _affine_grads(ctx, args, norm, dy, w):
+    """(dz bound before any downstream map, (dw bound, sum |dy xhat|), (db bound, sum |dy|)) for
+    the normalisation + affine map; dw also carries xhat's error, sum_rows |dy| dxhat, and a saved
+    xhat's roundings."""
+    with np.errstate(all="ignore"):
+        dz_err = normalisation_vjp_error(ctx, norm, dy * w)
+        weight_ctx, bias_ctx = affine_grad_context(args, "weight"), affine_grad_context(args, "bias")
+        dw_err, dw_total = row_sum_error(weight_ctx, np.abs(dy * norm.xhat))
+        dw_err = dw_err + sum_over_rows(np.abs(dy) * norm.dxhat) + ROUNDINGS * ctx.uo * dw_total
+        db_err, db_total = row_sum_error(bias_ctx, np.abs(dy))
+    return dz_err, (dw_err, dw_total), (db_err, db_total)
+
+
+def layer_norm_bwd(args, cot, exact):
+    """dx = rho (g - mean g - xhat mean(g xhat)), g = dy w (``error_model.normalisation_vjp_error``);
+    dw = sum_rows dy xhat, db = sum_rows dy (``error_model.row_sum_error``); each plus its rounding."""
+    ctx = Context(args["x"].dtype)
+    norm = normalisation_error(ctx, to_float64(args["x"]), args["eps"])
+    dx_err, (dw_err, _), (db_err, _) = _affine_grads(ctx, args, norm, to_float64(cot[0]),
+                                                     affine_values(args, "weight"))
+    weight_ctx, bias_ctx = affine_grad_context(args, "weight"), affine_grad_context(args, "bias")
+    return {
+        "x": np.where(norm.claim, dx_err + ctx.round_out(np.abs(exact["x"])), np.inf),
+        "weight": np.where(norm.claim.all(), dw_err + weight_ctx.round_out(np.abs(exact.get("weight", 0.0))), np.inf),
+        "bias": db_err + bias_ctx.round_out(np.abs(exact.get("bias", 0.0))),
+    }
+
+
+def _channels(args):
+    """x as (positions, channels) float64, and the valid positions (all, without a mask)."""
+    x = to_float64(args["x"])
+    flat = x.reshape(-1, x.shape[-1])
+    valid = np.ones(flat.shape[0], bool) if args.get("mask") is None else args["mask"].cpu().numpy().reshape(-1)
+    return flat, valid
+
+
+def batch_norm_fwd(args, exact, kernel=True):
+    ctx = Context(args["x"].dtype, kernel=kernel)
+    flat, valid = _channels(args)
+    bound = np.full(flat.shape, np.inf)
+    if valid.any():
+        norm = normalisation_error(ctx, flat[valid].T, args["eps"]).transposed()
+        bound[valid] = affine_bound(ctx, norm, affine_values(args, "weight"), affine_values(args, "bias"), axis=0)
+    return (bound.reshape(exact[0].shape),)
+
+
+def batch_norm_bwd(args, cot, exact):
+    """layer_norm's per channel over the valid positions; a padded position's dx is exactly 0 for a
+    correct kernel (bound: its rounding floor 2 lam_o)."""
+    ctx = Context(args["x"].dtype)
+    flat, valid = _channels(args)
+    channels = flat.shape[-1]
+    dy = to_float64(cot[0]).reshape(-1, channels)
+    w = affine_values(args, "weight")
+    weight_ctx, bias_ctx = affine_grad_context(args, "weight"), affine_grad_context(args, "bias")
+    dx = np.full(flat.shape, 2 * ctx.lam_o)  # padded positions: exactly 0 for a correct kernel
+    dw_err = db_err = np.zeros(channels)
+    claim = True
+    if valid.any():
+        norm = normalisation_error(ctx, flat[valid].T, args["eps"])
+        dx_valid = normalisation_vjp_error(ctx, norm, (dy[valid] * w).T)
+        dx[valid] = (np.where(norm.claim, dx_valid, np.inf).T
+                     + ctx.round_out(np.abs(exact["x"].reshape(-1, channels)[valid])))
+        by_position = norm.transposed()
+        dw_err, dw_total = row_sum_error(weight_ctx, np.abs(dy[valid] * by_position.xhat))
+        dw_err = dw_err + sum_over_rows(np.abs(dy[valid]) * by_position.dxhat) + ROUNDINGS * ctx.uo * dw_total
+        db_err, _ = row_sum_error(bias_ctx, np.abs(dy[valid]))
+        claim = norm.claim.all()
+    return {
+        "x": dx.reshape(exact["x"].shape),
+        "weight": np.where(claim, dw_err + weight_ctx.round_out(np.abs(exact["weight"])), np.inf),
+        "bias": db_err + bias_ctx.round_out(np.abs(exact["bias"])),
+    }
+
+
+# ---------------------------------------------------------------- DeepNorm
+def _deep_z(ctx, args):
+    """z = alpha x + x A^T + c, the bound dz on the kernel's z (a matmul in c and <= 3 roundings to
+    o), A, alpha, and the rows where those roundings cannot overflow: alpha x, sublayer(x) and z
+    each below omax by more than dz, which bounds the kernel's error in each of them (exactly
+    below omax is not enough: alpha x = 32817 and sublayer(x) = 32680.9 round to 32832 + 32688 =
+    65520 in float16, whose sum rounds to inf, where z = 65497.9).  Elsewhere a kernel that rounds
+    z to o may get inf."""
+    x, a, c = to_float64(args["x"]), to_float64(args["sub_weight"]), to_float64(args["sub_bias"])
+    alpha = float(args["alpha"])
+    n = x.shape[-1]
+    sublayer = x @ a.T + c
+    z = alpha * x + sublayer
+    matmul_abs = np.abs(x) @ np.abs(a).T + np.abs(c)
+    dz = (ctx.gam(n + 2) * (matmul_abs + np.abs(alpha * x))
+          + ctx.uo * (np.abs(alpha * x) + np.abs(sublayer) + np.abs(z)))
+    with np.errstate(all="ignore"):
+        peak = np.maximum(np.maximum(np.abs(alpha * x), np.abs(sublayer)), np.abs(z))
+        fits = np.all(~(peak + dz >= ctx.omax), axis=-1, keepdims=True)  # NaN (from NaN input) counts as fitting
+    return z, dz, a, alpha, fits
+
+
+def deep_norm_fwd(args, exact, kernel=True):
+    ctx = Context(args["x"].dtype, kernel=kernel)
+    z, dz, _, _, fits = _deep_z(ctx, args)
+    norm = normalisation_error(ctx, z, args["eps"], dz)
+    return (np.where(fits, affine_bound(ctx, norm, affine_values(args, "weight"), affine_values(args, "bias")),
+                     np.inf),)
+
+
+def deep_norm_bwd(args, cot, exact):
+    """dz as layer_norm at z (with z's own perturbation), then dx = alpha dz + dz A.
+
+    |d dx_j| <= |alpha| e_j + sum_i |A_ij| e_i + gam(n+2)(|alpha dz_j| + (|dz| |A|)_j)
+                + u_o (2|alpha dz_j| + (|dz| |A|)_j + |(dz A)_j|) + 2 u_o |dx_j|,   e = bound on dz.
+    """
+    ctx = Context(args["x"].dtype)
+    z, dz_input, a, alpha, fits = _deep_z(ctx, args)
+    w = affine_values(args, "weight")
+    dy = to_float64(cot[0])
+    norm = normalisation_error(ctx, z, args["eps"], dz_input)
+    dz_err, (dw_err, _), (db_err, _) = _affine_grads(ctx, args, norm, dy, w)
+    with np.errstate(all="ignore"):
+        g = dy * w
+        dz = norm.rho * (g - row_mean(g) - norm.xhat * row_mean(g * norm.xhat))
+        dz_abs_a = np.abs(dz) @ np.abs(a)
+        dx = (np.abs(alpha) * dz_err + dz_err @ np.abs(a) + ctx.gam(z.shape[-1] + 2) * (np.abs(alpha * dz) + dz_abs_a)
+              + ctx.uo * (2 * np.abs(alpha * dz) + dz_abs_a + np.abs(dz @ a)) + ctx.round_out(np.abs(exact["x"])))
+    weight_ctx, bias_ctx = affine_grad_context(args, "weight"), affine_grad_context(args, "bias")
+    return {
+        "x": np.where(norm.claim & fits, dx, np.inf),
+        "weight": np.where((norm.claim & fits).all(), dw_err + weight_ctx.round_out(np.abs(exact["weight"])), np.inf),
+        "bias": np.where(fits.all(), db_err + bias_ctx.round_out(np.abs(exact["bias"])), np.inf),
+    }
