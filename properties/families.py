@@ -80,7 +80,7 @@ class Family:
     (None where the family is not a per-case check: gradcheck runs torch's own);
     applies: the ops it has a claim about; bitwise: a bitwise claim, failing the run only
     under --bitwise (else a warning); core: a case study must run it to count as checked;
-    backward: it checks a kernel's backward (``harness.backward_gate``: a forward-only kernel
+    backward: it checks a kernel's backward (``runner.backward_gate``: a forward-only kernel
     is not certified by it); buckets: the scheduled shapes (``strategies.BUCKETS``) it checks
     on every (kernel, dtype) besides its random search; profile: the family runs only under
     this profile (``--profile large``: on a GPU) and checks its buckets alone, no random search;

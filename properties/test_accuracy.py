@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 from .families import BY_NAME
-from .harness import check_against_oracle, certify, invoke
+from .measure import check_against_oracle
+from .runner import certify
+from .sandbox import invoke
 from .strategies import EXTREME, cases
 
 

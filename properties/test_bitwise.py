@@ -21,7 +21,10 @@ from normcert.oracle.formats import bits
 
 from .families import BY_NAME
 from .fitting import fit
-from .harness import PropertyFailure, certify, invoke, runs_interpreted
+from .measure import PropertyFailure
+from .probes import runs_interpreted
+from .runner import certify
+from .sandbox import invoke
 from .strategies import cases, integer
 
 BATCH_SIZES = (1, 2, 3, 300, 4100)

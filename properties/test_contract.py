@@ -15,7 +15,10 @@ from normcert import oracle
 from normcert.oracle.formats import DTYPES
 
 from .families import BY_NAME
-from .harness import certify, check_pair, invoke, probe
+from .measure import check_pair
+from .probes import probe
+from .runner import certify
+from .sandbox import invoke
 from .strategies import cases
 from .test_accuracy import valid_positions
 

@@ -20,7 +20,9 @@ from normcert import oracle
 from normcert.oracle import error_model
 
 from .families import BY_NAME
-from .harness import certify, check_pair, invoke, record_assessment
+from .measure import check_pair, record_assessment
+from .runner import certify
+from .sandbox import invoke
 from .case import Case
 from .strategies import cases
 

@@ -8,7 +8,7 @@ input's shape and dtype, and the backward must leave dy as it was given
 (autograd may hand the same tensor to the backward of another use of the
 output: writing dx over dy, as "in-place" backwards do, corrupts that
 gradient).  A kernel whose outputs carry no grad_fn is not certified by
-either family (forward only, ``harness.backward_gate``); one whose outputs
+either family (forward only, ``runner.backward_gate``); one whose outputs
 carry a grad_fn on some inputs and not on others fails.
 
 ``gradcheck``: torch.autograd.gradcheck's test in float64 on small inputs, with
@@ -31,8 +31,9 @@ from normcert.oracle import error_model, formats
 from .case import Case
 from .families import BY_NAME
 from .fitting import fit
-from .harness import (ContractViolation, NotSupported, Result, backward_gate, certify, invoke, kernel_code,
-                      outside_domain, record_assessment)
+from .measure import record_assessment
+from .runner import Result, backward_gate, certify, outside_domain
+from .sandbox import ContractViolation, NotSupported, invoke, kernel_code
 from .strategies import cases, cotangents, integer
 
 

@@ -154,16 +154,16 @@ def test_a_kernel_under_the_interpreter_gets_the_scaled_many_rows_bucket(normcer
     import torch
 
     from normcert.impls import registry
-    from normcert.properties import harness
+    from normcert.properties import probes, runner
     from normcert.properties.families import BY_NAME
 
     if normcert_session.interpreter is None:
         pytest.skip("the kernels do not run under Triton's interpreter here")
     by = {i.backend: i for i in registry() if i.op == "rms_norm" and i.backend in ("eager", "triton")}
     f32 = torch.float32
-    assert harness.runs_interpreted(normcert_session, by["triton"], f32)
-    assert not harness.runs_interpreted(normcert_session, by["eager"], f32)
-    many = {i: [b for b in harness.scheduled(normcert_session, BY_NAME["accuracy"], by[i], f32) if b.name == "many"][0]
+    assert probes.runs_interpreted(normcert_session, by["triton"], f32)
+    assert not probes.runs_interpreted(normcert_session, by["eager"], f32)
+    many = {i: [b for b in runner.scheduled(normcert_session, BY_NAME["accuracy"], by[i], f32) if b.name == "many"][0]
             for i in by}
     assert many["eager"].rows == 65537 and many["triton"].rows == 1025
     assert "scaled from 65537 rows: Triton's interpreter" in many["triton"].label

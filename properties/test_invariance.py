@@ -17,7 +17,9 @@ from normcert import oracle
 from normcert.oracle.formats import fmt, to_float64
 
 from .families import BY_NAME
-from .harness import certify, check_pair, invoke
+from .measure import check_pair
+from .runner import certify
+from .sandbox import invoke
 from .strategies import cases, choice, scales, transforms
 from .test_accuracy import valid_positions
 

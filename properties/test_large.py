@@ -36,7 +36,9 @@ from normcert.oracle.formats import DTYPE_NAMES
 
 from .case import Case
 from .families import BY_NAME
-from .harness import PropertyFailure, Result, certify, check_against_oracle, invoke, scheduled
+from .measure import PropertyFailure, check_against_oracle
+from .runner import Result, certify, scheduled
+from .sandbox import invoke
 from .replay import MAX_ELEMENTS, extent
 from .strategies import (INT32_LIMIT, device_normal, eps, integer, large_rows_checked, large_storage,
                          large_stride)
@@ -92,7 +94,7 @@ def _check_rows(session, impl, case, worst):
 
 def need_bytes(op: str, dtype, bucket, limit: int = INT32_LIMIT) -> int:
     """Device bytes a case of ``bucket`` takes before the kernel's own: its row tensors (twice: the
-    harness keeps a copy to prove them unmutated) and its outputs."""
+    sandbox keeps a copy to prove them unmutated) and its outputs."""
     rec = OPS[op]
     rows, x_width = bucket.shape(rec)
     item = torch.empty(0, dtype=dtype).element_size()

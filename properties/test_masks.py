@@ -19,7 +19,9 @@ from normcert import oracle
 from normcert.oracle.formats import fmt, to_float64
 
 from .families import BY_NAME
-from .harness import certify, check_pair, invoke
+from .measure import check_pair
+from .runner import certify
+from .sandbox import invoke
 from .strategies import REFILLS, cases, choice, integer, layout_tensor
 from .test_accuracy import valid_positions
 

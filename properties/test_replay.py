@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from normcert.properties.families import BY_NAME
-from normcert.properties.harness import Worst
+from normcert.properties.measure import Worst
 
 
 def test_replay(normcert_session):

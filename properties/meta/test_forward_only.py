@@ -19,7 +19,7 @@ import torch
 from normcert.impls import make
 from normcert.properties import test_gradients  # not its test by name: pytest would collect it here
 from normcert.properties.families import BY_NAME
-from normcert.properties.harness import certify
+from normcert.properties.runner import certify
 from normcert.properties.session import Session
 
 from . import hostile, planted

@@ -9,7 +9,7 @@
 * every kernel in ``planted.CORRECT`` passes every property in every dtype
   (``--meta-seeds K`` repeats that under K different global seeds; default 1).
 
-Each runs the property checks in-process through ``harness.run`` -- the same
+Each runs the property checks in-process through ``runner.run`` -- the same
 code path as the main tests -- so a property that cannot fail shows up here.
 """
 from __future__ import annotations
@@ -27,9 +27,9 @@ from normcert.impls import eager as eager_kernels
 from normcert.impls import make
 from normcert.oracle import OPS
 from normcert.oracle.formats import DTYPES
-from normcert.properties import harness, test_large
+from normcert.properties import runner, test_large
 from normcert.properties.families import BY_NAME, CASE_CHECKS
-from normcert.properties.harness import PropertyFailure
+from normcert.properties.measure import PropertyFailure, Worst
 from normcert.properties.replay import MAX_ELEMENTS
 from normcert.properties.session import Session
 from normcert.properties.strategies import FAR_STRIDE_PAST, LARGE_WIDTH, large_buckets
@@ -48,7 +48,7 @@ def session(normcert_session, tmp_path):
 
 
 def _run(session, family, impl, dtype, **kw):
-    return harness.run_family(session, family, impl, dtype, **kw)
+    return runner.run_family(session, family, impl, dtype, **kw)
 
 
 def _impl(op, fn, backend="plugin"):
@@ -128,8 +128,8 @@ def test_a_kernel_s_name_does_not_choose_its_cases(session):
     for target in ("theirs:rms_norm", "theirs_renamed:rms_norm_v2"):
         impl = make("rms_norm", target, "plugin", eager_kernels.rms_norm, target=target)
         buckets = [(b.label, family.strategy(impl.op, torch.float32, session.device, bucket=b))
-                   for b in harness.scheduled(session, family, impl, torch.float32)]
-        harness.run(session, family.name, impl, torch.float32, family.strategy(impl.op, torch.float32, session.device),
+                   for b in runner.scheduled(session, family, impl, torch.float32)]
+        runner.run(session, family.name, impl, torch.float32, family.strategy(impl.op, torch.float32, session.device),
                     record, max_examples=12, buckets=buckets)
     first, second = seen.values()
     assert first == second and len(first) >= 12 + 2
@@ -183,11 +183,11 @@ def test_large_family_at_a_cpu_scale(fn, killed, session):
                 for b in large_buckets(rec, session.seed, planted.SMALL_LIMIT)]
     assert [b.split()[0] for b, _ in schedule] == list(family.buckets)
     if not killed:
-        assert harness.run(session, family.name, impl, DTYPES[1], None, family.check_fn(),
+        assert runner.run(session, family.name, impl, DTYPES[1], None, family.check_fn(),
                            buckets=schedule).outcome == "pass"
         return
     with pytest.raises(PropertyFailure, match=r"large fails .* y\[(\d+)") as e:
-        harness.run(session, family.name, impl, DTYPES[1], None, family.check_fn(), buckets=schedule)
+        runner.run(session, family.name, impl, DTYPES[1], None, family.check_fn(), buckets=schedule)
     row = int(re.search(r"y\[(\d+)", str(e.value)).group(1))
     stride = planted.SMALL_LIMIT + FAR_STRIDE_PAST if "bucket=far" in str(e.value) else LARGE_WIDTH
     assert row * stride >= planted.SMALL_LIMIT, str(e.value)  # the row named is one past the limit
@@ -203,7 +203,7 @@ def test_a_failing_case_too_large_to_save_is_freed_at_once(session):
     strategy = test_large.large_cases("rms_norm", DTYPES[1], session.device, bucket=far, limit=MAX_ELEMENTS)
     impl = _impl("rms_norm", planted.rms_offsets_wrap_past_2_16)
     with pytest.raises(PropertyFailure, match="replay: not saved: x spans"):
-        harness.run(session, "large", impl, DTYPES[1], None, test_large.check_large, buckets=[(far.label, strategy)])
+        runner.run(session, "large", impl, DTYPES[1], None, test_large.check_large, buckets=[(far.label, strategy)])
     drawn = []
 
     @settings(max_examples=1, phases=[Phase.generate], database=None)
@@ -214,7 +214,7 @@ def test_a_failing_case_too_large_to_save_is_freed_at_once(session):
     draw()
     case = drawn[0]
     with pytest.raises(PropertyFailure):
-        test_large.check_large(session, impl, case, harness.Worst())
+        test_large.check_large(session, impl, case, Worst())
     assert {t.device.type for t in case.tensors.values() if t is not None} == {"meta"}
     assert "far 2x4096" in case.describe()
 
