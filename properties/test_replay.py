@@ -16,7 +16,7 @@ from normcert.properties.measure import Worst
 def test_replay(normcert_session):
     meta, case = normcert_session.replay
     impl = normcert_session.replay_impl
-    check = BY_NAME[meta["property"]].check_fn()
+    check = BY_NAME[meta["property"]].check
     print(f"replaying {meta['property']} for {impl.id} on {case.describe()}")
     try:
         check(normcert_session, impl, case, Worst())

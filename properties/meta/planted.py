@@ -1,8 +1,11 @@
 """Kernels with planted bugs the suite must reject, and correct variants it must certify.
 
 Each bug is a small, plausible mistake (the kind seen in real kernels), written
-next to the property family that should catch it.  ``BUGS`` and ``CORRECT``
-are read by ``test_meta.py``.
+in its op's section below.  Four catalogues, read by ``test_meta.py``, list them
+with the property families that must reject them: ``BUGS`` (at least one of its
+families), ``BUCKET_BUGS`` (on every seed, on a scheduled shape),
+``BATCH_SIZE_BUGS`` (on every seed, under --bitwise); ``CORRECT`` lists the
+variants every family must certify.
 """
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from normcert.impls import make
+from normcert.impls import UsageError
 from normcert.impls.domain import Domain, DomainError, parse
 from normcert.oracle import OPS
 from normcert.oracle.formats import DTYPE_NAMES, DTYPES
@@ -79,8 +80,6 @@ def test_a_bad_domain_is_one_line_naming_the_key(spec, says):
 
 
 def test_a_bad_attribute_is_a_usage_error_naming_the_kernel():
-    from normcert.impls import UsageError  # noqa: PLC0415
-
     def k(x, weight, eps):
         return x
 

@@ -18,12 +18,12 @@ from normcert.impls.conventions import ConventionViolation
 from normcert.properties import runner, sandbox, strategies
 from normcert.properties.families import BY_NAME
 from normcert.properties.measure import PropertyFailure
-from normcert.properties.runner import certify
+from normcert.properties.checks.accuracy import check_accuracy
+from normcert.properties.checks.bitwise import check_determinism
+from normcert.properties.checks.gradcheck import finite_differences, gradcheck_case, which_side
+from normcert.properties.checks.gradients import check_gradients, gradient_cases
+from normcert.properties.outcomes import certify
 from normcert.properties.session import Session
-from normcert.properties.test_accuracy import check_accuracy
-from normcert.properties.test_bitwise import check_determinism
-from normcert.properties.test_gradients import (gradcheck_case, check_gradients, finite_differences,
-                                                gradient_cases, which_side)
 
 from . import hostile
 
