@@ -37,7 +37,7 @@ class Impl:
     target: str  # "module:attr", importable: how a replay file finds it again
     domain: Domain = Domain()  # what it supports (``domain``): cases outside it are not drawn
     devices: tuple[str, ...] = ("cpu", "cuda")
-    backward: bool | None = True  # None: not declared (a plug-in): its outputs say (harness.backward_gate)
+    backward: bool | None = True  # None: not declared (a plug-in): its outputs say (runner.backward_gate)
     expected_failure: str = ""  # case studies: why the suite must reject it
     convention: str = ""  # "", or how it writes its outputs (``conventions``); fn is then the adapted callable
 

@@ -47,6 +47,7 @@ environment lists what was corrected.  The gaps (Triton 3.7.1):
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 
@@ -143,8 +144,6 @@ class _Globals:
 
 
 def _libdevice_stubs() -> set:
-    import importlib  # noqa: PLC0415
-
     stubs = set()
     for module in ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice"):
         try:

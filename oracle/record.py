@@ -168,7 +168,7 @@ class Op:
 
     def call_outputs(self, fn: Callable, args: dict) -> tuple:
         """``call(fn, args)``'s result as a tuple of outputs (a lone tensor is the one output);
-        no contract check: that is ``properties.harness``'s."""
+        no contract check: that is ``properties.sandbox``'s."""
         out = self.call(fn, args)
         return out if isinstance(out, tuple) else (out,)
 

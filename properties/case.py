@@ -12,6 +12,10 @@ import torch
 from normcert.oracle import OPS, Op
 from normcert.oracle.kinds import KINDS
 
+MAX_ELEMENTS = 1 << 26
+"""The most elements a case's tensor may span, declared or stored, and still be written to a replay file
+(``replay``: 64 Mi elements; the suite's cases are far smaller, ``--profile large``'s are not)."""
+
 
 @dataclass
 class Case:
@@ -68,3 +72,14 @@ class Case:
 
     def replace(self, **tensors) -> "Case":
         return Case(self.op, {**self.tensors, **tensors}, dict(self.scalars), dict(self.notes), dict(self.params))
+
+
+def valid_positions(case):
+    """Where a masked op's outputs are claimed: the positions its mask marks valid (None: all)."""
+    m = case.tensors.get(case.record.mask) if case.record.mask else None
+    return None if m is None else m.cpu().numpy()[..., None]
+
+
+def extent(t: torch.Tensor) -> int:
+    """Elements from t's first element to its last, in storage order (0 for an empty t)."""
+    return 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) if t.numel() else 0

@@ -2,18 +2,17 @@
 
 ``FAMILIES`` is the one list: its order is the certificate's (a verdict names a
 kernel's first failure in this order), and the pytest tests, ``--replay``, the
-meta-tests and the certificate all read it.  A family's check and strategy
-live in its test module (``test_<module>.py``, one file per family or pair):
+meta-tests and the certificate all read it.  A family holds its check and its
+strategy (``checks``: one module per family or pair):
 
     check(session, impl, case, worst)    checks one case, raises PropertyFailure
     cases(op, dtype, device, bucket=None) the Hypothesis strategy of cases it checks
                                           (with a ``strategies.Bucket``: of that shape)
 
-and its test is ``test_<name>`` there (dashes as underscores).
+and its one test names it with the ``normcert_family`` mark (``plugin``).
 """
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -22,6 +21,7 @@ from normcert.oracle import OPS, Op
 from normcert.oracle.formats import DTYPE_NAMES
 from normcert.oracle.validate import finite_number
 
+from .checks import accuracy, bitwise, contract, fusion, gradients, invariance, large, masks
 from .strategies import BUCKETS, LARGE, REFILLS, transforms
 
 SHAPES = tuple(b for b in BUCKETS if b != "million")  # the call past 2**20 elements is accuracy's alone (its cost)
@@ -76,20 +76,19 @@ def _refills(op: Op) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Family:
-    """name: as the certificate writes it; module: the test module holding check and cases
-    (None where the family is not a per-case check: gradcheck runs torch's own);
+    """name: as the certificate writes it; check and cases: its check of one case and its
+    strategy (None where the family is not a per-case check: gradcheck runs torch's own);
     applies: the ops it has a claim about; bitwise: a bitwise claim, failing the run only
     under --bitwise (else a warning); core: a case study must run it to count as checked;
-    backward: it checks a kernel's backward (``harness.backward_gate``: a forward-only kernel
+    backward: it checks a kernel's backward (``runner.forward_only``: a forward-only kernel
     is not certified by it); buckets: the scheduled shapes (``strategies.BUCKETS``) it checks
     on every (kernel, dtype) besides its random search; profile: the family runs only under
     this profile (``--profile large``: on a GPU) and checks its buckets alone, no random search;
     params: its own draws beside the op's arguments (``Param``), which a replay file must carry."""
 
     name: str
-    module: str
-    check: str | None
-    cases: str | None
+    check: Callable | None
+    cases: Callable | None
     applies: Callable[[Op], bool] = _every_op
     bitwise: bool = False
     core: bool = False
@@ -98,51 +97,36 @@ class Family:
     profile: str | None = None
     params: tuple[Param, ...] = ()
 
-    @property
-    def test(self) -> str:
-        return "test_" + self.name.replace("-", "_")
-
     def covers(self, impl, bitwise: bool) -> bool:
         """Does the family run on ``impl``?  It must have a claim about the op; a bitwise family
         skips kernels registered as expected to fail (the case studies) unless ``bitwise``: their
         registered reason is numerical, and without --bitwise a bitwise result is only a warning."""
         return self.applies(OPS[impl.op]) and (bitwise or not (self.bitwise and impl.expected_failure))
 
-    def _attr(self, attr: str) -> Callable:
-        return getattr(importlib.import_module(f"normcert.properties.{self.module}"), attr)
-
-    def check_fn(self) -> Callable:
-        return self._attr(self.check)
-
-    def strategy(self, op: str, dtype, device, bucket=None):
-        return self._attr(self.cases)(op, dtype, device, bucket=bucket)
-
 
 FAMILIES: tuple[Family, ...] = (
-    Family("accuracy", "test_accuracy", "check_accuracy", "accuracy_cases", core=True, buckets=BUCKETS),
-    Family("contract", "test_contract", "check_contract", "contract_cases", core=True),
-    Family("extremes", "test_accuracy", "check_accuracy", "extreme_cases", core=True, buckets=SHAPES),
-    Family("fusion", "test_fusion", "check_fusion", "fusion_cases", applies=lambda op: op.unfused is not None,
+    Family("accuracy", accuracy.check_accuracy, accuracy.accuracy_cases, core=True, buckets=BUCKETS),
+    Family("contract", contract.check_contract, contract.contract_cases, core=True),
+    Family("extremes", accuracy.check_accuracy, accuracy.extreme_cases, core=True, buckets=SHAPES),
+    Family("fusion", fusion.check_fusion, fusion.fusion_cases, applies=lambda op: op.unfused is not None,
            buckets=SHAPES),
-    Family("padding", "test_masks", "check_padding", "padded_cases", applies=lambda op: op.mask is not None,
+    Family("padding", masks.check_padding, masks.padded_cases, applies=lambda op: op.mask is not None,
            params=(Param("fill", "choice", _refills), Param("fill_seed", "seed"))),
-    Family("row-independence", "test_masks", "check_row_independence", "row_cases", applies=lambda op: op.rowwise,
+    Family("row-independence", masks.check_row_independence, masks.row_cases, applies=lambda op: op.rowwise,
            params=(Param("row", "row"), Param("fill", "choice", _refills), Param("fill_seed", "seed"))),
-    Family("invariance", "test_invariance", "check_invariance", "invariance_cases",
+    Family("invariance", invariance.check_invariance, invariance.invariance_cases,
            applies=lambda op: op.scale_invariant or op.shift_invariant, buckets=SHAPES,
            params=(Param("transform", "choice", transforms), Param("c", "power of two"), Param("d", "float"))),
-    Family("gradients", "test_gradients", "check_gradients", "gradient_cases", applies=_has_backward, core=True,
+    Family("gradients", gradients.check_gradients, gradients.gradient_cases, applies=_has_backward, core=True,
            backward=True, buckets=SHAPES, params=(Param("cot_seed", "seed"),)),
-    Family("gradcheck", "test_gradients", None, None, applies=_has_backward, backward=True),
-    Family("determinism", "test_bitwise", "check_determinism", "determinism_cases", bitwise=True),
-    Family("batch-invariance", "test_bitwise", "check_batch_invariance", "batch_cases",
+    Family("gradcheck", None, None, applies=_has_backward, backward=True),
+    Family("determinism", bitwise.check_determinism, bitwise.determinism_cases, bitwise=True),
+    Family("batch-invariance", bitwise.check_batch_invariance, bitwise.batch_cases,
            applies=lambda op: op.rowwise, bitwise=True, buckets=("odd", "strided"), params=(Param("shift", "row"),)),
-    Family("large", "test_large", "check_large", "large_cases", applies=lambda op: op.rowwise, buckets=LARGE,
+    Family("large", large.check_large, large.large_cases, applies=lambda op: op.rowwise, buckets=LARGE,
            profile="large", params=(Param("limit", "count"),)),
 )
 BY_NAME = {f.name: f for f in FAMILIES}
-
-BY_TEST = {f.test: f for f in FAMILIES}
 CASE_CHECKS = tuple(f for f in FAMILIES if f.check)  # the families a replay file can name
 
 
@@ -150,7 +134,7 @@ def runs(family: Family, impl, device: str, bitwise: bool, profile: str) -> bool
     """Does a run on ``device`` under ``profile`` leave a result of ``family`` on ``impl`` (given
     --bitwise or not)?  Collection parametrizes every kernel the family ``covers`` on the device;
     of those, a kernel registered without a backward skips the backward families, and a family of
-    a profile skips outside it (``test_large``), with no result either way."""
+    a profile skips outside it (``outcomes.certify_large``), with no result either way."""
     if device not in impl.devices or not family.covers(impl, bitwise):
         return False
     if family.backward and impl.backward is False:

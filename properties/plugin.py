@@ -31,6 +31,15 @@ stays inert unless the run collects normcert's tests (``_targets_normcert``):
 only then does it pick the ``ci`` Hypothesis profile, force the seed, set
 ``TRITON_INTERPRET`` on CPU and register the ``Suite`` that does the work.
 
+Imports: this module imports nothing heavy at the top (no torch, no kernel, no
+property module), so that it stays cheap in every pytest run of the environment,
+including the runs that do not use it; what a normcert run needs is imported
+inside the hooks that only such a run reaches.  A kernel's module is imported
+only after the incomplete certificate is written (``Suite.__init__``), so that a
+kernel that kills the process at import still leaves an incomplete certificate.
+Elsewhere in normcert an import inside a function says why (an optional
+dependency such as Triton, or this policy); all others sit at the top.
+
 Evidence: the verdict is "certified" only when every (kernel, property, dtype)
 of the run's scope left a result (``families.expected``), whatever narrowed the
 run (``-k``, ``-m``, ``--co``, an ini file's addopts, an xdist worker's
@@ -166,6 +175,7 @@ def pytest_configure(config):
                                     f"(or use the normcert command)")
         return
     _register_profiles()
+    config.addinivalue_line("markers", "normcert_family(name): the property family (families.BY_NAME) this test runs")
     profile = config.getoption("hypothesis_profile", None)
     if profile is not None and profile not in PROFILES:
         raise pytest.UsageError(f"--hypothesis-profile {profile}: unknown profile, expected one of "
@@ -260,6 +270,7 @@ class Suite:
         from normcert.oracle.formats import DTYPE_NAMES  # noqa: PLC0415
         from normcert.properties.families import BY_NAME  # noqa: PLC0415
 
+        self.families = BY_NAME
         self.scope = {"properties": _scope(config, "--normcert-property", BY_NAME),
                       "dtypes": _scope(config, "--normcert-dtype", DTYPE_NAMES.values())}
         if self.certificate and self.controller:  # before any kernel's module is imported: replaced at the end
@@ -298,12 +309,11 @@ class Suite:
 
     def pytest_generate_tests(self, metafunc):
         from normcert.oracle.formats import DTYPE_NAMES  # noqa: PLC0415
-        from normcert.properties.families import BY_TEST  # noqa: PLC0415
 
         if not metafunc.module.__name__.startswith(_PACKAGE + "."):
             return
         if "impl" in metafunc.fixturenames:
-            family = BY_TEST.get(metafunc.function.__name__)
+            family = self.family(metafunc.definition)
             chosen = [i for i in self.session.impls if self.session.device in i.devices
                       and (family is None or family.covers(i, self.session.bitwise))]
             metafunc.parametrize("impl", chosen, ids=[i.id for i in chosen])
@@ -318,14 +328,12 @@ class Suite:
         cross-check and the meta-tests certify the suite, not the kernel.
         A declared scope (--normcert-property, --normcert-dtype) drops the families outside it.
         """
-        from normcert.properties.families import BY_TEST  # noqa: PLC0415
-
         replaying = bool(config.getoption("--normcert-replay"))
         plugged = bool(config.getoption("--normcert-impl"))
         properties, dtypes = self.scope["properties"], self.scope["dtypes"]
 
         def in_scope(item) -> bool:
-            family = BY_TEST.get(getattr(item, "originalname", ""))
+            family = self.family(item)
             if family is None:
                 return True
             if family.name == "gradcheck" and dtypes is not None and "float64" not in dtypes:
@@ -344,10 +352,20 @@ class Suite:
 
         items[:] = [it for it in items if keep(it)]
 
+    def family(self, node):
+        """The property family a test names with its ``normcert_family`` mark (None: it runs none)."""
+        mark = node.get_closest_marker("normcert_family")
+        return None if mark is None else self.families[mark.args[0]]
+
     @pytest.fixture
     def normcert_session(self):
         """The run's ``Session``: settings, kernels under test, results."""
         return self.session
+
+    @pytest.fixture
+    def normcert_family(self, request):
+        """The property family (``families.Family``) the test's ``normcert_family`` mark names."""
+        return self.family(request.node)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):

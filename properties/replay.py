@@ -19,6 +19,7 @@ import re
 import shlex
 import zipfile
 
+import hypothesis
 import numpy as np
 import torch
 
@@ -29,7 +30,7 @@ from normcert.oracle.kinds import KINDS
 from . import families
 from .families import CASE_CHECKS
 
-from .case import Case
+from .case import MAX_ELEMENTS, Case, extent
 
 FORMAT = "normcert-replay/1"
 _BOOL = "bool"
@@ -40,8 +41,6 @@ class ReplayError(ValueError):
 
 
 def versions() -> dict:
-    import hypothesis  # noqa: PLC0415
-
     out = {"python": platform.python_version(), "torch": torch.__version__, "hypothesis": hypothesis.__version__,
            "numpy": np.__version__}
     try:
@@ -51,11 +50,6 @@ def versions() -> dict:
     except ImportError:
         out["triton"] = None
     return out
-
-
-def extent(t: torch.Tensor) -> int:
-    """Elements from t's first element to its last, in storage order (0 for an empty t)."""
-    return 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) if t.numel() else 0
 
 
 def _span(t: torch.Tensor):
@@ -95,7 +89,6 @@ def save_failure(impl, prop: str, case: Case, directory: str) -> str:
     return f"normcert replay {shlex.quote(path)}"
 
 
-MAX_ELEMENTS = 1 << 26  # per tensor, declared or stored: 64 Mi elements (the suite's cases are far smaller)
 MAX_META_BYTES = 1 << 20
 _NPY_HEADER = 4096  # an .npy member is its raw bytes plus a header of at most this much
 

@@ -2,7 +2,7 @@
 
 The plugin makes one ``Session`` per process from the command line and hands it
 to the property tests through the ``normcert_session`` fixture; a meta-test makes
-its own.  Nothing else holds run state: the harness, the certificate and the
+its own.  Nothing else holds run state: the sandbox, the runner, the certificate and the
 replay writer take the session (or the field they need) as an argument.
 """
 from __future__ import annotations
@@ -28,16 +28,17 @@ class Session:
     kernel_timeout: seconds a kernel call may take before it is declared hung;
     impls: the kernels under test; eager: op -> the registry's eager kernel;
     replay: (file metadata, case) and replay_impl when the run replays a file;
-    results: a ``harness.Result`` per (kernel, family, dtype) run here;
+    results: a ``runner.Result`` per (kernel, family, dtype) run here;
     hung: kernel id -> message, for kernels the watchdog gave up on (never called again);
-    called: the (kernel id, what, specialisation) the watchdog has called (``harness.kernel_code``);
+    called: the (kernel id, what, specialisation) the watchdog has called (``sandbox.kernel_code``);
+    worker: the thread kernel calls run in (``sandbox.Worker``), made by the first call;
     interpreter: the corrections made to Triton's interpreter (``impls.interpreter``), None without it;
-    interpreted: (kernel id, dtype) -> does it run under that interpreter (``harness.runs_interpreted``);
+    interpreted: (kernel id, dtype) -> does it run under that interpreter (``probes.runs_interpreted``);
     weightless: (kernel id, dtype) -> does it accept None for the op's optional weight and bias
-    (``harness.accepts_weightless``);
+    (``probes.accepts_weightless``);
     profile: the run's profile (``plugin.PROFILES``): "large" adds the large family;
     returned: kernel id -> the outputs of its last calls, held to catch a reused buffer
-    (``harness.check_not_reused``);
+    (``sandbox.check_not_reused``);
     heartbeat: the file ``beat`` touches (``$NORMCERT_HEARTBEAT``, set by ``normcert certify``), or None."""
 
     device: str = "cpu"
@@ -53,6 +54,7 @@ class Session:
     results: list = field(default_factory=list)
     hung: dict[str, str] = field(default_factory=dict)
     called: set = field(default_factory=set)
+    worker: object = None
     interpreter: list | None = None
     interpreted: dict = field(default_factory=dict)
     weightless: dict = field(default_factory=dict)

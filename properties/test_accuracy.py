@@ -1,40 +1,16 @@
-"""Accuracy and extremes: every output within the error model's bound of the oracle.
-
-* accuracy  ordinary values, |mean| >> std rows and constant rows, every layout
-* extremes  near-max, subnormal, zero, wide-range values and hostile rows
-            holding NaN / ±inf: NaN and inf must come out where the oracle
-            says, finite results may not overflow to inf or flush to 0, and
-            add_rms_norm's residual must equal the rounded sum bit for bit.
-"""
+"""Accuracy and extremes (``checks.accuracy``)."""
 from __future__ import annotations
 
-from .families import BY_NAME
-from .harness import check_against_oracle, certify, invoke
-from .strategies import EXTREME, cases
+import pytest
+
+from .outcomes import certify
 
 
-def valid_positions(case):
-    """Where a masked op's outputs are claimed: the positions its mask marks valid (None: all)."""
-    m = case.tensors.get(case.record.mask) if case.record.mask else None
-    return None if m is None else m.cpu().numpy()[..., None]
+@pytest.mark.normcert_family("accuracy")
+def test_accuracy(normcert_session, normcert_family, impl, dtype):
+    certify(normcert_session, normcert_family, impl, dtype)
 
 
-def check_accuracy(session, impl, case, worst):
-    outs = invoke(session, impl, case)
-    check_against_oracle(outs, case, worst, where=valid_positions(case))
-
-
-def accuracy_cases(op, dtype, device, bucket=None):
-    return cases(op, dtype, device, profiles=("normal", "lattice", "offset", "constant"), hostile=False, bucket=bucket)
-
-
-def extreme_cases(op, dtype, device, bucket=None):
-    return cases(op, dtype, device, profiles=EXTREME, hostile=True, bucket=bucket)
-
-
-def test_accuracy(normcert_session, impl, dtype):
-    certify(normcert_session, BY_NAME["accuracy"], impl, dtype)
-
-
-def test_extremes(normcert_session, impl, dtype):
-    certify(normcert_session, BY_NAME["extremes"], impl, dtype)
+@pytest.mark.normcert_family("extremes")
+def test_extremes(normcert_session, normcert_family, impl, dtype):
+    certify(normcert_session, normcert_family, impl, dtype)

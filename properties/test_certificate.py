@@ -24,7 +24,7 @@ import time
 import pytest
 import torch
 
-from normcert.impls import plugin
+from normcert.impls import make, plugin
 from normcert.properties.certificate import check_failures_dir, check_writable, to_json
 from normcert.properties.case import Case
 from normcert.properties.replay import save_failure
@@ -182,8 +182,6 @@ def test_replay_refuses_a_kernel_outside_the_registry(tmp_path):
 @pytest.mark.parametrize("target", ["normcert.impls:os.system", "normcert.properties.meta.hostile:rms_exits"])
 def test_replay_refuses_normcert_names_outside_the_registry_and_the_planted_bugs(tmp_path, target):
     """A dotted ATTR under a normcert module reached os.system; a hostile test kernel is not a planted bug."""
-    from normcert.impls import make  # noqa: PLC0415
-
     impl = make("rms_norm", target, "plugin", torch.nn.functional.rms_norm, target=target)
     case = Case("rms_norm", {"x": torch.ones(1, 2), "weight": torch.ones(2)}, {"eps": 1e-5})
     path = save_failure(impl, "accuracy", case, directory=str(tmp_path)).split()[-1]

@@ -18,10 +18,14 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("triton")
 
 from normcert.impls import interpreter, interpreter_bf16 as bf16  # noqa: E402
+from normcert.impls import registry  # noqa: E402
+from normcert.properties import probes, runner  # noqa: E402
+from normcert.properties.families import BY_NAME  # noqa: E402
 
 GAPS = ["float scalars", "libdevice", "bfloat16", "float8_e4m3fn"]
 
@@ -80,8 +84,6 @@ def test_the_probe_kernels_on_the_device(normcert_session):
 def test_e4m3fn_encoding_is_torchs_cast():
     """The correction's fp8 rounding (``interpreter_fp8.encode``) gives torch's cast's bit patterns on
     the probe's rounding cases and on a million random float32 values across e4m3fn's range."""
-    import torch  # noqa: PLC0415
-
     from normcert.impls import interpreter_fp8, interpreter_probes  # noqa: PLC0415
 
     rng = np.random.default_rng(0)
@@ -151,19 +153,13 @@ def test_reductions_round_every_step():
 def test_a_kernel_under_the_interpreter_gets_the_scaled_many_rows_bucket(normcert_session):
     """The registry's Triton kernel launches interpreter programs, the eager one does not; the
     Triton kernel's many-rows bucket is scaled, and its label (the certificate's domain) says so."""
-    import torch
-
-    from normcert.impls import registry
-    from normcert.properties import harness
-    from normcert.properties.families import BY_NAME
-
     if normcert_session.interpreter is None:
         pytest.skip("the kernels do not run under Triton's interpreter here")
     by = {i.backend: i for i in registry() if i.op == "rms_norm" and i.backend in ("eager", "triton")}
     f32 = torch.float32
-    assert harness.runs_interpreted(normcert_session, by["triton"], f32)
-    assert not harness.runs_interpreted(normcert_session, by["eager"], f32)
-    many = {i: [b for b in harness.scheduled(normcert_session, BY_NAME["accuracy"], by[i], f32) if b.name == "many"][0]
+    assert probes.runs_interpreted(normcert_session, by["triton"], f32)
+    assert not probes.runs_interpreted(normcert_session, by["eager"], f32)
+    many = {i: [b for b in runner.scheduled(normcert_session, BY_NAME["accuracy"], by[i], f32) if b.name == "many"][0]
             for i in by}
     assert many["eager"].rows == 65537 and many["triton"].rows == 1025
     assert "scaled from 65537 rows: Triton's interpreter" in many["triton"].label

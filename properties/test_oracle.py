@@ -33,12 +33,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from normcert import oracle
+from normcert.impls.eager import deep_norm
+from normcert.oracle import geglu, swiglu
+from normcert.oracle.deep_norm import affine_sublayer
 from normcert.oracle.assessment import assess
 from normcert.oracle.formats import E4M3, fmt
 
+from .case import valid_positions
+from .extraction import extraction
 from .strategies import PROFILES, cases, cotangents
-from .test_accuracy import valid_positions
-from .test_oracle_paths import extraction
 
 
 def agree(op, name, f64, mp, bound, where=None):
@@ -160,9 +163,8 @@ def test_silu_far_below_negligible_is_float64s_own_zero():
     or silu'(g) < 0 with finite u and dy is below 2**-1075, so both paths give the zero of sign
     sign(-u), sign(-u dy), sign(-dy).  Just above the cut (g = -2000) dy u silu'(g) with huge u
     and dy is a normal double (~e**-573), which only mpmath finds."""
-    from normcert.oracle.swiglu import NEGLIGIBLE  # noqa: PLC0415
     big = 1.7e308
-    g = torch.tensor([[NEGLIGIBLE - 0.5, -1e4, -3e38, -1.7e308, -2000.0]], dtype=torch.float64)
+    g = torch.tensor([[swiglu.NEGLIGIBLE - 0.5, -1e4, -3e38, -1.7e308, -2000.0]], dtype=torch.float64)
     u = torch.tensor([[big, -big, 3.0, -big, big]], dtype=torch.float64)
     dy = torch.tensor([[-big, big, big, 2.0, big]], dtype=torch.float64)
     su, sd = np.sign(u.numpy()[0, :4]), np.sign(dy.numpy()[0, :4])
@@ -183,9 +185,8 @@ def test_gelu_tails_float64_zero_below_negligible_and_mpmath_above(approximate):
     Between it and ``geglu.UNDERFLOW``, Phi(g) or sigma(2 t) is subnormal or zero in float64, yet
     gelu(g) u with huge u is a normal double: the float64 path must get mpmath's value (it got 0
     before the region was sent to mpmath)."""
-    from normcert.oracle.geglu import NEGLIGIBLE, UNDERFLOW  # noqa: PLC0415
     big = 1.7e308
-    lo, hi = NEGLIGIBLE[approximate], UNDERFLOW[approximate]
+    lo, hi = geglu.NEGLIGIBLE[approximate], geglu.UNDERFLOW[approximate]
     g = torch.tensor([[lo - 0.5, -1e4, -300.0, (lo + hi) / 2, hi - 1]], dtype=torch.float64)
     u = torch.tensor([[big, -big, -big, big, big]], dtype=torch.float64)
     dy = torch.tensor([[-big, big, 2.0, big, big]], dtype=torch.float64)
@@ -207,8 +208,6 @@ def test_deep_norm_claims_nothing_where_rounded_parts_overflow():
     """z = alpha x + sublayer(x) = 65497.9 is below float16's 65504, but alpha x = 32817 and
     sublayer(x) = 32680.9 round to 32832 and 32688, whose sum rounds to inf: a correct float16
     kernel (the eager one) gets NaN there, and the bound must make no claim on that row."""
-    from normcert.impls.eager import deep_norm  # noqa: PLC0415
-    from normcert.oracle.deep_norm import affine_sublayer  # noqa: PLC0415
     h = torch.float16
     args = dict(x=torch.tensor([[32800.0, 0.0]], dtype=h),
                 sub_weight=torch.tensor([[0.99560546875, 0.0], [0.0, 0.0]], dtype=h),

@@ -20,7 +20,6 @@ import shlex
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -30,24 +29,9 @@ from normcert import oracle
 from normcert.oracle import eft, native
 from normcert.oracle.backends import F64
 
+from .extraction import extraction, need_native
+
 U = 2.0 ** -53
-
-
-def need_native():
-    status = native.status()
-    if not status.native:
-        pytest.skip(f"the native kernels are unavailable: {status.reason}")
-
-
-@contextmanager
-def extraction(kind: str):
-    """Run the float64 oracle on the native kernels (``"native"``) or on the pure torch path (``"pure"``)."""
-    if kind == "pure":
-        with native.pure():
-            yield
-        return
-    need_native()
-    yield
 
 
 def hard_rows(n: int) -> np.ndarray:

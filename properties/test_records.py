@@ -3,24 +3,23 @@
 * every op record: its sample input passes its own validation and the oracle
   runs on it, forward and VJP, with outputs of the shape ``out_shape`` says;
   every registry kernel of the op accepts it;
-* every property family: its module holds the check, the strategy and the
-  test ``test_<name>``; every property test (a test taking ``impl``) in the
-  suite belongs to a family, so no test escapes ``applies`` and the certificate;
-  each of its buckets draws the bucket's shape, spun differently per seed.
+* every property family: exactly one test runs it (its ``normcert_family`` mark);
+  every property test (a test taking ``impl``) in the suite belongs to a family,
+  so no test escapes ``applies`` and the certificate; each of its buckets draws
+  the bucket's shape, spun differently per seed.
 """
 from __future__ import annotations
 
-import importlib
-import inspect
-import pkgutil
+import ast
+from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import find, given, settings
 
 from normcert import impls, oracle, properties
 from normcert.properties.families import BY_NAME, FAMILIES
-from normcert.properties.strategies import BUCKETS, LARGE, buckets
+from normcert.properties.strategies import BUCKETS, HEAD_DIMS, LARGE, buckets, cases
 
 
 @pytest.mark.parametrize("op", list(oracle.OPS))
@@ -46,24 +45,42 @@ def test_op_record_is_consistent(normcert_session, op):
             assert [tuple(o.shape) for o in got] == [rec.out_shape((3, 6))] * len(rec.outputs), impl.id
 
 
-def test_every_family_has_its_check_strategy_and_test():
+def _family_marks() -> dict[str, tuple[str | None, bool]]:
+    """Every test function of the suite's test files, read from their source (a test file is never
+    imported by another): "file::test" -> (the family its ``normcert_family`` mark names, or None;
+    does it take ``impl``)."""
+    found = {}
+    for path in sorted(Path(properties.__file__).parent.glob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.FunctionDef) or not node.name.startswith("test_"):
+                continue
+            names = [d.args[0].value for d in node.decorator_list if isinstance(d, ast.Call)
+                     and isinstance(d.func, ast.Attribute) and d.func.attr == "normcert_family"]
+            assert len(names) <= 1, f"{path.name}::{node.name} names {len(names)} families"
+            found[f"{path.name}::{node.name}"] = (names[0] if names else None,
+                                                  "impl" in [a.arg for a in node.args.args])
+    return found
+
+
+def test_every_family_has_exactly_one_test():
+    """The plugin parametrizes a test by the family its mark names (``family.covers``) and the
+    certificate expects a result of every family (``families.expected``): a family with no test
+    would leave every certificate incomplete, one with two would count its results twice."""
+    marks = _family_marks()
     for family in FAMILIES:
-        module = importlib.import_module(f"normcert.properties.{family.module}")
-        assert callable(getattr(module, family.test, None)), f"{family.name}: no {family.test} in {family.module}"
-        if family.check:
-            assert callable(family.check_fn()) and callable(getattr(module, family.cases))
+        tests = [t for t, (name, _) in marks.items() if name == family.name]
+        assert len(tests) == 1, f"{family.name}: run by {tests or 'no test'}"
+        assert (family.check is None) == (family.cases is None), family.name
+    unknown = {name for name, _ in marks.values()} - set(BY_NAME) - {None}
+    assert not unknown, f"tests name no family of FAMILIES: {sorted(unknown)}"
 
 
 def test_every_property_test_belongs_to_a_family():
-    tests = {f.test for f in FAMILIES}
-    for info in pkgutil.iter_modules(properties.__path__):
-        if not info.name.startswith("test_"):
-            continue
-        module = importlib.import_module(f"normcert.properties.{info.name}")
-        for name, fn in inspect.getmembers(module, inspect.isfunction):
-            if name.startswith("test_") and fn.__module__ == module.__name__ \
-                    and "impl" in inspect.signature(fn).parameters and name != "test_supports_some_dtype":
-                assert name in tests, f"{info.name}.{name} tests a kernel but belongs to no property family"
+    """A test of a kernel (it takes ``impl``) runs a family, so no test escapes ``applies`` and the
+    certificate; the contract's dtype-support test is the one check of a kernel that is no family."""
+    for test, (name, takes_impl) in _family_marks().items():
+        if takes_impl and test != "test_contract.py::test_supports_some_dtype":
+            assert name is not None, f"{test} tests a kernel but names no property family"
 
 
 def test_bitwise_families_skip_case_studies_unless_bitwise():
@@ -101,7 +118,7 @@ def test_every_bucket_of_every_family_draws_its_shape(op):
         for b in buckets(rec, spin=7):
             if b.name not in family.buckets:
                 continue
-            case = _first_case(family.strategy(op, torch.float32, "cpu", bucket=b))
+            case = _first_case(family.cases(op, torch.float32, "cpu", bucket=b))
             x = case.main
             assert tuple(x.shape) == b.shape(rec) and case.notes["bucket"] == b.label, (family.name, b)
             assert b.width <= rec.max_width
@@ -116,7 +133,7 @@ def test_bucket_cases_differ_from_seed_to_seed():
     one simplest case (same profile, seed 0) every time."""
     rec = oracle.OPS["rms_norm"]
     assert len({buckets(rec, spin)[1].width for spin in range(10)}) >= 3
-    firsts = [_first_case(BY_NAME["accuracy"].strategy("rms_norm", torch.float32, "cpu", bucket=buckets(rec, spin)[1]))
+    firsts = [_first_case(BY_NAME["accuracy"].cases("rms_norm", torch.float32, "cpu", bucket=buckets(rec, spin)[1]))
               for spin in range(10)]
     assert len({c.notes["seed"] for c in firsts}) == 10
     assert len({c.notes["x"] for c in firsts}) >= 3
@@ -126,10 +143,6 @@ def test_bucket_cases_differ_from_seed_to_seed():
 def test_random_search_draws_qk_norm_calls_for_headwise_ops(op):
     """Besides the qk bucket, the random search of a headwise op draws QK-norm calls: (tokens,
     heads, head_dim) views of a fused QKV buffer, head_dim from HEAD_DIMS, past 32 heads too."""
-    from hypothesis import find  # noqa: PLC0415
-
-    from normcert.properties.strategies import HEAD_DIMS, cases  # noqa: PLC0415
-
     def qk_past_32(case):
         x = case.main
         fused = x.dim() == 3 and x.stride(0) == 3 * x.shape[1] * x.shape[2]

@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 
 from normcert.properties.families import BY_NAME
-from normcert.properties.harness import Worst
+from normcert.properties.measure import Worst
 
 
 def test_replay(normcert_session):
     meta, case = normcert_session.replay
     impl = normcert_session.replay_impl
-    check = BY_NAME[meta["property"]].check_fn()
+    check = BY_NAME[meta["property"]].check
     print(f"replaying {meta['property']} for {impl.id} on {case.describe()}")
     try:
         check(normcert_session, impl, case, Worst())

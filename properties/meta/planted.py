@@ -155,7 +155,7 @@ def _contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
-_RACES = torch.Generator().manual_seed(0)  # the hardware's whim: not torch's RNG, which the harness restores
+_RACES = torch.Generator().manual_seed(0)  # the hardware's whim: not torch's RNG, which the sandbox restores
 
 
 @bug("rms_norm", "determinism")

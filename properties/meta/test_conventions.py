@@ -18,7 +18,8 @@ import torch
 
 from normcert import impls
 from normcert.impls import conventions
-from normcert.properties import harness
+from normcert.properties import runner
+from normcert.properties.measure import PropertyFailure
 from normcert.properties.families import BY_NAME
 from normcert.properties.session import Session
 
@@ -38,7 +39,7 @@ def session(normcert_session, tmp_path):
 
 
 def _run(session, family, impl, dtype):
-    return harness.run_family(session, BY_NAME[family], impl, dtype)
+    return runner.run_family(session, BY_NAME[family], impl, dtype)
 
 
 @pytest.mark.parametrize("op, fn, convention", [
@@ -70,7 +71,7 @@ def test_correct_kernels_in_each_convention_are_certified(session, op, fn, conve
      torch.bfloat16),
 ])
 def test_broken_conventions_are_rejected(session, op, fn, convention, message, fmt):
-    with pytest.raises(harness.PropertyFailure, match=message):
+    with pytest.raises(PropertyFailure, match=message):
         _run(session, "accuracy", _plug(op, fn, convention), fmt)
 
 
@@ -96,7 +97,7 @@ def test_a_convention_that_cannot_apply_is_a_usage_error(spec, message):
 
 def test_a_replay_file_keeps_the_convention(session, tmp_path):
     impl = _plug("rms_norm", planted.rms_out_skips_last_column, "out")
-    with pytest.raises(harness.PropertyFailure):
+    with pytest.raises(PropertyFailure):
         _run(session, "accuracy", impl, torch.float32)
     (path,) = [os.path.join(tmp_path, f) for f in os.listdir(tmp_path) if f.endswith(".npz")]
     meta = np.load(path, allow_pickle=False)["meta"].tobytes().decode()

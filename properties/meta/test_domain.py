@@ -18,14 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from normcert.impls import make
+from normcert.impls import UsageError
 from normcert.impls.domain import Domain, DomainError, parse
 from normcert.oracle import OPS
 from normcert.oracle.formats import DTYPE_NAMES, DTYPES
-from normcert.properties import harness
+from normcert.properties import runner
 from normcert.properties.families import BY_NAME
 from normcert.properties.case import Case
 from normcert.properties.fitting import fit
-from normcert.properties.harness import PropertyFailure
+from normcert.properties.measure import PropertyFailure
 from normcert.properties.session import Session
 from normcert.properties.strategies import cases
 
@@ -44,7 +45,7 @@ def _impl(fn, **kw):
 
 
 def _run(session, fn, dtype=F32, family="accuracy", **kw):
-    return harness.run_family(session, BY_NAME[family], _impl(fn, **kw), dtype, max_examples=20)
+    return runner.run_family(session, BY_NAME[family], _impl(fn, **kw), dtype, max_examples=20)
 
 
 # ------------------------------------------------------------------ the syntax
@@ -79,8 +80,6 @@ def test_a_bad_domain_is_one_line_naming_the_key(spec, says):
 
 
 def test_a_bad_attribute_is_a_usage_error_naming_the_kernel():
-    from normcert.impls import UsageError  # noqa: PLC0415
-
     def k(x, weight, eps):
         return x
 
@@ -225,6 +224,6 @@ def test_rank_and_layout_domains_reach_the_calls_a_property_derives(session):
     for family in ("accuracy", "contract", "row-independence", "gradients"):
         res = _run(session, hostile.rms_3d_contiguous_only, family=family)
         assert res.outcome == "pass" and re.search("layouts: contiguous(;|$)", res.domain), (family, res.message, res.domain)
-    res = harness.run_family(session, BY_NAME["batch-invariance"], _impl(hostile.rms_3d_contiguous_only), F32,
+    res = runner.run_family(session, BY_NAME["batch-invariance"], _impl(hostile.rms_3d_contiguous_only), F32,
                              max_examples=20, gating=False)
     assert "refused" not in res.message, res.message

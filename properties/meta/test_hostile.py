@@ -1,6 +1,6 @@
 """Hostile kernels get the verdict they earn, never "pass" for what was not checked.
 
-Each runs one property in-process through ``harness.run`` (the path every test
+Each runs one property in-process through ``runner.run`` (the path every test
 takes) and asserts the Result the certificate would carry.
 """
 from __future__ import annotations
@@ -15,14 +15,15 @@ import torch
 
 from normcert.impls import make
 from normcert.impls.conventions import ConventionViolation
-from normcert.properties import harness, strategies
+from normcert.properties import runner, sandbox, strategies
 from normcert.properties.families import BY_NAME
-from normcert.properties.harness import PropertyFailure, certify
+from normcert.properties.measure import PropertyFailure
+from normcert.properties.checks.accuracy import check_accuracy
+from normcert.properties.checks.bitwise import check_determinism
+from normcert.properties.checks.gradcheck import finite_differences, gradcheck_case, which_side
+from normcert.properties.checks.gradients import check_gradients, gradient_cases
+from normcert.properties.outcomes import certify
 from normcert.properties.session import Session
-from normcert.properties.test_accuracy import check_accuracy
-from normcert.properties.test_bitwise import check_determinism
-from normcert.properties.test_gradients import (gradcheck_case, check_gradients, finite_differences,
-                                                gradient_cases, which_side)
 
 from . import hostile
 
@@ -41,7 +42,7 @@ def session(tmp_path):
 
 def _accuracy(session, fn, check=check_accuracy):
     strategy = strategies.cases("rms_norm", F32, "cpu", profiles=("normal",), hostile=False)
-    return harness.run(session, "accuracy", _impl(fn), F32, strategy, check, max_examples=30)
+    return runner.run(session, "accuracy", _impl(fn), F32, strategy, check, max_examples=30)
 
 
 def test_refusing_cases_after_the_probe_fails(session):
@@ -60,7 +61,7 @@ def test_system_exit_is_a_contract_failure(session):
 
 def test_a_raising_backward_is_a_contract_failure(session):
     with pytest.raises(PropertyFailure, match="backward raised RuntimeError: backward exploded"):
-        harness.run(session, "gradients", _impl(hostile.rms_backward_raises), F32, gradient_cases("rms_norm", F32, "cpu"),
+        runner.run(session, "gradients", _impl(hostile.rms_backward_raises), F32, gradient_cases("rms_norm", F32, "cpu"),
                     check_gradients, max_examples=10)
 
 
@@ -136,7 +137,7 @@ def test_a_kernel_that_leaves_a_thread_mode_on_fails_and_does_not_break_the_next
         _accuracy(session, fn)
     assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
     good = make("rms_norm", "eager", "plugin", hostile._rms, target="normcert.properties.meta.hostile:_rms")
-    res = harness.run(session, "gradients", good, F32, gradient_cases("rms_norm", F32, "cpu"), check_gradients,
+    res = runner.run(session, "gradients", good, F32, gradient_cases("rms_norm", F32, "cpu"), check_gradients,
                       max_examples=5)
     assert res.outcome == "pass"
 
@@ -147,12 +148,12 @@ def test_a_reused_output_buffer_is_a_contract_failure(session, fn, check):
     """One static buffer, or a ring of two: a caller's earlier result would change under it."""
     strategy = strategies.cases("rms_norm", F32, "cpu", profiles=("normal",), hostile=False)
     with pytest.raises(PropertyFailure, match="in the storage of an output of one of its earlier calls"):
-        harness.run(session, "accuracy", _impl(fn), F32, strategy, check, max_examples=10)
+        runner.run(session, "accuracy", _impl(fn), F32, strategy, check, max_examples=10)
 
 
 def test_fresh_outputs_are_not_taken_for_reused_ones(session):
     strategy = strategies.cases("rms_norm", F32, "cpu", profiles=("normal",), hostile=False)
-    res = harness.run(session, "determinism", _impl(hostile._rms), F32, strategy, check_determinism, max_examples=20)
+    res = runner.run(session, "determinism", _impl(hostile._rms), F32, strategy, check_determinism, max_examples=20)
     assert res.outcome == "pass"
 
 
@@ -245,7 +246,7 @@ def test_a_finished_call_leaves_no_reference_to_its_inputs(session):
     suite drops them (on a GPU, --profile large's cases would otherwise fill the device)."""
     x = torch.ones(4)
     alive = weakref.ref(x)
-    assert harness.kernel_code(session, _impl(hostile._rms), "", functools.partial(torch.sum, x)).item() == 4
+    assert sandbox.kernel_code(session, _impl(hostile._rms), "", functools.partial(torch.sum, x)).item() == 4
     del x
     gc.collect()
     assert alive() is None

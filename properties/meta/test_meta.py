@@ -9,7 +9,7 @@
 * every ``@correct`` kernel passes every property in every dtype
   (``--meta-seeds K`` repeats that under K different global seeds; default 1).
 
-Each runs the property checks in-process through ``harness.run`` -- the same
+Each runs the property checks in-process through ``runner.run`` -- the same
 code path as the main tests -- so a property that cannot fail shows up here.
 """
 from __future__ import annotations
@@ -27,10 +27,12 @@ from normcert.impls import eager as eager_kernels
 from normcert.impls import make
 from normcert.oracle import OPS
 from normcert.oracle.formats import DTYPES
-from normcert.properties import harness, test_large
+from normcert.properties import runner
+from normcert.properties.checks.large import check_large, large_cases
 from normcert.properties.families import BY_NAME, CASE_CHECKS
-from normcert.properties.harness import PropertyFailure
-from normcert.properties.replay import MAX_ELEMENTS
+from normcert.properties.measure import PropertyFailure, Worst
+from normcert.properties.outcomes import certify_large
+from normcert.properties.case import MAX_ELEMENTS
 from normcert.properties.session import Session
 from normcert.properties.strategies import FAR_STRIDE_PAST, LARGE_WIDTH, large_buckets
 
@@ -53,7 +55,7 @@ def session(normcert_session, tmp_path):
 
 
 def _run(session, family, impl, dtype, **kw):
-    return harness.run_family(session, family, impl, dtype, **kw)
+    return runner.run_family(session, family, impl, dtype, **kw)
 
 
 def _impl(op, fn, backend="plugin"):
@@ -132,9 +134,9 @@ def test_a_kernel_s_name_does_not_choose_its_cases(session):
 
     for target in ("theirs:rms_norm", "theirs_renamed:rms_norm_v2"):
         impl = make("rms_norm", target, "plugin", eager_kernels.rms_norm, target=target)
-        buckets = [(b.label, family.strategy(impl.op, torch.float32, session.device, bucket=b))
-                   for b in harness.scheduled(session, family, impl, torch.float32)]
-        harness.run(session, family.name, impl, torch.float32, family.strategy(impl.op, torch.float32, session.device),
+        buckets = [(b.label, family.cases(impl.op, torch.float32, session.device, bucket=b))
+                   for b in runner.scheduled(session, family, impl, torch.float32)]
+        runner.run(session, family.name, impl, torch.float32, family.cases(impl.op, torch.float32, session.device),
                     record, max_examples=12, buckets=buckets)
     first, second = seen.values()
     assert first == second and len(first) >= 12 + 2
@@ -183,16 +185,16 @@ def test_large_family_at_a_cpu_scale(fn, killed, session):
     kernel whose row offsets wrap there is rejected on a row past the limit, a correct one passes."""
     rec, family = OPS["rms_norm"], BY_NAME["large"]
     impl = _impl("rms_norm", fn)
-    schedule = [(b.label, test_large.large_cases("rms_norm", DTYPES[1], session.device, bucket=b,
+    schedule = [(b.label, large_cases("rms_norm", DTYPES[1], session.device, bucket=b,
                                                  limit=planted.SMALL_LIMIT))
                 for b in large_buckets(rec, session.seed, planted.SMALL_LIMIT)]
     assert [b.split()[0] for b, _ in schedule] == list(family.buckets)
     if not killed:
-        assert harness.run(session, family.name, impl, DTYPES[1], None, family.check_fn(),
+        assert runner.run(session, family.name, impl, DTYPES[1], None, family.check,
                            buckets=schedule).outcome == "pass"
         return
     with pytest.raises(PropertyFailure, match=r"large fails .* y\[(\d+)") as e:
-        harness.run(session, family.name, impl, DTYPES[1], None, family.check_fn(), buckets=schedule)
+        runner.run(session, family.name, impl, DTYPES[1], None, family.check, buckets=schedule)
     row = int(re.search(r"y\[(\d+)", str(e.value)).group(1))
     stride = planted.SMALL_LIMIT + FAR_STRIDE_PAST if "bucket=far" in str(e.value) else LARGE_WIDTH
     assert row * stride >= planted.SMALL_LIMIT, str(e.value)  # the row named is one past the limit
@@ -205,10 +207,10 @@ def test_a_failing_case_too_large_to_save_is_freed_at_once(session):
     runs the case again, which would hold two on the device.  The "far" case with limit
     MAX_ELEMENTS: 2 rows in a 256 MiB storage."""
     far = large_buckets(OPS["rms_norm"], session.seed, MAX_ELEMENTS)[1]
-    strategy = test_large.large_cases("rms_norm", DTYPES[1], session.device, bucket=far, limit=MAX_ELEMENTS)
+    strategy = large_cases("rms_norm", DTYPES[1], session.device, bucket=far, limit=MAX_ELEMENTS)
     impl = _impl("rms_norm", planted.rms_offsets_wrap_past_2_16)
     with pytest.raises(PropertyFailure, match="replay: not saved: x spans"):
-        harness.run(session, "large", impl, DTYPES[1], None, test_large.check_large, buckets=[(far.label, strategy)])
+        runner.run(session, "large", impl, DTYPES[1], None, check_large, buckets=[(far.label, strategy)])
     drawn = []
 
     @settings(max_examples=1, phases=[Phase.generate], database=None)
@@ -219,7 +221,7 @@ def test_a_failing_case_too_large_to_save_is_freed_at_once(session):
     draw()
     case = drawn[0]
     with pytest.raises(PropertyFailure):
-        test_large.check_large(session, impl, case, harness.Worst())
+        check_large(session, impl, case, Worst())
     assert {t.device.type for t in case.tensors.values() if t is not None} == {"meta"}
     assert "far 2x4096" in case.describe()
 
@@ -241,9 +243,9 @@ def test_large_profile_rejects_int32_row_offsets_on_a_gpu(session, tmp_path):
 def test_large_profile_is_opt_in_and_says_why_it_skips_on_the_cpu():
     impl = _impl("rms_norm", planted.rms_llama_order)
     with pytest.raises(pytest.skip.Exception, match="opt-in: --profile large"):
-        test_large.test_large(Session(device="cpu"), impl, DTYPES[1])
+        certify_large(Session(device="cpu"), BY_NAME["large"], impl, DTYPES[1])
     with pytest.raises(pytest.skip.Exception, match="for a GPU .--device cuda.; not run on cpu"):
-        test_large.test_large(Session(device="cpu", profile="large"), impl, DTYPES[1])
+        certify_large(Session(device="cpu", profile="large"), BY_NAME["large"], impl, DTYPES[1])
 
 
 @pytest.mark.parametrize("op, fn", CORRECT, ids=[f.__name__ for _, f in CORRECT])

@@ -1,0 +1,61 @@
+"""Residual fusion: a fused op F (record field ``unfused`` = G, e.g. add_rms_norm and rms_norm)
+is G(x + r, ...), and hands back x + r.
+
+For every F under test, with its G partner (the plugged G, else the
+registry's G of the same name, else eager):
+
+    residual_out == RNE_dtype(x + r)                       bit for bit
+    |y_fused - G(residual_out)| <= bound_F(x, r) + bound_G(s) + |exact_F - exact_G(s)|
+
+The second line is claimed on rows where rounding x + r to the dtype did not
+overflow: there residual_out holds an inf that x + r does not, so the unfused
+rms_norm is NaN while the fused y (of the exact sum) is finite, as the oracle
+says it must be (the accuracy property checks that y).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from normcert import oracle
+from normcert.oracle import assessment, bounds_derived
+
+from ..case import Case
+from ..measure import check_pair, record_assessment
+from ..sandbox import invoke
+from ..strategies import cases
+
+
+def partner(session, impl):
+    """The unfused kernel this fused kernel is compared with."""
+    op = oracle.OPS[impl.op].unfused
+    pool = [i for i in session.impls if i.op == op]
+    for pick in (lambda i: i.backend == "plugin", lambda i: i.name == impl.name, lambda i: i.name == "eager"):
+        found = [i for i in pool if pick(i)]
+        if found:
+            return found[0]
+    return session.eager[op]
+
+
+def check_fusion(session, impl, case, worst):
+    rec = case.record
+    y, res = invoke(session, impl, case)
+    args = case.oracle_args()
+    exact_y, exact_res = oracle.forward(case.op, **args)
+    a = assessment.assess("residual_out", res, exact_res, np.zeros_like(exact_res), case.dtype)
+    record_assessment(a, case, worst)
+    g = oracle.OPS[rec.unfused]
+    unfused = Case(g.name, {k: res.detach().clone() if k == g.main else case.tensors[k] for k in g.tensors},
+                   {k: case.scalars[k] for k in g.scalars}, dict(case.notes))
+    other = partner(session, impl)
+    (y_u,) = invoke(session, other, unfused)
+    g_args = unfused.oracle_args()
+    exact_u = oracle.forward(g.name, **g_args)
+    with np.errstate(all="ignore"):
+        tol = (rec.forward_bound(args, (exact_y, exact_res))[0] + g.forward_bound(g_args, exact_u)[0]
+               + np.abs(exact_y - exact_u[0]))
+    check_pair(f"y vs {other.id}(residual_out)", "y", y, y_u, tol, case, worst,
+               where=~bounds_derived.sum_overflows(args["x"], args["residual"]))
+
+
+def fusion_cases(op, dtype, device, bucket=None):
+    return cases(op, dtype, device, profiles=("normal", "lattice", "offset"), hostile=True, bucket=bucket)

@@ -1,0 +1,80 @@
+"""Questions asked of a kernel once, on its op's small sample input (2 rows of 4): does it accept
+the dtype, do its outputs carry a grad_fn, does it run under Triton's interpreter, does it take
+None for the op's optional weight and bias.  The answers that are asked again are kept on the
+session (``interpreted``, ``weightless``).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from normcert import oracle
+from normcert.impls import interpreter
+from normcert.oracle.formats import DTYPE_NAMES
+
+from .case import Case
+from .fitting import fit
+from .sandbox import ContractViolation, NotSupported, kernel_code
+
+
+def on_sample(session, impl, dtype, *, grads=False, weightless=False):
+    """Call the kernel once on the op record's small sample input (2 rows of 4, fitted into its
+    declared domain) under
+    ``kernel_code``; with ``grads``, in grad mode with the inputs that get gradients requiring
+    grad; with ``weightless``, the op's optional weight and bias given as None.  Returns (outcome,
+    outputs, launches): outcome "ok", "refused" (NotImplementedError) or "broke" (raised or hung:
+    the properties report it); launches: Triton interpreter launches."""
+    rec = oracle.OPS[impl.op]
+    args = fit(Case.sample(impl.op, dtype, session.device, rows=2, width=4), impl.domain).oracle_args()
+    if weightless:
+        args.update({k: None for k in rec.optional})
+    if grads:
+        args.update({k: args[k].detach().requires_grad_(True) for k in rec.grads})
+    before = interpreter.launches()
+    try:
+        with torch.enable_grad() if grads else contextlib.nullcontext():
+            outputs = kernel_code(session, impl, "", lambda: rec.call_outputs(impl.fn, args),
+                                  (dtype, grads, weightless))
+        outcome = "ok"
+    except NotSupported:
+        outputs, outcome = (), "refused"
+    except ContractViolation:
+        outputs, outcome = (), "broke"
+    return outcome, outputs, interpreter.launches() - before
+
+
+def probe(session, impl, dtype) -> bool:
+    """Does the kernel accept this dtype at all? (not NotImplementedError on the op's sample)"""
+    return on_sample(session, impl, dtype)[0] != "refused"
+
+
+def has_backward(session, impl, dtype) -> bool:
+    """Do the kernel's outputs carry a grad_fn on the op record's sample input, with the
+    inputs that get gradients requiring grad?  (A kernel that refuses the sample or
+    breaks on it has its say in the properties themselves: True.)"""
+    outcome, outputs, _ = on_sample(session, impl, dtype, grads=True)
+    return outcome != "ok" or any(getattr(o, "grad_fn", None) is not None for o in outputs)
+
+
+def runs_interpreted(session, impl, dtype) -> bool:
+    """Does the kernel run under Triton's interpreter here (it launched a kernel there on the op's
+    sample input)?  Then every program of its grid is a Python loop iteration.  Decided by the
+    launch count, not by ``session.interpreter``: a session built by hand has no corrections
+    listed, and its Triton kernels are interpreted all the same."""
+    key = (impl.id, DTYPE_NAMES[dtype])
+    if key not in session.interpreted:
+        session.interpreted[key] = on_sample(session, impl, dtype)[2] > 0
+    return session.interpreted[key]
+
+
+def accepts_weightless(session, impl, dtype) -> bool:
+    """Does the kernel take None for its op's optional weight and bias (``oracle.record``)?  Asked
+    once, on the op's sample: a kernel that raises there (most do: ``weight.float()`` on None) was
+    not written for weightless calls, which is no defect, and its cases give the identity (ones,
+    zeros) instead of None; its certificate's domain says so.  One that returns is checked on
+    weightless calls like any other (a kernel that reads None as zeros fails accuracy)."""
+    key = (impl.id, DTYPE_NAMES[dtype])
+    if key not in session.weightless:
+        session.weightless[key] = on_sample(session, impl, dtype, weightless=True)[0] == "ok"
+    return session.weightless[key]

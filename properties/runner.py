@@ -1,0 +1,409 @@
+"""Running one property over one kernel and dtype with Hypothesis, and its ``Result``.
+
+``run`` drives one property for one (implementation, dtype): it draws cases,
+calls the property's check, keeps the worst error seen (and steers Hypothesis
+towards it with ``target``), and on failure re-raises with the shrunk case,
+the property, the dtype and the replay command.  Every run leaves one
+``Result`` in its session's ``results`` for the certificate, made once at its end
+(``record``): ``pass`` only when the search completed with every case checked,
+``error`` where it stopped otherwise.  ``forward_only`` and ``gradcheck`` are the
+backward families' own runs.
+
+What a kernel supports is its declared domain (``impls.domain``): cases are
+drawn inside it (``fitting``), a dtype outside it is ``not-supported`` without a
+call, and ``NotImplementedError`` on any case inside it is a failure.  A kernel
+that declares no domain may still refuse a whole dtype: it raises
+NotImplementedError on the op's small sample (``probes.probe``), and then on every
+case drawn for that dtype (accepting one is a failure: support is not decided
+by one fixed input); refusing some cases of a dtype it accepts is a failure
+that says to declare the domain.
+
+Everything here takes the run's ``Session`` (settings, results, hung kernels)
+as its first argument; the module holds no run state.
+"""
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+
+import torch
+from hypothesis import HealthCheck, Phase, given, seed, settings, target
+from hypothesis.errors import Flaky
+
+from normcert import oracle
+from normcert.oracle.formats import DTYPE_NAMES
+
+from .case import Case
+from .checks.gradcheck import finite_differences, gradcheck_case, which_side
+from .checks.gradients import fresh_leaves
+from .families import BY_NAME
+from .fitting import fit
+from .measure import PropertyFailure, Worst
+from .probes import accepts_weightless, has_backward, probe, runs_interpreted
+from .replay import save_failure
+from .sandbox import ContractViolation, NotSupported, first_line, invoke, kernel_code
+from .strategies import buckets, large_buckets
+
+
+@dataclass
+class Result:
+    impl: str
+    op: str
+    backend: str
+    prop: str
+    dtype: str
+    outcome: str  # error (until the check completes) | pass | fail | not-supported | not-certified |
+    #               expected-fail | warn
+    examples: int = 0
+    refused: int = 0  # drawn cases the kernel refused with NotImplementedError
+    domain: str = ""  # what the checked (not refused) cases covered
+    seconds: float = 0.0
+    worst_units: float = 0.0
+    worst_ulps: float = 0.0
+    worst_where: str = ""
+    unclaimed: int = 0
+    message: str = ""
+    replay: str = ""
+
+
+NO_GRAD_FN = "its outputs carry no grad_fn"
+
+
+def inference_convention(session, impl) -> str:
+    """Why a kernel is forward only by its calling convention ("" where it is not): @inplace, @out
+    and @outkw are inference conventions, so a kernel called so is forward only unless a backward is
+    asked for (its copy_ into the buffers may record a partial graph)."""
+    if impl.convention and not (impl.backward or session.require_backward):
+        return f"@{impl.convention} is an inference calling convention"
+    return ""
+
+
+def forward_only(session, family, impl, dtype) -> Result | None:
+    """Before a family that checks the backward (of a kernel not registered without one): None
+    where the kernel's outputs carry a grad_fn, else the family's recorded result: not-certified
+    (forward only), or fail where the kernel was registered with a backward or under
+    --require-backward.  Forward-only status, like support, is not decided by the op's sample
+    alone: the gradients family's own cases (the same seeds) must carry no grad_fn either
+    (``no_grad_fn``; PropertyFailure where one does; not-supported where the dtype is refused)."""
+    convention = inference_convention(session, impl)
+    if not convention and has_backward(session, impl, dtype):
+        return None
+    why = "registered with backward" if impl.backward else "--require-backward" if session.require_backward else ""
+    if why:
+        return record(session, impl, family.name, DTYPE_NAMES[dtype], "fail",
+                      message=f"{why}, but its outputs carry no grad_fn")
+    message = f"forward only: {convention or NO_GRAD_FN}, so its backward was not checked"
+    if convention:
+        return record(session, impl, family.name, DTYPE_NAMES[dtype], "not-certified", message=message)
+    gradients = BY_NAME["gradients"]
+    return run(session, family.name, impl, dtype, gradients.cases(impl.op, dtype, session.device), no_grad_fn,
+               judge=lambda outcome, said: ("not-certified", message) if outcome == "pass" else (outcome, said))
+
+
+def gradcheck(session, impl) -> Result:
+    """torch's gradcheck test of the kernel in float64 on the op's small sample
+    (``checks.gradcheck.finite_differences``), recorded: pass, fail (expected-fail for a case
+    study), not-supported (NotImplementedError), or error where the check itself raised."""
+    case = fit(gradcheck_case(impl.op, session.device), impl.domain)
+    live, leaves = fresh_leaves(case)
+    names = list(leaves)
+
+    def fn(*tensors):
+        c = case.replace(**dict(zip(names, tensors)))
+        return c.record.call(impl.fn, c.oracle_args())
+
+    outcome, message = "error", ""
+    try:
+        mismatch = kernel_code(session, impl, " (gradcheck)",
+                               lambda: finite_differences(fn, [leaves[k] for k in names]), torch.float64)
+        outcome = "pass" if mismatch is None else "fail"
+        message = "" if mismatch is None else (f"gradcheck fails for {impl.id} in float64 on {case.describe()}: "
+                                               f"{which_side(case, names, mismatch)}")
+    except NotSupported:
+        outcome = "not-supported"
+    except ContractViolation as e:
+        outcome, message = "fail", str(e)
+    finally:
+        if outcome == "fail" and impl.expected_failure:
+            outcome = "expected-fail"
+        res = record(session, impl, "gradcheck", "float64", outcome, message=message, examples=1)
+    return res
+
+
+def no_grad_fn(session, impl, case, worst):
+    """A forward-only kernel's outputs carry no grad_fn on this case either (inputs requiring grad)."""
+    live = case.replace(**{k: case.tensors[k].detach().clone().requires_grad_(True)
+                           for k in case.record.grads_in(case.tensors)})
+    with torch.enable_grad():
+        outs = invoke(session, impl, live)
+    carrying = [name for name, o in zip(case.record.outputs, outs) if o.grad_fn is not None]
+    if carrying:
+        raise PropertyFailure(f"{', '.join(carrying)} carries a grad_fn on this case but none on the op's sample "
+                              f"(2 rows): forward-only must hold on every case, or its backward goes unchecked")
+
+
+class Coverage:
+    """What the checked cases covered (or, for a dtype the kernel does not support, refused)."""
+
+    def __init__(self):
+        self.examples = self.refused = self.rows = self.width = self.numel = 0
+        self.layouts: set[str] = set()
+        self.buckets: list[str] = []
+        self.batch_sizes: set[int] = set()
+        self.weightless = ""  # where the op has an optional weight / bias: "taken", or "filled" (ones for None)
+        self.nones = 0  # cases checked with an optional weight or bias given as None
+
+    def checked(self, case: Case) -> None:
+        main = case.main
+        width = main.shape[-1] if main.dim() else 1
+        self.rows = max(self.rows, main.numel() // max(width, 1))
+        self.width = max(self.width, width)
+        self.numel = max(self.numel, main.numel())
+        self.layouts.add("contiguous" if main.is_contiguous() else "strided")
+        self.nones += any(case.tensors.get(k) is None for k in case.record.optional)
+        if "bucket" in case.notes:
+            self.buckets.append(case.notes["bucket"])
+        if "batch sizes" in case.notes:
+            self.batch_sizes.update(int(s) for s in case.notes["batch sizes"].split("/"))
+
+    def refuse(self) -> None:
+        self.refused += 1
+
+    @property
+    def domain(self) -> str:
+        if not self.layouts:  # no case checked
+            return f"nothing checked: refused {self.refused} of {self.examples} cases" if self.refused \
+                else "nothing checked"
+        text = (f"rows <= {self.rows}, row length <= {self.width}, largest call {self.numel} elements, "
+                f"layouts: {'/'.join(sorted(self.layouts))}")
+        if self.buckets:
+            text += f"; buckets: {', '.join(self.buckets)}"
+        if self.batch_sizes:
+            text += f"; batch sizes: {', '.join(map(str, sorted(self.batch_sizes)))}"
+        if self.weightless == "taken":
+            text += f"; weightless calls (None weight / bias): {self.nones} cases"
+        elif self.weightless == "filled":
+            text += "; weightless calls not accepted (raised on None): None given as ones / zeros"
+        return text
+
+
+def scheduled(session, family, impl, dtype) -> tuple:
+    """The family's buckets (``strategies.buckets``) for this kernel and dtype, spun by the run's seed.
+    The "million" bucket (one call past 2**20 elements) is scheduled in one dtype of the kernel's
+    domain per run, rotating with the seed: a call that size costs seconds under Triton's interpreter."""
+    if not family.buckets or not family.applies(oracle.OPS[impl.op]) or not impl.domain.admits_dtype(DTYPE_NAMES[dtype]):
+        return ()
+    spin = session.derive_seed(impl.op, family.name, DTYPE_NAMES[dtype], "buckets")
+    if family.profile == "large":
+        return large_buckets(oracle.OPS[impl.op], spin)
+    interpreted = "many" in family.buckets and runs_interpreted(session, impl, dtype)
+    admitted = [d for d in DTYPE_NAMES.values() if impl.domain.admits_dtype(d)]
+    million = admitted[session.derive_seed(impl.op, family.name, "million") % len(admitted)]
+    return tuple(b for b in buckets(oracle.OPS[impl.op], spin, interpreted) if b.name in family.buckets
+                 and (b.name != "million" or million == DTYPE_NAMES[dtype]))
+
+
+def as_run(outcome: str, message: str) -> tuple[str, str]:
+    """``run``'s default ``judge``: the outcome is the run's own."""
+    return outcome, message
+
+
+def run_family(session, family, impl, dtype, *, max_examples=None, gating=True, judge=as_run) -> Result:
+    """``run`` of a property family (``families.Family``): its random search (none for a family
+    of a profile), then its buckets."""
+    schedule = [(b.label, family.cases(impl.op, dtype, session.device, bucket=b))
+                for b in scheduled(session, family, impl, dtype)]
+    search = None if family.profile else family.cases(impl.op, dtype, session.device)
+    return run(session, family.name, impl, dtype, search, family.check, max_examples=max_examples,
+               gating=gating, buckets=schedule, judge=judge)
+
+
+_NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
+_OVERRIDES = {"suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+              # too_slow: an 8192-wide row through the Triton interpreter is slow by design;
+              # data_too_large: the case strategy draws many structural choices on purpose.
+              "deadline": None, "report_multiple_bugs": False}
+FAILED = ("fail", "error", "expected-fail")  # the outcomes ``run`` raises PropertyFailure for
+
+
+def record(session, impl, prop: str, dtype: str, outcome: str, **fields) -> Result:
+    """The one place a ``Result`` is made: the final result of ``prop`` on ``impl`` in ``dtype``
+    (a name), kept in the session's results for the certificate."""
+    res = Result(impl.id, impl.op, impl.backend, prop, dtype, outcome, **fields)
+    session.results.append(res)
+    return res
+
+
+def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=True, buckets=(),
+        judge=as_run) -> Result:
+    """Run ``check(session, impl, case, worst)`` over ``strategy`` (``max_examples`` cases, default:
+    the profile's; None: no random search), then over each (label, strategy) of ``buckets`` (one
+    case each: the first one Hypothesis tries, not shrunk); record the result and raise on failure.
+    A non-gating run (a bitwise family without --bitwise) reports a failure as a warning and does
+    not shrink it: shrinking re-runs the kernel hundreds of times for a case that fails nothing;
+    nor is a case study's expected failure shrunk, outside ``--profile thorough``.
+    ``judge(outcome, message)`` reads the run's own outcome (pass, fail, warn, error,
+    not-supported) as the caller's verdict before it is recorded (a case study's failure is
+    expected-fail); an outcome in ``FAILED`` raises PropertyFailure."""
+    outside = outside_domain(session, impl, prop, dtype)
+    if outside:
+        return outside
+    supported = probe(session, impl, dtype)
+    if not supported and impl.domain.declared:
+        message = f"refused the op's sample (2 rows) inside its declared domain ({impl.domain.describe()})"
+        outcome, message = judge("fail", message)
+        res = record(session, impl, prop, DTYPE_NAMES[dtype], outcome, message=message)
+        raise PropertyFailure(f"{prop} fails for {impl.id} ({impl.backend}) in {res.dtype}: {res.message}")
+    search = _Search(session, prop, impl, dtype, check, supported, gating)
+    strategy, buckets = search.in_domain(strategy, buckets)
+    t0 = time.perf_counter()
+    outcome, message, failed = "error", "", None
+    try:
+        search.all(strategy, max_examples, buckets)
+        outcome, message = search.completed()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - AssertionError is a failure; anything else an error
+        outcome, message, failed = search.failure(e)
+    finally:
+        res = search.conclude(outcome, message, failed, time.perf_counter() - t0, judge)
+    if res.outcome in FAILED:
+        raise PropertyFailure(
+            f"{prop} fails for {impl.id} ({impl.backend}) in {res.dtype}: {res.message}\n"
+            f"  {'first failing case (not shrunk: ' + search.shrinks_not + ')' if search.shrinks_not else 'shrunk case'}: "
+            f"{res.worst_where}\n  replay: {res.replay}"
+        ) from None
+    return res
+
+
+class _Search:
+    """One ``run``'s Hypothesis searches and what they found: the worst error, the coverage, and
+    the case that failed with its message."""
+
+    def __init__(self, session, prop, impl, dtype, check, supported: bool, gating: bool):
+        self.session, self.prop, self.impl, self.dtype = session, prop, impl, dtype
+        self.supported, self.gating = supported, gating
+        # the whole dtype refused: every case must be refused too
+        self.check = check if supported else _refuses(DTYPE_NAMES[dtype])
+        # a failure is shrunk to a small case, at the price of re-running kernel and oracle hundreds of
+        # times; not where the failure decides nothing (a bitwise family without --bitwise) or is the
+        # expected verdict on a case study (most of the suite's time went to shrinking those), unless
+        # --profile thorough asks for their minimal cases
+        self.shrinks_not = ("a warning" if not gating else
+                            "a case study, expected to fail; --profile thorough shrinks it"
+                            if impl.expected_failure and session.profile != "thorough" else "")
+        self.worst = Worst()
+        self.cover = Coverage()
+        self.failed = None  # (case, message) of the case that failed
+
+    def in_domain(self, strategy, buckets):
+        """The strategies with every case fitted into the kernel's declared domain, and None for the
+        op's optional weight and bias replaced by the identity where the kernel does not take it."""
+        domain = self.impl.domain
+        fitted = functools.partial(fit, domain=domain)
+        if oracle.OPS[self.impl.op].optional:  # a dtype refused on the sample: whether None is taken is unknown
+            taken = domain.weightless if domain.weightless is not None else \
+                self.supported and accepts_weightless(self.session, self.impl, self.dtype)
+            self.cover.weightless = "taken" if taken else "filled"
+            if not taken:
+                fitted = lambda case: fit(case, domain).with_identity()  # noqa: E731
+        return (None if strategy is None else strategy.map(fitted),
+                [(label, strat.map(fitted)) for label, strat in buckets])
+
+    def all(self, strategy, max_examples, buckets) -> None:
+        if strategy is not None:
+            self.search(strategy, max_examples, **({"phases": _NO_SHRINK} if self.shrinks_not else {}))
+        for label, strat in buckets:
+            # no shrinking: the bucket fixes the shape, and each step would re-run a large case
+            self.search(strat, 1, label, phases=(Phase.generate,))
+
+    def search(self, strat, examples, *seed_parts, **more) -> None:
+        @seed(self.session.derive_seed(self.impl.op, self.prop, DTYPE_NAMES[self.dtype], *seed_parts))
+        @settings(**_OVERRIDES, **more, **({} if examples is None else {"max_examples": examples}))
+        @given(case=strat)
+        def body(case):
+            self.example(case)
+
+        body()
+
+    def example(self, case) -> None:
+        """Check one case, keep its worst error (which Hypothesis climbs) and what it covered."""
+        self.cover.examples += 1
+        self.worst.example_units = 0.0
+        try:
+            self.check(self.session, self.impl, case, self.worst)
+        except NotSupported as e:
+            if not self.supported:
+                self.cover.refuse()
+                return
+            self.failed = (case, _refusal(self.impl.domain, e))
+            raise PropertyFailure(self.failed[1]) from None
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:
+            self.failed = (case, first_line(e) or type(e).__name__)
+            raise
+        finally:
+            target(min(self.worst.example_units, 1e6), label="error / bound")
+        self.cover.checked(case)
+
+    def completed(self) -> tuple[str, str]:
+        if self.supported:
+            return "pass", ""
+        return "not-supported", (f"raises NotImplementedError for {DTYPE_NAMES[self.dtype]}: on the op's sample "
+                                 f"and all {self.cover.examples} cases")
+
+    def failure(self, e: BaseException) -> tuple[str, str, object]:
+        """(outcome, message, the failing case or None) of a search that raised ``e``."""
+        # Flaky: a case failed, then passed or failed otherwise when Hypothesis ran it
+        # again -- the kernel's answer changes from call to call, itself a failure
+        failure = isinstance(e, (AssertionError, Flaky))
+        outcome = ("fail" if self.gating else "warn") if failure else "error"
+        case, message = self.failed or (None, first_line(e) or type(e).__name__)
+        if isinstance(e, Flaky):
+            message = f"nondeterministic: the same case gave another result when run again ({message})"
+        elif not failure:
+            message = f"{type(e).__name__} while checking: {message}"
+        return outcome, message, case
+
+    def conclude(self, outcome: str, message: str, failed, seconds: float, judge) -> Result:
+        """The run's result, judged and recorded; a failing case is saved as a replay file."""
+        worst, cover = self.worst, self.cover
+        domain = cover.domain
+        if worst.checked:
+            domain += (f"; quantised outputs bit-exact (the exactly rounded value): "
+                       f"{worst.exact} of {worst.checked} ({100 * worst.exact / worst.checked:.2f}%)")
+        where, replay = (worst.where if outcome == "pass" else ""), ""
+        if failed is not None:
+            where, replay = failed.describe(), save_failure(self.impl, self.prop, failed, self.session.failures_dir)
+        outcome, message = judge(outcome, message)
+        return record(self.session, self.impl, self.prop, DTYPE_NAMES[self.dtype], outcome, message=message,
+                      examples=cover.examples, refused=cover.refused, domain=domain, seconds=seconds,
+                      worst_units=worst.units, worst_ulps=worst.ulps, worst_where=where,
+                      unclaimed=worst.unclaimed, replay=replay)
+
+
+def outside_domain(session, impl, prop: str, dtype) -> Result | None:
+    """A ``not-supported`` result, recorded, where ``dtype`` is outside the kernel's declared domain
+    (the kernel is not called); None inside it."""
+    if impl.domain.admits_dtype(DTYPE_NAMES[dtype]):
+        return None
+    return record(session, impl, prop, DTYPE_NAMES[dtype], "not-supported",
+                  message=f"outside its declared domain ({impl.domain.describe()})")
+
+
+def _refusal(domain, e: NotSupported) -> str:
+    if domain.declared:
+        return f"refused a case inside its declared domain ({domain.describe()}): {e.why}"
+    return (f"refused a case of a dtype it accepts: {e.why}; a kernel that supports part of the op declares "
+            f"its domain (normcert_domain on the kernel, or --domain), and is certified on it")
+
+
+def _refuses(dtype_name: str):
+    """The check for a dtype whose sample the kernel refused: it must refuse every case."""
+    def check(session, impl, case, worst):
+        invoke(session, impl, case)  # NotSupported: consistent
+        raise PropertyFailure(f"refused the op's sample in {dtype_name} (NotImplementedError) but accepted this "
+                              f"case: support must hold for the whole dtype, or be declared (normcert_domain)")
+    return check

@@ -1,0 +1,304 @@
+"""The kernel sandbox: calling an untrusted kernel, and everything it may do wrong.
+
+A kernel is untrusted.  ``invoke`` turns everything it can do wrong -- raise
+anything (``SystemExit`` included; only ``KeyboardInterrupt`` passes), return
+None or a tuple where a tensor is due, the wrong shape, dtype or device,
+mutate an input -- into a ``ContractViolation`` that names the kernel and what
+it did.  ``kernel_code`` does the same for the kernel's backward: it runs the
+call in the session's worker thread (``Worker``) under a watchdog, and saves and
+restores torch's thread and global state around it.  Everything here takes the
+run's ``Session`` (settings, hung kernels, the worker, the outputs held) as its
+first argument; the module holds no run state.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import weakref
+
+import torch
+
+from .case import Case
+from .session import FIRST_CALL
+
+class ContractViolation(AssertionError):
+    """The kernel broke the calling contract (not a numerical failure)."""
+
+
+
+class NotSupported(Exception):
+    """The kernel raised NotImplementedError for this input; ``why``: its message."""
+
+    def __init__(self, message: str, why: str = ""):
+        super().__init__(message)
+        self.why = why
+
+
+def _storage_bytes(t: torch.Tensor) -> torch.Tensor:
+    """Every byte of the storage ``t`` views, not just the elements in its view."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage()).clone()
+
+
+def snapshot(case: Case) -> dict:
+    return {k: _storage_bytes(t) for k, t in case.tensors.items() if t is not None}
+
+
+def check_unmutated(impl, case: Case, before: dict, chunk: int = 1 << 28) -> None:
+    """The storage behind every input still holds the bytes of ``snapshot``: compared in place, a
+    chunk of bytes at a time (a copy, or one comparison of the whole storage, would take as much
+    device memory again as the input: ``--profile large`` cases fill the device)."""
+    for k, raw in before.items():
+        now = torch.empty(0, dtype=torch.uint8, device=raw.device).set_(case.tensors[k].untyped_storage())
+        if now.numel() != raw.numel() or not all(torch.equal(now[a:a + chunk], raw[a:a + chunk])
+                                                 for a in range(0, raw.numel(), chunk)):
+            raise ContractViolation(f"{impl.id} mutated its input {k!r} (bits changed in its storage)")
+
+
+def check_fresh(impl, case: Case, names, outs) -> None:
+    """Outputs live in storage of their own: not an input's, not each other's."""
+    owners = {t.untyped_storage().data_ptr(): f"input {k!r}" for k, t in case.tensors.items()
+              if t is not None and t.numel()}
+    for name, o in zip(names, outs):
+        if o.numel() == 0:
+            continue
+        ptr = o.untyped_storage().data_ptr()
+        if ptr in owners:
+            raise ContractViolation(f"{impl.id} returned {name} in the storage of its {owners[ptr]}")
+        owners[ptr] = f"output {name!r}"
+
+
+def expected_shapes(case: Case):
+    return [case.record.out_shape(tuple(case.main.shape))] * len(case.record.outputs)
+
+
+class Worker:
+    """One long-lived daemon thread that runs a session's kernel calls (``Session.worker``);
+    abandoned when a call hangs in it, told to end when the session is collected.
+
+    A thread per call would cost ~0.5 ms a call (thread start plus torch's
+    per-thread set-up).  A daemon thread, not a ThreadPoolExecutor: the
+    executor's threads are joined at interpreter exit, so a hung kernel would
+    keep the process alive for ever.
+    """
+
+    def __init__(self):
+        self.tasks = None
+
+    def _start(self) -> None:
+        tasks = queue.SimpleQueue()
+
+        def loop():
+            while True:
+                fn, done = tasks.get()
+                if fn is None:
+                    return  # retired
+                fn()  # never raises: kernel_code's call() keeps the exception
+                done.set()
+                del fn, done  # else the finished call's arguments live until the next call
+
+        threading.Thread(target=loop, name="normcert-kernel", daemon=True).start()
+        weakref.finalize(self, tasks.put, (None, None))  # the session is gone: its thread ends (unless hung)
+        self.tasks = tasks
+
+    def run(self, fn, timeout: float) -> bool:
+        """Run ``fn`` in the worker; False if it is still running after ``timeout`` seconds."""
+        if self.tasks is None:
+            self._start()
+        done = threading.Event()
+        self.tasks.put((fn, done))
+        if done.wait(timeout):
+            return True
+        self.tasks = None  # its thread is stuck in the kernel; the next call starts a new one
+        return False
+
+    def retire(self) -> None:
+        """Leave the current thread behind: the next call starts a new one."""
+        if self.tasks is not None:
+            self.tasks.put((None, None))
+            self.tasks = None
+
+
+class KernelHung(ContractViolation):
+    """The kernel gave no result within --kernel-timeout; it is not called again in this process."""
+
+
+def kernel_code(session, impl, what: str, thunk, specialisation=None):
+    """``thunk()`` (a call into kernel code) under the watchdog; its failures are the kernel's.
+
+    The call runs in the session's worker thread (``Worker``), with the caller's grad mode, and is given
+    ``session.kernel_timeout`` seconds; the first call of ``what`` for a ``specialisation``
+    (dtype, grad mode) in this process, FIRST_CALL times that: torch.compile and Triton compile
+    there (on an H100 with 15 xdist workers compiling at once, a compiled add_rms_norm's first
+    backward took more than 60 s).  Past that the kernel is marked hung in
+    ``session.hung``: this call and every later one fail at once with "hung: no result
+    after T s" (the thread cannot be killed; it is left behind and dies with the
+    process).  Any exception but KeyboardInterrupt is a ``ContractViolation``
+    naming the kernel; NotImplementedError is ``NotSupported`` (a refusal).
+    torch's global state (``global_state``) is restored after the call, and a
+    kernel that changed it is a ``ContractViolation`` too.
+    """
+    box: dict = {}
+    grad = torch.is_grad_enabled()
+
+    def call():
+        try:
+            with torch.set_grad_enabled(grad):
+                before = thread_state()
+                try:
+                    box["value"] = thunk()
+                finally:
+                    box["leaked"] = _changes(before, thread_state())
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below, as words:
+            box["error"] = type(e)  # its message is made here, under the watchdog (a __str__ may block)
+            try:
+                box["text"] = first_line(e)
+            except BaseException:  # noqa: BLE001 - a __str__ that raises
+                box["text"] = "(its message could not be formatted)"
+
+    before, rng = global_state(), torch.get_rng_state()
+    key = (impl.id, what, specialisation)
+    limit = session.kernel_timeout * (1 if key in session.called else FIRST_CALL)
+    if session.worker is None:
+        session.worker = Worker()
+    if impl.id not in session.hung and not session.worker.run(call, limit):
+        session.hung[impl.id] = f"{impl.id}{what} hung: no result after {limit:g} s"
+    session.called.add(key)
+    session.beat()
+    if impl.id in session.hung:
+        # one raise for the call that hung and every later one: Hypothesis replays a failing
+        # example and calls a failure raised from another line a different ("flaky") one
+        raise KernelHung(session.hung[impl.id])
+    changed = restore_global_state(before)
+    torch.set_rng_state(rng)  # a kernel that draws random numbers must not shift later draws
+    if box.get("leaked"):
+        session.worker.retire()  # its thread-local state is the kernel's now: the next call gets a fresh thread
+    error = box.get("error")
+    if error is None and changed:
+        raise ContractViolation(f"{impl.id}{what} changed torch's global state: {changed} (restored)")
+    if error is None and box.get("leaked"):
+        raise ContractViolation(f"{impl.id}{what} left torch's thread-local state changed: {box['leaked']} "
+                                f"(the next call runs in a fresh thread)")
+    if error is None:
+        return box["value"]
+    if issubclass(error, NotImplementedError):
+        raise NotSupported(f"{impl.id} refused this case: {box['text']}", box["text"])
+    if issubclass(error, KeyboardInterrupt):
+        raise KeyboardInterrupt
+    raise ContractViolation(f"{impl.id}{what} raised {error.__name__}: {box['text']}")
+
+
+def _flushes_denormals() -> bool:
+    return torch.tensor([2.0 ** -1070], dtype=torch.float64).mul(1.0).item() == 0.0
+
+
+def thread_state() -> dict:
+    """torch's per-thread modes a kernel could enter and never leave (``torch.inference_mode().__enter__()``
+    without its exit): the next kernel in the same thread would run under them."""
+    return {"grad mode": torch.is_grad_enabled(), "inference mode": torch.is_inference_mode_enabled(),
+            **{f"autocast ({d})": torch.is_autocast_enabled(d) for d in ("cpu", "cuda")}}
+
+
+def _changes(before: dict, now: dict) -> str:
+    return ", ".join(f"{k}: {before[k]} -> {now[k]}" for k in before if now[k] != before[k])
+
+
+def global_state() -> dict:
+    """torch's process-wide settings a kernel could change under the suite's feet.
+
+    Grad mode, inference mode and autocast are per thread (``thread_state``: a kernel that
+    leaves them changed fails, and the next call runs in a fresh thread); the RNG is restored
+    without blame.
+    """
+    return {"default dtype": torch.get_default_dtype(),
+            "deterministic algorithms": (torch.are_deterministic_algorithms_enabled(),
+                                         torch.is_deterministic_algorithms_warn_only_enabled()),
+            "float32 matmul precision": torch.get_float32_matmul_precision(),
+            "flush denormal": _flushes_denormals()}
+
+
+def restore_global_state(before: dict) -> str:
+    """Put back what changed since ``before``; returns "what: old -> new, ..." or ""."""
+    changed = _changes(before, global_state())
+    if changed:
+        torch.set_default_dtype(before["default dtype"])
+        on, warn_only = before["deterministic algorithms"]
+        torch.use_deterministic_algorithms(on, warn_only=warn_only)
+        torch.set_float32_matmul_precision(before["float32 matmul precision"])
+        torch.set_flush_denormal(before["flush denormal"])
+    return changed
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def invoke(session, impl, case: Case) -> tuple[torch.Tensor, ...]:
+    """Call the kernel on ``case`` and enforce the output contract; returns its outputs."""
+    info = case.record
+    before = snapshot(case)
+    args = case.oracle_args()
+    out = kernel_code(session, impl, "", lambda: info.call(impl.fn, args), (case.dtype, torch.is_grad_enabled()))
+    outs = _normalise_outputs(impl, info, out)
+    device = case.main.device
+    for name, o, shape in zip(info.outputs, outs, expected_shapes(case)):
+        if tuple(o.shape) != shape:
+            raise ContractViolation(f"{impl.id} returned {name} of shape {tuple(o.shape)}, expected {shape}")
+        if o.dtype != info.out_dtype(name, case.dtype):
+            raise ContractViolation(f"{impl.id} returned {name} of dtype {o.dtype}, "
+                                    f"expected {info.out_dtype(name, case.dtype)}")
+        if o.device != device:
+            raise ContractViolation(f"{impl.id} returned {name} on {o.device}, expected {device}")
+    check_unmutated(impl, case, before)
+    check_fresh(impl, case, info.outputs, outs)
+    check_not_reused(session, impl, info.outputs, outs)
+    # the caller's own copies: a kernel that later writes into a buffer it kept cannot change
+    # a result a property still holds (outputs with a graph stay: the gradients run through them)
+    return tuple(o if o.requires_grad else o.clone() for o in outs)
+
+
+HELD_CALLS = 2  # a kernel's outputs of this many earlier calls are kept alive to catch a reused buffer
+HELD_BYTES = 1 << 26  # ... those of at most this many bytes (--profile large's cases would fill the device)
+
+
+def check_not_reused(session, impl, names, outs) -> None:
+    """No output lives in the storage of an output of the kernel's last ``HELD_CALLS`` calls.  Those
+    outputs are held alive meanwhile, so a fresh allocation can never have their address: a shared
+    storage is a buffer the kernel kept and wrote again (a static buffer, a ring of two), which
+    would change a result its caller still holds."""
+    held = session.returned.setdefault(impl.id, [])
+    seen = {o.untyped_storage().data_ptr() for call in held for o in call if o.numel()}
+    for name, o in zip(names, outs):
+        if o.numel() and o.untyped_storage().data_ptr() in seen:
+            raise ContractViolation(f"{impl.id} returned {name} in the storage of an output of one of its earlier "
+                                    f"calls (a buffer it reuses: the earlier caller's result was overwritten)")
+    if sum(o.untyped_storage().nbytes() for o in outs) <= HELD_BYTES:
+        held.append(tuple(o.detach() for o in outs))
+        del held[:-HELD_CALLS]
+
+
+def _plain(o) -> bool:
+    """A torch.Tensor itself: a subclass could run code of its own in every method the suite calls."""
+    return type(o) in (torch.Tensor, torch.nn.Parameter)
+
+
+def _normalise_outputs(impl, info, out):
+    n = len(info.outputs)
+    outs = (out,) if n == 1 else out
+    if n == 1 and not isinstance(out, torch.Tensor):
+        raise ContractViolation(f"{impl.id} returned {_kind(out)}, expected a tensor")
+    if n > 1 and (not isinstance(out, (tuple, list)) or len(out) != n
+                  or not all(isinstance(o, torch.Tensor) for o in out)):
+        raise ContractViolation(f"{impl.id} returned {_kind(out)}, expected a tuple of {n} tensors")
+    for o in outs:
+        if not _plain(o):
+            raise ContractViolation(f"{impl.id} returned a {type(o).__name__} (a torch.Tensor subclass), "
+                                    f"expected a plain torch.Tensor")
+    return tuple(outs)
+
+
+def _kind(out):
+    if isinstance(out, (tuple, list)):
+        return f"a {type(out).__name__} of {len(out)}"
+    return "None" if out is None else f"a {type(out).__name__}"
+
