@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Callable
 
-from normcert.oracle import OPS
+from ..oracle import OPS
 
 from . import conventions
 from .domain import Domain, DomainError, parse

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from normcert.impls import ensure_triton_mode, registry
+from . import ensure_triton_mode, registry
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import functools
 
 import torch
 
-from normcert.oracle import OPS
+from ..oracle import OPS
 
 from . import eager, make
 

@@ -33,7 +33,7 @@ from typing import Callable
 
 import torch
 
-from normcert.oracle.formats import bits
+from ..oracle.formats import bits
 
 CONVENTIONS = ("inplace", "out", "outkw")
 

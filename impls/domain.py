@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from normcert.oracle.formats import DTYPE_NAMES
+from ..oracle.formats import DTYPE_NAMES
 
 KEYS = ("dtypes", "params", "max_width", "width_multiple", "contiguous", "ranks", "weightless")
 RANKS = (2, 3, 4)

@@ -13,8 +13,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from normcert.oracle.kinds import APPROXIMATE
-from normcert.oracle.validate import one_of, positive
+from ..oracle.kinds import APPROXIMATE
+from ..oracle.validate import one_of, positive
 
 from . import make
 

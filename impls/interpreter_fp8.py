@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from normcert.oracle.formats import E4M3
+from ..oracle.formats import E4M3
 
 VALUES = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).double().numpy()  # exact
 

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.libdevice import rsqrt, tanh
 
-from normcert.oracle.formats import bits
+from ..oracle.formats import bits
 
 
 @triton.jit

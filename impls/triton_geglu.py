@@ -25,8 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from normcert.oracle.kinds import APPROXIMATE
-from normcert.oracle.validate import one_of
+from ..oracle.kinds import APPROXIMATE
+from ..oracle.validate import one_of
 
 from . import make
 from .triton_norms import compute_dtype, div_rn, tile_ptrs

@@ -50,7 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
-from normcert.oracle.validate import positive
+from ..oracle.validate import positive
 
 from . import make
 

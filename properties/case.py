@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from normcert.oracle import OPS, Op
-from normcert.oracle.kinds import KINDS
+from ..oracle import OPS, Op
+from ..oracle.kinds import KINDS
 
 MAX_ELEMENTS = 1 << 26
 """The most elements a case's tensor may span, declared or stored, and still be written to a replay file

@@ -83,7 +83,7 @@ def markdown_path(path: str) -> str:
 
 def unexpected_passes(results: list[dict]) -> list[str]:
     """Case studies that ran their core properties and failed none of them."""
-    from normcert.properties.families import FAMILIES  # noqa: PLC0415 - torch only once results exist
+    from .families import FAMILIES  # noqa: PLC0415 - torch only once results exist
 
     core = {f.name for f in FAMILIES if f.core}
     by_impl: dict[str, list[dict]] = {}
@@ -101,7 +101,7 @@ def unexpected_passes(results: list[dict]) -> list[str]:
 def environment(session, config) -> dict:
     import torch  # noqa: PLC0415
 
-    from normcert.properties.replay import versions  # noqa: PLC0415
+    from .replay import versions  # noqa: PLC0415
 
     device = session.device
     cuda = device == "cuda" and torch.cuda.is_available()
@@ -215,7 +215,7 @@ def on_domains(domains: dict[str, str]) -> str:
 def case_studies(cert: dict) -> list[str]:
     """The verdict on each case study: per dtype, the first property that rejected it, what the
     suite saw and the shrunk case; the design's registered reason stands on its first row."""
-    from normcert.properties.families import FAMILIES  # noqa: PLC0415
+    from .families import FAMILIES  # noqa: PLC0415
 
     first = [f.name for f in FAMILIES]  # which failure a verdict names first
     by_impl: dict[str, list[dict]] = {}

@@ -5,7 +5,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from normcert.oracle import native
+from ..oracle import native
 
 
 def need_native():

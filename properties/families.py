@@ -17,9 +17,9 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from normcert.oracle import OPS, Op
-from normcert.oracle.formats import DTYPE_NAMES
-from normcert.oracle.validate import finite_number
+from ..oracle import OPS, Op
+from ..oracle.formats import DTYPE_NAMES
+from ..oracle.validate import finite_number
 
 from .checks import accuracy, bitwise, contract, fusion, gradients, invariance, large, masks
 from .strategies import BUCKETS, LARGE, REFILLS, transforms

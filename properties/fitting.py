@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import torch
 
-from normcert.impls.domain import Domain
-from normcert.oracle.kinds import KINDS
+from ..impls.domain import Domain
+from ..oracle.kinds import KINDS
 
 from .case import Case
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normcert import oracle
-from normcert.oracle import assessment
+from .. import oracle
+from ..oracle import assessment
 
 from .case import Case
 

@@ -13,7 +13,7 @@ import warnings
 import pytest
 import torch
 
-from normcert.oracle.formats import DTYPE_NAMES
+from ..oracle.formats import DTYPE_NAMES
 
 from .checks.large import need_bytes, one_at_a_time
 from .measure import PropertyFailure

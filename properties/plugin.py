@@ -61,7 +61,7 @@ import hypothesis.core
 import pytest
 from hypothesis import settings
 
-from normcert.properties.session import KERNEL_TIMEOUT
+from .session import KERNEL_TIMEOUT
 
 # examples per property and dtype; "large" is ci's plus the large family (a GPU: test_large)
 PROFILES = {"dev": 4, "ci": 12, "thorough": 300, "large": 12}
@@ -218,7 +218,7 @@ def _replay_target(path: str, meta: dict, registry, plugins):
     target if it is in the registry or is a planted kernel (``REPLAYABLE``, a plain function
     name: ``normcert.impls:os.system`` is not one); any other target is refused, since a replay
     file (an artifact from anywhere) must not choose what gets imported."""
-    from normcert import impls  # noqa: PLC0415
+    from .. import impls  # noqa: PLC0415
 
     plugged = [i for i in plugins if i.op == meta["op"]]
     if plugged:
@@ -240,14 +240,14 @@ class Suite:
     """A normcert run: which kernels, the results gathered (on the controller), the certificate."""
 
     def __init__(self, config):
-        from normcert import impls  # noqa: PLC0415
+        from .. import impls  # noqa: PLC0415
 
         self.config = config
         self.results: list[dict] = []
         self.deselected: list[str] = []
         self.crashed: list[str] = []
         self.controller = not os.environ.get("PYTEST_XDIST_WORKER")
-        from normcert.properties import certificate  # noqa: PLC0415 - no torch: usage errors come fast
+        from . import certificate  # noqa: PLC0415 - no torch: usage errors come fast
 
         certificate.check_failures_dir(config.getoption("--normcert-failures-dir"), flag("failures-dir"))
         timeout = config.getoption("--normcert-kernel-timeout")
@@ -259,7 +259,7 @@ class Suite:
             certificate.check_writable(self.certificate, flag("certificate"))
         device = _device(config)
         impls.ensure_triton_mode(device)  # before anything imports triton
-        from normcert.properties.session import Session  # noqa: PLC0415
+        from .session import Session  # noqa: PLC0415
 
         self.session = Session(device=device, seed=config.getoption("--normcert-seed"), bitwise=config.getoption("--normcert-bitwise"),
                                require_backward=config.getoption("--normcert-require-backward"),
@@ -267,8 +267,8 @@ class Suite:
                                kernel_timeout=timeout,
                                profile=config.getoption("hypothesis_profile", None) or "ci")
         self.session.beat()  # before any kernel's module is imported: an import that hangs stops the beat
-        from normcert.oracle.formats import DTYPE_NAMES  # noqa: PLC0415
-        from normcert.properties.families import BY_NAME  # noqa: PLC0415
+        from ..oracle.formats import DTYPE_NAMES  # noqa: PLC0415
+        from .families import BY_NAME  # noqa: PLC0415
 
         self.families = BY_NAME
         self.scope = {"properties": _scope(config, "--normcert-property", BY_NAME),
@@ -276,7 +276,7 @@ class Suite:
         if self.certificate and self.controller:  # before any kernel's module is imported: replaced at the end
             certificate.write_incomplete(self.certificate, f"started {time.strftime('%Y-%m-%d %H:%M:%S')} and did "
                                                            f"not finish (crashed or killed)")
-        from normcert.impls import interpreter  # noqa: PLC0415
+        from ..impls import interpreter  # noqa: PLC0415
 
         self.session.interpreter = interpreter.install() if interpreter.active() else None
         try:
@@ -291,7 +291,7 @@ class Suite:
             registry = impls.registry()
             replay = config.getoption("--normcert-replay")
             if replay:
-                from normcert.properties import replay as rp  # noqa: PLC0415
+                from . import replay as rp  # noqa: PLC0415
 
                 self.session.replay = meta, _ = rp.load(replay, device)
                 self.session.replay_impl = _replay_target(replay, meta, registry, plugins)
@@ -308,7 +308,7 @@ class Suite:
             hypothesis.core.global_force_seed = config.getoption("--normcert-seed")
 
     def pytest_generate_tests(self, metafunc):
-        from normcert.oracle.formats import DTYPE_NAMES  # noqa: PLC0415
+        from ..oracle.formats import DTYPE_NAMES  # noqa: PLC0415
 
         if not metafunc.module.__name__.startswith(_PACKAGE + "."):
             return
@@ -405,7 +405,7 @@ class Suite:
 
     def not_run(self) -> list[str]:
         """The checks of the run's scope that left no result: "kernel id property dtype"."""
-        from normcert.properties import families  # noqa: PLC0415
+        from . import families  # noqa: PLC0415
 
         s = self.session
         done = {(r["impl"], r["prop"], r["dtype"]) for r in self.results}
@@ -415,7 +415,7 @@ class Suite:
     def pytest_sessionfinish(self, session, exitstatus):
         if not self.controller:
             return
-        from normcert.properties import certificate  # noqa: PLC0415
+        from . import certificate  # noqa: PLC0415
 
         report = session.config.pluginmanager.get_plugin("terminalreporter")
         bad = certificate.unexpected_passes(self.results)

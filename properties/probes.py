@@ -9,9 +9,9 @@ import contextlib
 
 import torch
 
-from normcert import oracle
-from normcert.impls import interpreter
-from normcert.oracle.formats import DTYPE_NAMES
+from .. import oracle
+from ..impls import interpreter
+from ..oracle.formats import DTYPE_NAMES
 
 from .case import Case
 from .fitting import fit

@@ -23,9 +23,9 @@ import hypothesis
 import numpy as np
 import torch
 
-from normcert import oracle
-from normcert.oracle.formats import BY_NAME, DTYPE_NAMES
-from normcert.oracle.kinds import KINDS
+from .. import oracle
+from ..oracle.formats import BY_NAME, DTYPE_NAMES
+from ..oracle.kinds import KINDS
 
 from . import families
 from .families import CASE_CHECKS

@@ -31,8 +31,8 @@ import torch
 from hypothesis import HealthCheck, Phase, given, seed, settings, target
 from hypothesis.errors import Flaky
 
-from normcert import oracle
-from normcert.oracle.formats import DTYPE_NAMES
+from .. import oracle
+from ..oracle.formats import DTYPE_NAMES
 
 from .case import Case
 from .checks.gradcheck import finite_differences, gradcheck_case, which_side

@@ -47,9 +47,9 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from normcert.oracle import OPS
-from normcert.oracle.formats import fmt
-from normcert.oracle.kinds import KINDS
+from ..oracle import OPS
+from ..oracle.formats import fmt
+from ..oracle.kinds import KINDS
 
 from .case import Case
 

@@ -14,8 +14,8 @@ import torch
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from normcert.impls import autotune  # noqa: E402
-from normcert.properties.meta import planted_tuned  # noqa: E402
+from ..impls import autotune  # noqa: E402
+from .meta import planted_tuned  # noqa: E402
 
 CONFIGS = [triton.Config({"BLOCK": 16}, num_warps=4), triton.Config({"BLOCK": 16}, num_warps=8),
            triton.Config({"BLOCK": 64}, num_warps=4)]

@@ -24,10 +24,10 @@ import time
 import pytest
 import torch
 
-from normcert.impls import make, plugin
-from normcert.properties.certificate import check_failures_dir, check_writable, to_json
-from normcert.properties.case import Case
-from normcert.properties.replay import save_failure
+from ..impls import make, plugin
+from .certificate import check_failures_dir, check_writable, to_json
+from .case import Case
+from .replay import save_failure
 
 GOOD = "rms_norm=normcert.impls.eager:rms_norm"
 

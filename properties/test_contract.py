@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from normcert.oracle.formats import DTYPES
+from ..oracle.formats import DTYPES
 
 from .outcomes import certify
 from .probes import probe

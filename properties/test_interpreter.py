@@ -22,10 +22,10 @@ import torch
 
 pytest.importorskip("triton")
 
-from normcert.impls import interpreter, interpreter_bf16 as bf16  # noqa: E402
-from normcert.impls import registry  # noqa: E402
-from normcert.properties import probes, runner  # noqa: E402
-from normcert.properties.families import BY_NAME  # noqa: E402
+from ..impls import interpreter, interpreter_bf16 as bf16  # noqa: E402
+from ..impls import registry  # noqa: E402
+from . import probes, runner  # noqa: E402
+from .families import BY_NAME  # noqa: E402
 
 GAPS = ["float scalars", "libdevice", "bfloat16", "float8_e4m3fn"]
 
@@ -75,7 +75,7 @@ def test_the_probe_kernels_on_the_device(normcert_session):
     """On a GPU the probe kernels must give the references' bits (the references are the GPU's truth)."""
     if normcert_session.device == "cpu":
         pytest.skip("runs with --device cuda")
-    from normcert.impls import interpreter_probes  # noqa: PLC0415
+    from ..impls import interpreter_probes  # noqa: PLC0415
 
     assert interpreter_probes.bfloat16_mismatches(normcert_session.device) == []
     assert interpreter_probes.float8_mismatches(normcert_session.device) == []
@@ -84,7 +84,7 @@ def test_the_probe_kernels_on_the_device(normcert_session):
 def test_e4m3fn_encoding_is_torchs_cast():
     """The correction's fp8 rounding (``interpreter_fp8.encode``) gives torch's cast's bit patterns on
     the probe's rounding cases and on a million random float32 values across e4m3fn's range."""
-    from normcert.impls import interpreter_fp8, interpreter_probes  # noqa: PLC0415
+    from ..impls import interpreter_fp8, interpreter_probes  # noqa: PLC0415
 
     rng = np.random.default_rng(0)
     random = np.ldexp(rng.random(10 ** 6) * 2 - 1, rng.integers(-14, 12, 10 ** 6)).astype(np.float32)

@@ -11,11 +11,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from normcert.oracle import OPS
-from normcert.oracle.backends import BACKENDS
-from normcert.oracle.kinds import KINDS
-from normcert.oracle.record import Arg
-from normcert.properties.strategies import cases
+from ..oracle import OPS
+from ..oracle.backends import BACKENDS
+from ..oracle.kinds import KINDS
+from ..oracle.record import Arg
+from .strategies import cases
 
 
 def _op_with(kind: str):

@@ -32,12 +32,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from normcert import oracle
-from normcert.impls.eager import deep_norm
-from normcert.oracle import geglu, swiglu
-from normcert.oracle.deep_norm import affine_sublayer
-from normcert.oracle.assessment import assess
-from normcert.oracle.formats import E4M3, fmt
+from .. import oracle
+from ..impls.eager import deep_norm
+from ..oracle import geglu, swiglu
+from ..oracle.deep_norm import affine_sublayer
+from ..oracle.assessment import assess
+from ..oracle.formats import E4M3, fmt
 
 from .case import valid_positions
 from .extraction import extraction

@@ -25,9 +25,9 @@ import numpy as np
 import pytest
 import torch
 
-from normcert import oracle
-from normcert.oracle import eft, native
-from normcert.oracle.backends import F64
+from .. import oracle
+from ..oracle import eft, native
+from ..oracle.backends import F64
 
 from .extraction import extraction, need_native
 

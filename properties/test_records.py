@@ -17,9 +17,9 @@ import pytest
 import torch
 from hypothesis import find, given, settings
 
-from normcert import impls, oracle, properties
-from normcert.properties.families import BY_NAME, FAMILIES
-from normcert.properties.strategies import BUCKETS, HEAD_DIMS, LARGE, buckets, cases
+from .. import impls, oracle, properties
+from .families import BY_NAME, FAMILIES
+from .strategies import BUCKETS, HEAD_DIMS, LARGE, buckets, cases
 
 
 @pytest.mark.parametrize("op", list(oracle.OPS))

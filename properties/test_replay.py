@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from normcert.properties.families import BY_NAME
-from normcert.properties.measure import Worst
+from .families import BY_NAME
+from .measure import Worst
 
 
 def test_replay(normcert_session):

@@ -26,9 +26,9 @@ import numpy as np
 import pytest
 import torch
 
-from normcert.impls import plugin
-from normcert.properties.case import Case
-from normcert.properties.replay import ReplayError, load, save_failure
+from ..impls import plugin
+from .case import Case
+from .replay import ReplayError, load, save_failure
 
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from normcert.oracle.formats import bits
+from ...oracle.formats import bits
 
 from ..fitting import fit
 from ..measure import PropertyFailure

@@ -9,7 +9,7 @@
 """
 from __future__ import annotations
 
-from normcert import oracle
+from ... import oracle
 
 from ..case import valid_positions
 from ..measure import check_pair

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from normcert import oracle
-from normcert.oracle import assessment, bounds_derived
+from ... import oracle
+from ...oracle import assessment, bounds_derived
 
 from ..case import Case
 from ..measure import check_pair, record_assessment

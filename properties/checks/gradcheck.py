@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from normcert import oracle
+from ... import oracle
 
 from ..case import Case
 

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from normcert import oracle
-from normcert.oracle import assessment, formats
+from ... import oracle
+from ...oracle import assessment, formats
 
 from ..measure import record_assessment
 from ..sandbox import ContractViolation, invoke, kernel_code

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from normcert import oracle
-from normcert.oracle.formats import fmt, to_float64
+from ... import oracle
+from ...oracle.formats import fmt, to_float64
 
 from ..case import valid_positions
 from ..measure import check_pair

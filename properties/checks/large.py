@@ -30,7 +30,7 @@ import traceback
 import torch
 from hypothesis import strategies as st
 
-from normcert.oracle import OPS
+from ...oracle import OPS
 
 from ..case import MAX_ELEMENTS, Case, extent
 from ..measure import PropertyFailure, check_against_oracle

@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from normcert import oracle
-from normcert.oracle.formats import fmt, to_float64
+from ... import oracle
+from ...oracle.formats import fmt, to_float64
 
 from ..case import valid_positions
 from ..measure import check_pair

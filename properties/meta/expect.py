@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from normcert.oracle import OPS
-from normcert.properties.families import BY_NAME
+from ...oracle import OPS
+from ..families import BY_NAME
 
 ROLES = ("bug", "bucket_bug", "batch_size_bug", "correct")
 

@@ -15,7 +15,7 @@ import weakref
 
 import torch
 
-from normcert.impls.eager import up
+from ...impls.eager import up
 
 
 def _rms(x, weight, eps):

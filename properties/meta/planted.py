@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from normcert.impls.compiled import compiled_at_first_call
-from normcert.impls.eager import layer_norm, rms_formula, to_e4m3, up
+from ...impls.compiled import compiled_at_first_call
+from ...impls.eager import layer_norm, rms_formula, to_e4m3, up
 
 from .expect import batch_size_bug, bucket_bug, bug, correct
 

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import torch
 
-from normcert import impls
-from normcert.impls import conventions
-from normcert.properties import runner
-from normcert.properties.measure import PropertyFailure
-from normcert.properties.families import BY_NAME
-from normcert.properties.session import Session
+from ... import impls
+from ...impls import conventions
+from .. import runner
+from ..measure import PropertyFailure
+from ..families import BY_NAME
+from ..session import Session
 
 from . import planted
 

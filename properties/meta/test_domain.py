@@ -17,18 +17,18 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from normcert.impls import make
-from normcert.impls import UsageError
-from normcert.impls.domain import Domain, DomainError, parse
-from normcert.oracle import OPS
-from normcert.oracle.formats import DTYPE_NAMES, DTYPES
-from normcert.properties import runner
-from normcert.properties.families import BY_NAME
-from normcert.properties.case import Case
-from normcert.properties.fitting import fit
-from normcert.properties.measure import PropertyFailure
-from normcert.properties.session import Session
-from normcert.properties.strategies import cases
+from ...impls import make
+from ...impls import UsageError
+from ...impls.domain import Domain, DomainError, parse
+from ...oracle import OPS
+from ...oracle.formats import DTYPE_NAMES, DTYPES
+from .. import runner
+from ..families import BY_NAME
+from ..case import Case
+from ..fitting import fit
+from ..measure import PropertyFailure
+from ..session import Session
+from ..strategies import cases
 
 from . import hostile
 

@@ -16,10 +16,10 @@ import sys
 import pytest
 import torch
 
-from normcert.impls import make
-from normcert.properties.families import BY_NAME
-from normcert.properties.outcomes import certify, certify_gradcheck
-from normcert.properties.session import Session
+from ...impls import make
+from ..families import BY_NAME
+from ..outcomes import certify, certify_gradcheck
+from ..session import Session
 
 from . import hostile, planted
 

@@ -13,17 +13,17 @@ import weakref
 import pytest
 import torch
 
-from normcert.impls import make
-from normcert.impls.conventions import ConventionViolation
-from normcert.properties import runner, sandbox, strategies
-from normcert.properties.families import BY_NAME
-from normcert.properties.measure import PropertyFailure
-from normcert.properties.checks.accuracy import check_accuracy
-from normcert.properties.checks.bitwise import check_determinism
-from normcert.properties.checks.gradcheck import finite_differences, gradcheck_case, which_side
-from normcert.properties.checks.gradients import check_gradients, gradient_cases
-from normcert.properties.outcomes import certify
-from normcert.properties.session import Session
+from ...impls import make
+from ...impls.conventions import ConventionViolation
+from .. import runner, sandbox, strategies
+from ..families import BY_NAME
+from ..measure import PropertyFailure
+from ..checks.accuracy import check_accuracy
+from ..checks.bitwise import check_determinism
+from ..checks.gradcheck import finite_differences, gradcheck_case, which_side
+from ..checks.gradients import check_gradients, gradient_cases
+from ..outcomes import certify
+from ..session import Session
 
 from . import hostile
 

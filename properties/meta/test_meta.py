@@ -23,18 +23,18 @@ import pytest
 import torch
 from hypothesis import Phase, given, settings
 
-from normcert.impls import eager as eager_kernels
-from normcert.impls import make
-from normcert.oracle import OPS
-from normcert.oracle.formats import DTYPES
-from normcert.properties import runner
-from normcert.properties.checks.large import check_large, large_cases
-from normcert.properties.families import BY_NAME, CASE_CHECKS
-from normcert.properties.measure import PropertyFailure, Worst
-from normcert.properties.outcomes import certify_large
-from normcert.properties.case import MAX_ELEMENTS
-from normcert.properties.session import Session
-from normcert.properties.strategies import FAR_STRIDE_PAST, LARGE_WIDTH, large_buckets
+from ...impls import eager as eager_kernels
+from ...impls import make
+from ...oracle import OPS
+from ...oracle.formats import DTYPES
+from .. import runner
+from ..checks.large import check_large, large_cases
+from ..families import BY_NAME, CASE_CHECKS
+from ..measure import PropertyFailure, Worst
+from ..outcomes import certify_large
+from ..case import MAX_ELEMENTS
+from ..session import Session
+from ..strategies import FAR_STRIDE_PAST, LARGE_WIDTH, large_buckets
 
 from . import planted
 from .expect import catalogue
