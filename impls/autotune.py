@@ -46,8 +46,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import types
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 COMPILED_ONLY = ("num_warps", "num_stages", "num_ctas", "maxnreg")  # ignored by the interpreter
@@ -97,7 +98,10 @@ def _functions(obj):
 
 
 def tuners(kernel) -> tuple:
-    """The autotuners ``kernel`` reaches (see the module docstring), in the order found."""
+    """The autotuners ``kernel`` reaches (see the module docstring), in the order found; none where
+    Triton was never imported (no kernel of this process can be a Triton one)."""
+    if "triton" not in sys.modules:
+        return ()
     found, seen = [], set()
     frontier = _functions(kernel)
     for _ in range(DEPTH):
@@ -183,6 +187,22 @@ class Forcing:
         self.choices = plan(found, interpreted)
         self._keys: set = set()
         self.ran: list[Config] = []
+        self.selected = 0
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Each choice by content (``describe``), in order."""
+        return tuple(self.describe(j) for j in range(len(self.choices)))
+
+    def select(self, name: str) -> None:
+        """Make the choice named ``name`` (``names``; "": the first) the one ``active`` forces."""
+        if name and name not in self.names:
+            raise ValueError(f"config {name!r} is not one of the kernel's: {'; '.join(self.names) or 'it has none'}")
+        self.selected = self.names.index(name) if name else 0
+
+    def active(self):
+        """``under`` the selected choice, for a kernel with autotuners (else nothing to force)."""
+        return self.under(self.selected) if self.choices else nullcontext()
 
     def describe(self, number: int) -> str:
         """Choice ``number``'s configs, one per tuner (named by its kernel when there are several)."""

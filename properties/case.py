@@ -24,6 +24,7 @@ class Case:
     scalars: dict[str, float]
     notes: dict[str, str] = field(default_factory=dict)  # how the inputs were made (profile, layout)
     params: dict[str, float] = field(default_factory=dict)  # a property's own draws (scale, cotangent seed)
+    config: str = ""  # an autotuned kernel's config the case runs under, by content (``impls.autotune``)
 
     @property
     def record(self) -> Op:
@@ -50,6 +51,7 @@ class Case:
             parts.append(f"{k}: {str(t.dtype).replace('torch.', '')}{tuple(t.shape)}{contiguous}")
         parts += [f"{k}={v!r}" for k, v in {**self.scalars, **self.params}.items()]
         parts += [f"{k}={v}" for k, v in self.notes.items()]
+        parts += [f"config: {self.config}"] if self.config else []
         return f"{self.op}(" + ", ".join(parts) + ")"
 
     @classmethod
@@ -68,10 +70,15 @@ class Case:
         if not filled:
             return self
         notes = {k: v for k, v in self.notes.items() if k not in filled}
-        return Case(self.op, {**self.tensors, **filled}, dict(self.scalars), notes, dict(self.params))
+        return Case(self.op, {**self.tensors, **filled}, dict(self.scalars), notes, dict(self.params), self.config)
 
     def replace(self, **tensors) -> "Case":
-        return Case(self.op, {**self.tensors, **tensors}, dict(self.scalars), dict(self.notes), dict(self.params))
+        return Case(self.op, {**self.tensors, **tensors}, dict(self.scalars), dict(self.notes), dict(self.params),
+                    self.config)
+
+    def under(self, config: str) -> "Case":
+        """The same case, run under the autotuned kernel's config ``config``."""
+        return Case(self.op, dict(self.tensors), dict(self.scalars), dict(self.notes), dict(self.params), config)
 
 
 def valid_positions(case):

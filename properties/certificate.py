@@ -1,9 +1,9 @@
 """The certificate: what was checked, on what, and the worst error seen.
 
-JSON schema ``normcert-certificate/4`` (documented in the README):
+JSON schema ``normcert-certificate/5`` (documented in the README):
 
     {"run": "complete" | "incomplete: ..." | "interrupted" | "stopped early: ..." (always the first line),
-     "schema": "normcert-certificate/4",
+     "schema": "normcert-certificate/5",
      "verdict": "certified" | "not certified" | "incomplete",
      "pytest_exit_status": int or null, "deselected": [node ids], "crashed": [node ids],
      "scope": {"properties": [names] or "all", "dtypes": [names] or "all"} (the run's declared scope),
@@ -15,7 +15,9 @@ JSON schema ``normcert-certificate/4`` (documented in the README):
      "summary": {"pass": n, "fail": n, "not-supported": n, "not-certified": n, "expected-fail": n, "warn": n},
      "implementations": {kernel id: {"op", "backend", "target", "convention", "expected_failure",
                                      "domain" (its declared domain as ``--domain`` reads it, or "all"),
-                                     "certified_on" (the same in words, "" for all)}},
+                                     "certified_on" (the same in words, "" for all),
+                                     "configs" (an autotuned kernel's configs, each checked by every
+                                     property; [] if none), "configs_ran_on"}},
      "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "refused", "domain",
                   "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay"}]}
 
@@ -45,7 +47,7 @@ import pytest
 
 import normcert
 
-SCHEMA = "normcert-certificate/4"
+SCHEMA = "normcert-certificate/5"
 
 
 def check_writable(path: str, flag: str = "--certificate") -> None:
@@ -132,13 +134,25 @@ def _row(r: dict) -> dict:
             "replay": r["replay"]}
 
 
+def _configs(session, impl) -> dict:
+    """An autotuned kernel's configs, each run under every property (``impls.autotune``), and where:
+    under Triton's interpreter a config is its kwargs alone (num_warps, num_stages, num_ctas and
+    maxnreg are not run there, so none is claimed)."""
+    forcing = session.forcing(impl)
+    if not forcing.names:
+        return {"configs": [], "configs_ran_on": ""}
+    where = ("Triton's interpreter (kwargs only: num_warps, num_stages, num_ctas, maxnreg not checked)"
+             if forcing.interpreted else session.device)
+    return {"configs": list(forcing.names), "configs_ran_on": where}
+
+
 def build(session, results: list[dict], config, run: dict) -> dict:
     """The certificate of ``session``'s run; ``results`` as gathered from every worker;
     ``run`` = {"run", "verdict", "pytest_exit_status", "deselected", "crashed", "scope", "not_run"}."""
     rows = [_row(r) for r in results]
     impls = {i.id: {"op": i.op, "backend": i.backend, "target": i.target, "convention": i.convention or "out-of-place",
                     "expected_failure": i.expected_failure, "domain": i.domain.spec() or "all",
-                    "certified_on": i.domain.describe()}
+                    "certified_on": i.domain.describe(), **_configs(session, i)}
              for i in session.impls}
     return {"run": run["run"], "schema": SCHEMA, "verdict": run["verdict"],
             "pytest_exit_status": run["pytest_exit_status"], "deselected": run["deselected"],

@@ -293,8 +293,12 @@ class Suite:
             if replay:
                 from . import replay as rp  # noqa: PLC0415
 
-                self.session.replay = meta, _ = rp.load(replay, device)
+                self.session.replay = meta, case = rp.load(replay, device)
                 self.session.replay_impl = _replay_target(replay, meta, registry, plugins)
+                try:  # the file's config, by content, is one the kernel has here
+                    self.session.forcing(self.session.replay_impl).select(case.config)
+                except ValueError as e:
+                    raise impls.UsageError(f"{flag('replay')} {replay}: {e}") from None
         except (impls.UsageError, ValueError) as e:
             raise pytest.UsageError(str(e)) from None
         self.session.eager = {i.op: i for i in registry if i.backend == "eager"}

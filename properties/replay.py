@@ -6,7 +6,8 @@ A replay file is a NumPy ``.npz`` written and read with ``allow_pickle=False``:
     t_<name>        uint8 array: the raw bytes of the storage span a tensor views
 
 ``meta`` = {"format": "normcert-replay/1", "op", "property", "impl" ("OP=MODULE:ATTR"),
-"device", "versions", "scalars", "params", "notes", "tensors": {name: {"dtype",
+"device", "versions", "scalars", "params", "notes", "config" (an autotuned kernel's config by
+content, "" for none), "tensors": {name: {"dtype",
 "shape", "stride", "offset"} or null}}.  Tensors come back bit for bit with
 their original strides (a sliced or transposed view stays one), on any device.
 """
@@ -83,7 +84,7 @@ def save_failure(impl, prop: str, case: Case, directory: str) -> str:
                      "stride": stride, "offset": off}
     meta = {"format": FORMAT, "op": case.op, "property": prop, "impl": f"{impl.op}={impl.target}",
             "device": str(case.main.device), "versions": versions(), "scalars": case.scalars,
-            "params": case.params, "notes": case.notes, "tensors": meta_t}
+            "params": case.params, "notes": case.notes, "config": case.config, "tensors": meta_t}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     np.savez(path, **arrays)
     return f"normcert replay {shlex.quote(path)}"
@@ -171,6 +172,8 @@ def _check_meta(path: str, meta) -> None:
     for field in ("scalars", "params", "notes", "tensors"):
         if not isinstance(meta.get(field), dict):
             _fail(path, f"{field!r} must be an object")
+    if not isinstance(meta.get("config", ""), str):
+        _fail(path, "'config' must be a string (an autotuned kernel's config, by content)")
     rec = oracle.OPS[meta["op"]]
     if set(meta["scalars"]) != set(rec.scalars):
         _fail(path, f"scalars {sorted(meta['scalars'])}, expected {sorted(rec.scalars)} for {meta['op']}")
@@ -249,6 +252,7 @@ def load(path: str, device: str) -> tuple[dict, Case]:
         flat = torch.from_numpy(data.copy()).view(dtype) if data.size else torch.empty(0, dtype=dtype)
         flat = flat.to(device)
         tensors[k] = torch.as_strided(flat, shape, stride, offset) if span else flat[:0].reshape(shape)
-    case = Case(meta["op"], tensors, dict(meta["scalars"]), dict(meta["notes"]), dict(meta["params"]))
+    case = Case(meta["op"], tensors, dict(meta["scalars"]), dict(meta["notes"]), dict(meta["params"]),
+                meta.get("config", ""))
     _check_case(path, meta, case)
     return meta, case

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 from hypothesis import HealthCheck, Phase, given, seed, settings, target
+from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 
 from .. import oracle
@@ -114,17 +115,23 @@ def gradcheck(session, impl) -> Result:
         return c.record.call(impl.fn, c.oracle_args())
 
     outcome, message = "error", ""
+    forcing = session.forcing(impl)
     try:
-        mismatch = kernel_code(session, impl, " (gradcheck)",
-                               lambda: finite_differences(fn, [leaves[k] for k in names]), torch.float64)
-        outcome = "pass" if mismatch is None else "fail"
-        message = "" if mismatch is None else (f"gradcheck fails for {impl.id} in float64 on {case.describe()}: "
-                                               f"{which_side(case, names, mismatch)}")
+        for config in forcing.names or ("",):  # an autotuned kernel: under each of its configs
+            forcing.select(config)
+            mismatch = kernel_code(session, impl, " (gradcheck)",
+                                   lambda: finite_differences(fn, [leaves[k] for k in names]), torch.float64)
+            outcome = "pass" if mismatch is None else "fail"
+            message = "" if mismatch is None else (f"gradcheck fails for {impl.id} in float64 on "
+                                                   f"{case.under(config).describe()}: {which_side(case, names, mismatch)}")
+            if mismatch is not None:
+                break
     except NotSupported:
         outcome = "not-supported"
     except ContractViolation as e:
         outcome, message = "fail", str(e)
     finally:
+        forcing.select("")
         if outcome == "fail" and impl.expected_failure:
             outcome = "expected-fail"
         res = record(session, impl, "gradcheck", "float64", outcome, message=message, examples=1)
@@ -150,6 +157,7 @@ class Coverage:
         self.examples = self.refused = self.rows = self.width = self.numel = 0
         self.layouts: set[str] = set()
         self.buckets: list[str] = []
+        self.configs: list[str] = []  # an autotuned kernel's configs the cases ran under
         self.batch_sizes: set[int] = set()
         self.weightless = ""  # where the op has an optional weight / bias: "taken", or "filled" (ones for None)
         self.nones = 0  # cases checked with an optional weight or bias given as None
@@ -162,8 +170,10 @@ class Coverage:
         self.numel = max(self.numel, main.numel())
         self.layouts.add("contiguous" if main.is_contiguous() else "strided")
         self.nones += any(case.tensors.get(k) is None for k in case.record.optional)
-        if "bucket" in case.notes:
+        if "bucket" in case.notes and case.notes["bucket"] not in self.buckets:
             self.buckets.append(case.notes["bucket"])
+        if case.config and case.config not in self.configs:
+            self.configs.append(case.config)
         if "batch sizes" in case.notes:
             self.batch_sizes.update(int(s) for s in case.notes["batch sizes"].split("/"))
 
@@ -181,6 +191,8 @@ class Coverage:
             text += f"; buckets: {', '.join(self.buckets)}"
         if self.batch_sizes:
             text += f"; batch sizes: {', '.join(map(str, sorted(self.batch_sizes)))}"
+        if self.configs:
+            text += f"; autotuned configs: {' | '.join(self.configs)}"
         if self.weightless == "taken":
             text += f"; weightless calls (None weight / bias): {self.nones} cases"
         elif self.weightless == "filled":
@@ -296,6 +308,7 @@ class _Search:
         self.worst = Worst()
         self.cover = Coverage()
         self.failed = None  # (case, message) of the case that failed
+        self.forcing = session.forcing(impl)
 
     def in_domain(self, strategy, buckets):
         """The strategies with every case fitted into the kernel's declared domain, and None for the
@@ -308,15 +321,30 @@ class _Search:
             self.cover.weightless = "taken" if taken else "filled"
             if not taken:
                 fitted = lambda case: fit(case, domain).with_identity()  # noqa: E731
-        return (None if strategy is None else strategy.map(fitted),
-                [(label, strat.map(fitted)) for label, strat in buckets])
+        return self.under_configs(None if strategy is None else strategy.map(fitted),
+                                  [(label, strat.map(fitted)) for label, strat in buckets])
+
+    def under_configs(self, strategy, buckets):
+        """For an autotuned kernel, the strategies with each case under one of its configs
+        (``impls.autotune``): a random case under a drawn config (shrinking towards the first), each
+        bucket's case under every config (the same case: its seed is the bucket's)."""
+        names = self.forcing.names
+        if not names:
+            return strategy, buckets
+        if strategy is not None:
+            strategy = st.tuples(strategy, st.sampled_from(names)).map(lambda pair: pair[0].under(pair[1]))
+        return strategy, [(label, strat.map(functools.partial(Case.under, config=name)))
+                          for label, strat in buckets for name in names]
 
     def all(self, strategy, max_examples, buckets) -> None:
-        if strategy is not None:
-            self.search(strategy, max_examples, **({"phases": _NO_SHRINK} if self.shrinks_not else {}))
-        for label, strat in buckets:
-            # no shrinking: the bucket fixes the shape, and each step would re-run a large case
-            self.search(strat, 1, label, phases=(Phase.generate,))
+        try:
+            if strategy is not None:
+                self.search(strategy, max_examples, **({"phases": _NO_SHRINK} if self.shrinks_not else {}))
+            for label, strat in buckets:
+                # no shrinking: the bucket fixes the shape, and each step would re-run a large case
+                self.search(strat, 1, label, phases=(Phase.generate,))
+        finally:
+            self.forcing.select("")  # calls outside a search (the sample probes) run the first config
 
     def search(self, strat, examples, *seed_parts, **more) -> None:
         @seed(self.session.derive_seed(self.impl.op, self.prop, DTYPE_NAMES[self.dtype], *seed_parts))
@@ -331,6 +359,7 @@ class _Search:
         """Check one case, keep its worst error (which Hypothesis climbs) and what it covered."""
         self.cover.examples += 1
         self.worst.example_units = 0.0
+        self.forcing.select(case.config)
         try:
             self.check(self.session, self.impl, case, self.worst)
         except NotSupported as e:

@@ -160,8 +160,10 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
     limit = session.kernel_timeout * (1 if key in session.called else FIRST_CALL)
     if session.worker is None:
         session.worker = Worker()
-    if impl.id not in session.hung and not session.worker.run(call, limit):
-        session.hung[impl.id] = f"{impl.id}{what} hung: no result after {limit:g} s"
+    if impl.id not in session.hung:
+        with session.forcing(impl).active():  # an autotuned kernel runs the config the runner selected
+            if not session.worker.run(call, limit):
+                session.hung[impl.id] = f"{impl.id}{what} hung: no result after {limit:g} s"
     session.called.add(key)
     session.beat()
     if impl.id in session.hung:

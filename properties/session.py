@@ -11,6 +11,8 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 
+from ..impls.autotune import Forcing, tuners
+
 KERNEL_TIMEOUT = 60.0  # seconds, the default --kernel-timeout
 FIRST_CALL = 5  # the first call of a specialisation may take this many times --kernel-timeout
 STALLED = FIRST_CALL + 1
@@ -39,7 +41,8 @@ class Session:
     profile: the run's profile (``plugin.PROFILES``): "large" adds the large family;
     returned: kernel id -> the outputs of its last calls, held to catch a reused buffer
     (``sandbox.check_not_reused``);
-    heartbeat: the file ``beat`` touches (``$NORMCERT_HEARTBEAT``, set by ``normcert certify``), or None."""
+    heartbeat: the file ``beat`` touches (``$NORMCERT_HEARTBEAT``, set by ``normcert certify``), or None;
+    tuned: kernel id -> its autotuners, forced config by config (``forcing``)."""
 
     device: str = "cpu"
     seed: int = 0
@@ -61,6 +64,15 @@ class Session:
     profile: str = "ci"
     returned: dict = field(default_factory=dict)
     heartbeat: str | None = field(default_factory=lambda: os.environ.get(HEARTBEAT))
+    tuned: dict = field(default_factory=dict)
+
+    def forcing(self, impl) -> Forcing:
+        """The kernel's autotuners, run under the config the runner selects (``impls.autotune``);
+        found at the first call.  On CPU (Triton's interpreter) configs are told apart by their
+        kwargs alone."""
+        if impl.id not in self.tuned:
+            self.tuned[impl.id] = Forcing(tuners(impl.fn), interpreted=self.device == "cpu")
+        return self.tuned[impl.id]
 
     def beat(self) -> None:
         """The run made progress (a kernel call returned, a test started): touch the heartbeat file
