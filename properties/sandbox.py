@@ -145,7 +145,7 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
             with torch.set_grad_enabled(grad):
                 before = thread_state()
                 try:
-                    box["value"] = thunk()
+                    box["value"] = _rehomed(thunk())
                 finally:
                     box["leaked"] = _changes(before, thread_state())
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below, as words:
@@ -277,6 +277,19 @@ def check_not_reused(session, impl, names, outs) -> None:
     if sum(o.untyped_storage().nbytes() for o in outs) <= HELD_BYTES:
         held.append(tuple(o.detach() for o in outs))
         del held[:-HELD_CALLS]
+
+
+def _rehomed(out):
+    """``out`` with each tensor in it (alone, or in a tuple or list) replaced by a new Python object
+    over the same storage and graph: a detached alias, or a view where it carries a graph.  The
+    kernel's own objects then die in the worker thread, under the watchdog, so a finalizer that
+    blocks when an output is freed is a hang of the kernel's, not of the run.  (A leaf that requires
+    grad, an input handed back, is kept: a view of it would gain a grad_fn.)"""
+    if isinstance(out, (tuple, list)):
+        return type(out)(_rehomed(o) for o in out) if type(out) in (tuple, list) else out
+    if not _plain(out) or (out.requires_grad and out.grad_fn is None):
+        return out  # not a plain tensor: refused by the contract (``_normalise_outputs``), as it is
+    return out.view_as(out) if out.requires_grad else out.detach()
 
 
 def _plain(o) -> bool:

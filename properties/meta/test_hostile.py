@@ -107,6 +107,16 @@ def test_an_error_whose_message_blocks_is_cut_by_the_watchdog(session):
     assert session.results[-1].outcome == "fail"
 
 
+def test_an_output_whose_finalizer_blocks_is_cut_by_the_watchdog(session):
+    """The kernel's own output objects are freed in the worker thread (the run keeps aliases of
+    them): a finalizer that blocks when an output is freed is a hang of the kernel's, caught even
+    under plain pytest, where no parent process watches the run's heartbeat."""
+    session.kernel_timeout = 0.2
+    with pytest.raises(PropertyFailure, match="rms_output_finalizer_blocks hung: no result after 1 s"):
+        _accuracy(session, hostile.rms_output_finalizer_blocks)
+    assert session.results[-1].outcome == "fail"
+
+
 def test_a_slow_first_call_is_not_a_hang(session):
     """torch.compile and Triton compile at a kernel's first call: that call gets FIRST_CALL times
     the timeout, the later ones the timeout."""
