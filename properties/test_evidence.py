@@ -152,14 +152,22 @@ def test_a_bad_domain_is_one_line_and_exit_4(tmp_path):
     assert "Traceback" not in _said(r)
 
 
-@pytest.mark.parametrize("kernel", ["rms_norm=normcert.properties.meta.hostile:rms_output_finalizer_blocks",
-                                    "rms_norm=blocks_at_import:rms"], ids=["finalizer", "import"])
-def test_a_process_stuck_outside_the_watchdog_is_ended(tmp_path, kernel):
+def test_a_process_stuck_outside_the_watchdog_is_ended(tmp_path):
+    """An import that blocks runs outside the watchdog: its heartbeat stops and normcert ends it."""
     (tmp_path / "blocks_at_import.py").write_text("import threading\nthreading.Event().wait()\n")
     (tmp_path / "c.json").write_text('{"run": "complete", "verdict": "certified"}')  # a stale certificate
-    r = _certify(tmp_path, kernel, *SCOPE, "--property", "contract", "--kernel-timeout", "1")
+    r = _certify(tmp_path, "rms_norm=blocks_at_import:rms", *SCOPE, "--property", "contract", "--kernel-timeout", "1")
     assert r.returncode == 1 and "made no progress for" in r.stderr and "ended by normcert" in r.stderr, _said(r)
     assert _cert(tmp_path)["verdict"] == "incomplete"
+
+
+def test_an_output_finalizer_that_blocks_is_a_hung_kernel(tmp_path):
+    """The kernel's own output objects are freed under the watchdog: a finalizer that blocks there
+    is the kernel's hang, a failure, and the run goes on to its certificate."""
+    r = _certify(tmp_path, "rms_norm=normcert.properties.meta.hostile:rms_output_finalizer_blocks", *SCOPE,
+                 "--property", "contract", "--kernel-timeout", "1")
+    assert r.returncode == 1 and "hung: no result after" in _said(r), _said(r)
+    assert _cert(tmp_path)["verdict"] == "not certified"
 
 
 def test_a_certificate_folder_removed_mid_run_is_one_line_and_not_certified(tmp_path):
