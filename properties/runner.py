@@ -235,7 +235,11 @@ _NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
 _OVERRIDES = {"suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
               # too_slow: an 8192-wide row through the Triton interpreter is slow by design;
               # data_too_large: the case strategy draws many structural choices on purpose.
-              "deadline": None, "report_multiple_bugs": False}
+              "deadline": None, "report_multiple_bugs": False,
+              # every run's search is the same inner function to Hypothesis, so a shared example
+              # database would replay one run's failures into another (results then depend on test
+              # order and the xdist split); runs are seeded, and failures are kept as replay files
+              "database": None}
 FAILED = ("fail", "error", "expected-fail")  # the outcomes ``run`` raises PropertyFailure for
 
 
