@@ -40,7 +40,8 @@ claims a ``num_warps``.
       which never happens;
     * ``@triton.heuristics`` values are computed by Triton itself, as on a GPU.
 
-    ``forcing.ran`` lists the configs that ran (for the failure message and the certificate).
+    ``forcing.last`` is the config the latest call ran (the pruned list's, where the forced one
+    was pruned away for that call's key).
 """
 from __future__ import annotations
 
@@ -185,14 +186,10 @@ class Forcing:
         self.interpreted = interpreted
         self.configs = tuple(distinct(t, interpreted) for t in found)
         self.choices = plan(found, interpreted)
+        self.names = tuple(self.describe(j) for j in range(len(self.choices)))  # each choice by content
         self._keys: set = set()
-        self.ran: list[Config] = []
+        self.last: Config | None = None  # the config the latest forced call ran
         self.selected = 0
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """Each choice by content (``describe``), in order."""
-        return tuple(self.describe(j) for j in range(len(self.choices)))
 
     def select(self, name: str) -> None:
         """Make the choice named ``name`` (``names``; "": the first) the one ``active`` forces."""
@@ -238,7 +235,7 @@ class Forcing:
                 tuner.pre_hook(full, reset_only=True)
             if config.pre_hook is not None:
                 config.pre_hook(full)
-            self.ran.append(content(config, self.interpreted))
+            self.last = content(config, self.interpreted)
             return tuner.fn.run(*args, **kwargs, **config.all_kwargs())
         finally:
             tuner.nargs = None

@@ -5,7 +5,7 @@ What the op is (its signature, oracle, bounds, call) is its record, ``oracle.OPS
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -70,15 +70,19 @@ class Case:
         if not filled:
             return self
         notes = {k: v for k, v in self.notes.items() if k not in filled}
-        return Case(self.op, {**self.tensors, **filled}, dict(self.scalars), notes, dict(self.params), self.config)
+        return self.copy(tensors={**self.tensors, **filled}, notes=notes)
 
     def replace(self, **tensors) -> "Case":
-        return Case(self.op, {**self.tensors, **tensors}, dict(self.scalars), dict(self.notes), dict(self.params),
-                    self.config)
+        return self.copy(tensors={**self.tensors, **tensors})
 
     def under(self, config: str) -> "Case":
         """The same case, run under the autotuned kernel's config ``config``."""
-        return Case(self.op, dict(self.tensors), dict(self.scalars), dict(self.notes), dict(self.params), config)
+        return self.copy(config=config)
+
+    def copy(self, **changes) -> "Case":
+        """A new case with ``changes`` to its fields, its dicts its own (the tensors themselves shared)."""
+        own = {k: dict(getattr(self, k)) for k in ("tensors", "scalars", "notes", "params") if k not in changes}
+        return replace(self, **own, **changes)
 
 
 def valid_positions(case):

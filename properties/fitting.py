@@ -77,7 +77,7 @@ def fit(case: Case, domain: Domain) -> Case:
         if cast:
             changed.append(f"{', '.join(cast)} cast to {str(want).replace('torch.', '')}")
 
-    out = Case(case.op, t, dict(case.scalars), dict(case.notes), dict(case.params), case.config)
+    out = case.copy(tensors=t)
     if domain.weightless is False:
         filled = out.with_identity()
         if filled is not out:

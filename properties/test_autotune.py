@@ -140,11 +140,11 @@ def test_every_config_of_every_tuner_is_in_some_choice():
 
 def test_a_forced_config_runs_and_is_recorded(normcert_session, interpreted):
     forcing = autotune.Forcing(autotune.tuners(plain), interpreted)
-    seen = []
+    seen, blocks = [], []
     for number in range(len(forcing.choices)):
         with forcing.under(number):
             seen.append(plain(torch.zeros(40, device=normcert_session.device))[0].item())
-    blocks = [dict(c.kwargs)["BLOCK"] for c in forcing.ran]
+        blocks.append(dict(forcing.last.kwargs)["BLOCK"])
     assert seen == blocks and sorted(set(blocks)) == [16, 64]
     assert "run" not in vars(_plain)  # the autotuner is itself again
 
@@ -154,8 +154,9 @@ def test_a_config_pruned_away_for_a_key_is_not_run_for_it(normcert_session, inte
     big = next(i for i, c in enumerate(forcing.choices) if dict(forcing.configs[0][c[0]].kwargs)["BLOCK"] == 64)
     with forcing.under(big):
         _launch(_pruned, torch.zeros(20, device=normcert_session.device))  # n <= 32: only BLOCK=16 allowed
+        assert dict(forcing.last.kwargs)["BLOCK"] == 16
         _launch(_pruned, torch.zeros(40, device=normcert_session.device))
-    assert [dict(c.kwargs)["BLOCK"] for c in forcing.ran] == [16, 64]
+        assert dict(forcing.last.kwargs)["BLOCK"] == 64
 
 
 def test_hooks_run_as_around_a_picked_config(normcert_session, interpreted):
