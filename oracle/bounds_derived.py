@@ -14,7 +14,7 @@ Fused with the residual add (``fused_forward``, ``fused_grad``): op(x, r, ...) =
 On halves (``halves``): op(x) = base(x[..., :h], x[..., h:]) (``record.Op.halves``, ``oracle.halves``):
 base's bounds on the two halves, its gradient bounds joined along the last dim.
 
-Quantised (``quantised``), e.g. rms_norm_fp8, add_rms_norm_fp8: on v = base(x) / scale before the
+Quantised (``quantised``), e.g. rms_norm_fp8 (and, fused, add_rms_norm_fp8): on v = base(x) / scale before the
 kernel's last rounding (to float8_e4m3fn): base's bound (x.dtype's roundings included: a kernel may
 round rms_norm(x) to x.dtype and then scale it, as vLLM's does) / scale, plus 3 u_c |v| (scale
 rounded to c, and 1 / scale and a product, or a division).  The output must lie in
@@ -82,13 +82,14 @@ def halves(base, main: str, parts: tuple[str, str]):
 
 def quantised(base, main: str, scale: str):
     """The bound on v = y / scale (the first output, before its rounding to fp8) from base's bound
-    on y = v scale: divided by scale, plus 3 u_c |v|; the other outputs' bounds as base gives them."""
+    on y = v scale: divided by scale, plus 3 u_c |v|; the other outputs' bounds as base gives them.
+    Keywords (a fused form's ``rows=``) go to base."""
 
-    def bound(args, exact, kernel=True):
+    def bound(args, exact, kernel=True, **kw):
         ctx = Context(args[main].dtype, kernel=kernel)
         v, s = exact[0], args[scale]
         with np.errstate(all="ignore"):
-            y_bound, *rest = base(args, (v * s, *exact[1:]), kernel)
+            y_bound, *rest = base(args, (v * s, *exact[1:]), kernel, **kw)
             return (y_bound / s + 3 * ctx.uc * np.abs(v), *rest)
 
     return bound

@@ -7,17 +7,19 @@ deep_norm takes its sublayer as a callable (the suite's affine one); GELU's form
 (``approximate``, "none" or "tanh") is the last argument of geglu and gelu_and_mul;
 the FP8 ops take the static scale last, after eps, and return float8_e4m3fn.
 
-Derived forms take their bounds (and, on halves, their oracle) from their base op's by factory
-(``bounds_derived``, ``halves``): add_rms_norm is rms_norm fused with the residual add,
-silu_and_mul and gelu_and_mul are swiglu and geglu on the two halves of x, the FP8 ops are
-rms_norm and add_rms_norm quantised.  The argument names a factory needs come from the records.
+Derived forms take their oracle and bounds from their base op's by factory (``fused``,
+``quantised``, ``halves`` and ``bounds_derived``): add_rms_norm is rms_norm fused with the residual
+add, rms_norm_fp8 is rms_norm quantised, add_rms_norm_fp8 is rms_norm_fp8 fused with the residual
+add, silu_and_mul and gelu_and_mul are swiglu and geglu on the two halves of x.  Each factory is
+given the derived op's own signature (a fused or quantised op's weight is required where
+rms_norm's is optional); the argument names it needs come from the records.
 """
 from __future__ import annotations
 
 import torch
 
-from . import (batch_norm, bounds_derived, bounds_gated, bounds_norms, deep_norm, geglu, gemma_rms_norm, halves,
-               layer_norm, rms_norm, rms_norm_fp8, swiglu)
+from . import (batch_norm, bounds_derived, bounds_gated, bounds_norms, deep_norm, fused, geglu, gemma_rms_norm, halves,
+               layer_norm, quantised, rms_norm, swiglu)
 from .record import Arg, Op, Out
 
 X, RESIDUAL, WEIGHT, BIAS, EPS = Arg("x", "rows"), Arg("residual", "rows"), Arg("weight", "weight"), \
@@ -40,16 +42,40 @@ def _on_halves(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
               rowwise=base.rowwise, halves=True, indeterminate=bound(base.indeterminate))
 
 
+def _fused(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
+    """base fused with the residual add (``oracle.fused``): ``args`` are base's with the residual,
+    args[1], after the main tensor, args[0]; outputs base's then residual_out; gradients base's and
+    the residual's; oracle and bounds derived from base's, which must be scale invariant."""
+    main, residual = args[0].name, args[1].name
+    eps = next(a.name for a in base.args if a.kind == "eps")
+    if not base.scale_invariant:
+        raise ValueError(f"Op {name}: the fused oracle scales an overflowing sum, so {base.name} must be scale invariant")
+    grads = tuple(a.name for a in args if a.name in base.grads or a.name == residual) if base.grads else ()
+    return Op(name, args, (*base.outs, RESIDUAL_OUT), grads,
+              fused.forward(base.forward, main, residual, eps),
+              base.vjp and fused.vjp(base.vjp, main, residual, eps),
+              bounds_derived.fused_forward(base.forward_bound, main, residual),
+              base.grad_bound and bounds_derived.fused_grad(base.grad_bound, main, residual),
+              call=call, rowwise=base.rowwise, scale_invariant=True, unfused=base.name)
+
+
+def _quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
+    """base with its first output divided by a static scale, the last of ``args``, and quantised to
+    float8_e4m3fn (``oracle.quantised``); an inference op, no gradients."""
+    main, scale = args[0].name, args[-1].name
+    return Op(name, args, (Y_FP8, *base.outs[1:]), (), quantised.forward(base.forward, scale), None,
+              bounds_derived.quantised(base.forward_bound, main, scale), None, call=call,
+              rowwise=base.rowwise, scale_invariant=base.scale_invariant)
+
+
 RMS_NORM = Op("rms_norm", (X, WEIGHTLESS_WEIGHT, EPS), (Y,), ("x", "weight"),
               rms_norm.forward, rms_norm.vjp, bounds_norms.rms_norm_fwd, bounds_norms.rms_norm_bwd,
               call=lambda fn, a: fn(a["x"], a["weight"], a["eps"]),
               rowwise=True, scale_invariant=True, headwise=True)
-ADD_RMS_NORM = Op("add_rms_norm", (X, RESIDUAL, WEIGHT, EPS), (Y, RESIDUAL_OUT), ("x", "residual", "weight"),
-                  rms_norm.add_forward, rms_norm.add_vjp,
-                  bounds_derived.fused_forward(RMS_NORM.forward_bound, X.name, RESIDUAL.name),
-                  bounds_derived.fused_grad(RMS_NORM.grad_bound, X.name, RESIDUAL.name),
-                  call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"]),
-                  rowwise=True, scale_invariant=True, unfused=RMS_NORM.name)
+ADD_RMS_NORM = _fused("add_rms_norm", RMS_NORM, (X, RESIDUAL, WEIGHT, EPS),
+                      call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"]))
+RMS_NORM_FP8 = _quantised("rms_norm_fp8", RMS_NORM, (X, WEIGHT, EPS, SCALE),
+                          call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["scale"]))
 SWIGLU = Op("swiglu", (GATE, UP), (Y,), ("gate", "up"),
             swiglu.forward, swiglu.vjp, bounds_gated.swiglu_fwd, bounds_gated.swiglu_bwd,
             call=lambda fn, a: fn(a["gate"], a["up"]),
@@ -69,15 +95,9 @@ OPS: dict[str, Op] = {
            call=lambda fn, a: fn(a["x"], a["weight"], a["eps"]),
            rowwise=True, scale_invariant=True, headwise=True),
         ADD_RMS_NORM,
-        Op("rms_norm_fp8", (X, WEIGHT, EPS, SCALE), (Y_FP8,), (),
-           rms_norm_fp8.forward, None, bounds_derived.quantised(RMS_NORM.forward_bound, X.name, SCALE.name), None,
-           call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["scale"]),
-           rowwise=True, scale_invariant=True),
-        Op("add_rms_norm_fp8", (X, RESIDUAL, WEIGHT, EPS, SCALE), (Y_FP8, RESIDUAL_OUT), (),
-           rms_norm_fp8.add_forward, None, bounds_derived.quantised(ADD_RMS_NORM.forward_bound, X.name, SCALE.name),
-           None,
-           call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["scale"]),
-           rowwise=True, scale_invariant=True, unfused="rms_norm_fp8"),
+        RMS_NORM_FP8,
+        _fused("add_rms_norm_fp8", RMS_NORM_FP8, (X, RESIDUAL, WEIGHT, EPS, SCALE),
+               call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["scale"])),
         Op("layer_norm", (X, WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS, EPS), (Y,), ("x", "weight", "bias"),
            layer_norm.forward, layer_norm.vjp, bounds_norms.layer_norm_fwd, bounds_norms.layer_norm_bwd,
            call=lambda fn, a: fn(a["x"], a["weight"], a["bias"], a["eps"]),

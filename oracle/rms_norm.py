@@ -1,4 +1,4 @@
-"""RMSNorm and RMSNorm fused with the residual add.
+"""RMSNorm (fused with the residual add by ``fused``, quantised by ``quantised``).
 
 Per row (last dim, length n), with weight w:
 
@@ -6,15 +6,10 @@ Per row (last dim, length n), with weight w:
     rho  = 1 / sqrt(ms + eps)
     y_i  = x_i * rho * w_i                                   rms_norm(x, w, eps)
 
-    s    = x + r                    (exact sum)
-    y    = rms_norm(s, w, eps)
-    res  = RNE_{dtype}(s)           (s rounded once to x.dtype)  add_rms_norm(x, r, w, eps)
-
 Vector-Jacobian product for cotangent dy (g_i = dy_i w_i):
 
     dx_i = rho g_i - rho**3 x_i * (1/n) sum_j g_j x_j  =  rho (g_i - xhat_i mean(g xhat)),  xhat = x rho
     dw_i = sum_over_rows dy_i x_i rho
-    add_rms_norm, cotangents (dy, dres):  dx = dr = dx_rms(s; dy) + dres,  dw as above at s.
 
 Non-finite inputs: the formula evaluated in IEEE arithmetic.  A NaN anywhere in
 a row makes every y of that row NaN and touches no other row.  A row holding
@@ -45,18 +40,3 @@ def _dweight(B, x, rho, dy):
     n = x.shape[-1]
     terms = (dy * (x * rho)).reshape(-1, n).T  # one row per channel; x * rho first: no overflow
     return B.row_sum(terms).reshape(n)
-
-
-def add_forward(B, x, residual, weight, eps):
-    # s = c (x + r) with c = 1/2 only where x + r overflows float64; y is invariant
-    # under (s, eps) -> (c s, c**2 eps), and s / c is the exact (rounded) sum
-    s, c = B.scaled_sum(x, residual)
-    return forward(B, s, weight, eps * c * c)[0], s / c
-
-
-def add_vjp(B, cot, x, residual, weight, eps):
-    dy, dres = cot
-    s, c = B.scaled_sum(x, residual)
-    rho = B.inv_rms(s, eps * c * c)
-    dx = c * _dx(B, s, weight, rho, dy) + dres
-    return {"x": dx, "residual": dx, "weight": _dweight(B, s, rho, dy)}
