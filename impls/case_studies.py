@@ -390,6 +390,9 @@ def torch_layer_norm_lowp(x, weight, bias, eps):
 
 
 # ================================================================ registry
+_STREAM_IN_X_DTYPE = "residual=same"  # nano-vllm's residual = x.to(orig_dtype): a stream in x's dtype, by design
+
+
 def _cs(op, name, fn, reason, **kw):
     return make(op, name, "case-study", fn, expected_failure=reason, **kw)
 
@@ -406,13 +409,15 @@ IMPLS = [
     _cs("add_rms_norm", "seed000-add-rms-inplace", seed000_add_rms,
         "float32: add_ writes x+r into the caller's x, and the returned residual aliases y (mutation, "
         "residual_out != x+r); float64 summed and normalised in float32",
-        target="normcert.impls.case_studies:seed000_add_rms", backward=False),
+        target="normcert.impls.case_studies:seed000_add_rms", backward=False, domain=_STREAM_IN_X_DTYPE),
     _cs("add_rms_norm", "seed000-add-rms-inplace-eager", seed000_add_rms_eager,
         "float32: add_ writes x+r into the caller's x, and the returned residual aliases y (mutation, "
-        "residual_out != x+r); float64 summed and normalised in float32", backward=False),
+        "residual_out != x+r); float64 summed and normalised in float32", backward=False,
+        domain=_STREAM_IN_X_DTYPE),
     _cs("add_rms_norm", "seed003-add-rms", seed003_add_rms,
         "float32: residual = s.to(float32) is s, normalised in place, so residual_out is y, not x+r; "
-        "float64 summed and normalised in float32", target="normcert.impls.case_studies:seed003_add_rms", backward=False),
+        "float64 summed and normalised in float32", target="normcert.impls.case_studies:seed003_add_rms", backward=False,
+        domain=_STREAM_IN_X_DTYPE),
     # seed 000 SiluAndMul: compiled it is correct, so only the eager form is a case study (see seed000_silu_and_mul).
     _cs("silu_and_mul", "seed000-silu-and-mul-eager", seed000_silu_and_mul_eager,
         "gradients float16: autograd rounds dy*up to float16, which overflows (dgate -inf for -28.6, NaN for 0)"),

@@ -137,7 +137,8 @@ def adapt(convention: str, op, fn: Callable) -> Callable:
                                               f"written (the caller's data around the view)")
         else:
             shape = op.out_shape(tuple(main.shape))
-            bufs = [poisoned(shape, op.out_dtype(name, main.dtype), main.device) for name in op.outputs]
+            rows = dict(zip(op.row_inputs, args))  # an output's dtype is its row input's (residual_out's)
+            bufs = [poisoned(shape, op.out_dtype(name, rows), main.device) for name in op.outputs]
             if convention == "out":
                 _returns(fn(*bufs, *args, **kwargs), None, convention)
             else:

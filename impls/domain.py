@@ -14,6 +14,9 @@ of the same keys:
     dtypes=float16,bfloat16   the main tensor's dtypes (default: all four)
     params=same|float32       weight, bias and a sublayer's tensors: in x's dtype,
                               or float32 (default: either)
+    residual=same|float32     a fused op's residual stream (and so its residual_out): in
+                              x's dtype, or float32 where x is float16 / bfloat16
+                              (residual_in_fp32; default: either)
     max_width=8192            the main tensor's last dim (for the *_and_mul ops the
                               [gate | up] row, twice the output's) is at most this
     width_multiple=8          ... and a multiple of this
@@ -36,7 +39,7 @@ from dataclasses import dataclass, fields
 
 from ..oracle.formats import DTYPE_NAMES
 
-KEYS = ("dtypes", "params", "max_width", "width_multiple", "contiguous", "ranks", "weightless")
+KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless")
 RANKS = (2, 3, 4)
 
 
@@ -50,6 +53,7 @@ class Domain:
 
     dtypes: tuple[str, ...] | None = None
     params: str | None = None  # "same" | "float32"
+    residual: str | None = None  # "same" | "float32"
     max_width: int | None = None
     width_multiple: int = 1
     contiguous: str | None = None  # "last" | "all"
@@ -87,6 +91,9 @@ class Domain:
             parts.append("dtypes " + ", ".join(self.dtypes))
         if self.params is not None:
             parts.append("weights in x's dtype" if self.params == "same" else "weights in float32")
+        if self.residual is not None:
+            parts.append("residual stream in x's dtype" if self.residual == "same"
+                         else "residual stream in float32 (for float16 / bfloat16 x)")
         if self.width_multiple > 1 or self.max_width is not None:
             parts.append("row length" + (f" a multiple of {self.width_multiple}" if self.width_multiple > 1 else "")
                          + (" and" if self.width_multiple > 1 and self.max_width is not None else "")
@@ -192,5 +199,5 @@ def _yes_no(where, key, value) -> bool:
     return words[value]
 
 
-_READ = {"dtypes": _dtypes, "params": _choice("same", "float32"), "max_width": _positive,
-         "width_multiple": _positive, "contiguous": _choice("last", "all"), "ranks": _ranks, "weightless": _yes_no}
+_READ = {"dtypes": _dtypes, "params": _choice("same", "float32"), "residual": _choice("same", "float32"),
+         "max_width": _positive, "width_multiple": _positive, "contiguous": _choice("last", "all"), "ranks": _ranks, "weightless": _yes_no}

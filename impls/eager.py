@@ -49,7 +49,7 @@ def gemma_rms_norm(x, weight, eps):
 
 def add_rms_norm(x, residual, weight, eps):
     s = up(x) + up(residual)
-    return rms_formula(s, up(weight, x), eps).to(x.dtype), s.to(x.dtype)
+    return rms_formula(s, up(weight, x), eps).to(x.dtype), s.to(residual.dtype)
 
 
 def to_e4m3(v):
@@ -74,7 +74,7 @@ def rms_norm_fp8(x, weight, eps, scale):
 def add_rms_norm_fp8(x, residual, weight, eps, scale):
     positive("add_rms_norm_fp8", "scale", scale)
     s = up(x) + up(residual)
-    return to_e4m3(rms_formula(s, up(weight, x), eps) / scale), s.to(x.dtype)
+    return to_e4m3(rms_formula(s, up(weight, x), eps) / scale), s.to(residual.dtype)
 
 
 def layer_norm(x, weight, bias, eps):

@@ -371,7 +371,7 @@ def _row_norm_forward(x, residual, weight, bias, eps, center, alpha=None, scale=
     r2 = x2 if residual is None else as_rows(residual, n)
     rows = x2.shape[0]
     y = torch.empty((rows, n), dtype=x.dtype if scale is None else torch.float8_e4m3fn, device=x.device)
-    res = torch.empty((rows, n), dtype=x.dtype, device=x.device) if pre == 1 else None
+    res = torch.empty((rows, n), dtype=residual.dtype, device=x.device) if pre == 1 else None  # float32 stream too
     mean = torch.empty(rows, dtype=acc_t, device=x.device) if center else None
     rstd = torch.empty(rows, dtype=acc_t, device=x.device)
     if rows * n:
@@ -452,7 +452,7 @@ class _AddRMSNorm(torch.autograd.Function):
     def backward(ctx, dy, dres):
         x, residual, weight, rstd = ctx.saved_tensors
         dx, dw, _ = _row_norm_backward(x, residual, weight, None, rstd, dy, dres)
-        return dx, dx.clone() if ctx.needs_input_grad[1] else None, dw, None
+        return dx, dx.to(residual.dtype, copy=True) if ctx.needs_input_grad[1] else None, dw, None
 
 
 class _LayerNorm(torch.autograd.Function):
@@ -592,7 +592,7 @@ def rms_norm_fp8(x, weight, eps, scale):
 
 
 def add_rms_norm_fp8(x, residual, weight, eps, scale):
-    """add_rms_norm's forward kernel, y quantised as rms_norm_fp8's; residual_out in x's dtype."""
+    """add_rms_norm's forward kernel, y quantised as rms_norm_fp8's; residual_out in the residual's dtype."""
     _fp8_scale("add_rms_norm_fp8", x, scale)
     y, res, _, _ = _row_norm_forward(x, residual, weight, None, eps, center=False, scale=scale)
     return y, res

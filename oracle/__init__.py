@@ -61,8 +61,8 @@ def forward(op: str, path: str = "float64", **args) -> tuple[np.ndarray, ...]:
     rec = _op(op)
     B, kw = _prepare(rec, path, args)
     outs = [_to_float64(B, rec, name, o) for name, o in zip(rec.outputs, _run(B, rec.forward, **kw))]
-    dtype = args[rec.main].dtype
-    outs = [fmt(dtype).round(o) if name in rec.rounded else o for name, o in zip(rec.outputs, outs)]
+    outs = [fmt(rec.out_dtype(name, args)).round(o) if name in rec.rounded else o
+            for name, o in zip(rec.outputs, outs)]
     if rec.quantised and B is not BACKENDS["mpmath"]:
         _resolve(rec, args, outs)
     return tuple(outs)

@@ -3,12 +3,13 @@ r"""Error-model bounds of the derived forms, from the base op's bounds (wired in
 Fused with the residual add (``fused_forward``, ``fused_grad``): op(x, r, ...) =
 (base(s, ...), residual_out = RNE(s)), s = x + r (``record.Op.unfused``).
 
-    y             base's bound at s, plus 2 u_o |y_i| (the sum may be rounded to x.dtype before
-                  normalising); rows where that rounding overflows though x and r are finite carry
+    y             base's bound at s, plus 2 u_s |y_i| (the sum may be rounded to residual_out's
+                  dtype, the residual stream's, before normalising: u_s is its unit roundoff, u_o
+                  when the stream is in x's dtype); rows where that rounding overflows though x and r are finite carry
                   no claim (a kernel may normalise the rounded sum, the residual stream it stores,
                   and then gets inf where the exact y is finite)
     residual_out  0: bit-exact
-    dx = dr       base's dx at s, with s's rounding (u_o |s_i|) in its terms, and the residual_out
+    dx = dr       base's dx at s, with s's rounding (u_s |s_i|) in its terms, and the residual_out
                   cotangent added before dx is rounded (``bounds_norms.rms_norm_bwd``)
 
 On halves (``halves``): op(x) = base(x[..., :h], x[..., h:]) (``record.Op.halves``, ``oracle.halves``):
@@ -31,16 +32,18 @@ from .formats import fmt, to_float64
 
 
 def sum_overflows(x, residual):
-    """Rows where RNE(x + residual) overflows x.dtype though x and residual are finite (keepdims)."""
+    """Rows where RNE(x + residual) overflows the residual stream's dtype though x and residual are
+    finite (keepdims)."""
     xv, rv = to_float64(x), to_float64(residual)
     with np.errstate(all="ignore"):
-        rounded = fmt(x.dtype).round(xv + rv)
+        rounded = fmt(residual.dtype).round(xv + rv)
     return (np.isinf(rounded) & np.isfinite(xv) & np.isfinite(rv)).any(axis=-1, keepdims=True)
 
 
 def _summed(args, main, residual, cotangent=0.0):
-    """s = main + residual as the base bound's rows: rounded, claimed where RNE(s) is finite."""
-    return NormInput(to_float64(args[main]) + to_float64(args[residual]), rounded=True,
+    """s = main + residual as the base bound's rows: rounded to the residual's dtype (residual_out's),
+    claimed where RNE(s) is finite."""
+    return NormInput(to_float64(args[main]) + to_float64(args[residual]), rounded=args[residual].dtype,
                      claim=~sum_overflows(args[main], args[residual]), cotangent=cotangent)
 
 

@@ -20,13 +20,15 @@ Notation and the reference kernel as in ``error_model``.  Forward bounds, per ou
 
 The RMSNorm bounds take the rows they normalise as a ``NormInput``: x itself, or, for the form
 fused with the residual add (``bounds_derived.fused_forward``), s = x + r, which the kernel may
-round to x.dtype first.  Gradient bounds: in the docstring of each ``*_bwd``.
+round to the residual stream's dtype first (the residual_out it stores).  Gradient bounds: in the
+docstring of each ``*_bwd``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from .error_model import (FN_ULPS, ORACLE, ROUNDINGS, Context, affine_bound, claimable_rows, normalisation_error,
                           normalisation_vjp_error, row_mean, row_sum_error, sum_over_rows)
@@ -52,16 +54,22 @@ class NormInput:
     """The rows an RMSNorm bound normalises, as a correct kernel may see them.
 
     values:    the exact rows, float64
-    rounded:   the kernel may round them to x.dtype before normalising (a fused sum x + r)
+    rounded:   the dtype the kernel may round them to before normalising (a fused sum x + r:
+               the residual stream's, x's or float32), or None: exact
     claim:     rows the bound may claim at all (keepdims; the fused sum: RNE(x + r) finite)
     cotangent: a gradient reaching the rows directly, added to dx before it is rounded
                (add_rms_norm's residual_out cotangent), or 0
     """
 
     values: np.ndarray
-    rounded: bool = False
+    rounded: torch.dtype | None = None
     claim: np.ndarray | bool = True
     cotangent: np.ndarray | float = 0.0
+
+    def rounding(self, dtype, kernel=True) -> float:
+        """The unit roundoff u_s of that rounding for a kernel of main dtype ``dtype`` (0: none,
+        or ``kernel=False``, the oracle's own error)."""
+        return 0.0 if self.rounded is None else Context(dtype, self.rounded, kernel=kernel).uo
 
 
 def _inverse_rms(ctx, s, eps):
@@ -78,14 +86,15 @@ def _inverse_rms(ctx, s, eps):
 def rms_norm_fwd(args, exact, kernel=True, rows=None, extra_rel=0.0, multiplier=None):
     """rms_norm's forward bound (module docstring).
 
-    rows: a ``NormInput`` (default: x); a rounded input adds 2 u_o |y_i| (the sum may be rounded
-    to x.dtype before normalising).  extra_rel: a further relative error of y; multiplier: the
-    factor applied after normalising (default: the weight; gemma_rms_norm's is 1 + weight)."""
+    rows: a ``NormInput`` (default: x); a rounded input adds 2 u_s |y_i| (the sum may be rounded,
+    each s_i off by u_s |s_i|, to the residual stream's dtype before normalising: u_s its unit
+    roundoff, ``NormInput.rounding``; once in s_i, once through rho).  extra_rel: a further relative
+    error of y; multiplier: the factor applied after normalising (default: the weight;
+    gemma_rms_norm's is 1 + weight)."""
     ctx = Context(args["x"].dtype, kernel=kernel)
     rows = NormInput(to_float64(args["x"])) if rows is None else rows
     w = affine_values(args, "weight") if multiplier is None else multiplier
-    if rows.rounded:
-        extra_rel = extra_rel + 2 * ctx.uo
+    extra_rel = extra_rel + 2 * rows.rounding(args["x"].dtype, kernel)
     _, rho_rel = _inverse_rms(ctx, rows.values, args["eps"])
     y = np.abs(exact[0])
     bound = (rho_rel + extra_rel) * y + ctx.round_out(y) + ctx.lam_c * np.abs(w) + ctx.lam_o * np.abs(w)
@@ -111,7 +120,7 @@ def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.
     of ROUNDINGS lam_x rho (rho |M| [i tiny] + rho |x_i| mean(|g| [tiny]))).  Without these floors
     the llama order was rejected in float16 on rows of |x| ~ 1e-4 with eps = 0.1 (xhat ~ 3e-5,
     below float16's smallest normal 6.1e-5): dweight 6.3 bounds off.
-    rows: a ``NormInput`` (default: x); a rounded one (the fused sum, off by u_o |s_i|) adds u_o
+    rows: a ``NormInput`` (default: x); a rounded one (the fused sum, off by u_s |s_i|) adds u_s
     to rho_rel and to the terms of M, and its cotangent is added to dx before dx is rounded.
     multiplier: the factor after normalising (default: the weight; gemma_rms_norm's is 1 + weight);
     multiplier_rel: its relative error in the kernel (each g_i off by multiplier_rel |g_i|), which adds
@@ -121,7 +130,7 @@ def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.
     rows = NormInput(to_float64(args["x"])) if rows is None else rows
     x, w = rows.values, affine_values(args, "weight") if multiplier is None else multiplier
     dy = to_float64(cot[0])
-    sum_rounding = ctx.uo if rows.rounded else 0.0
+    sum_rounding = rows.rounding(args["x"].dtype)
     rho, rho_rel = _inverse_rms(ctx, x, args["eps"])
     rho_rel = rho_rel + sum_rounding
     claim = claimable_rows(ctx, x) & rows.claim

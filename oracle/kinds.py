@@ -17,15 +17,19 @@ with an argument it does through its ``Kind``, here and nowhere else:
     identity  what an ``optional`` argument given as None means (a weight of ones, a bias of
               zeros); None: the kind may not be optional
     shape     how the value's shape follows the main tensor x (n = x.shape[-1]):
-              "rows" x.shape; "leading" x.shape[:-1]; "vector" (n,); "matrix" (n, n);
-              None: a scalar.  ``properties.fitting`` reshapes by it; "vector" and "matrix"
+              "rows" x.shape (a *row input*: it shares x's rows); "leading" x.shape[:-1];
+              "vector" (n,); "matrix" (n, n); None: a scalar.  ``properties.fitting`` reshapes by it; "vector" and "matrix"
               tensors are the op's *parameters* (a domain's ``params=`` casts them)
     may_be_none  None is a value of the kind (a mask: every position valid)
 
-The kinds (the first "rows" argument of an op is its *main* tensor: its dtype, device and rows
+The kinds (the first row input of an op, of kind "rows", is its *main* tensor: its dtype, device and rows
 define a case):
 
     rows     a tensor of the main tensor's shape and dtype
+    stream   a residual stream: a tensor of the main tensor's shape, in its dtype or, for a
+             float16 / bfloat16 main tensor, float32 (``residual_in_fp32``: training and
+             state-space libraries keep the residual stream in float32; a domain's ``residual=``
+             narrows it)
     weight   a length-n vector in the main dtype or float32, drawn around 1
     bias     a length-n vector in the main dtype or float32, drawn around 0
     matrix   an n x n matrix in the main dtype (a sublayer's weight), scaled by 1/sqrt(n)
@@ -58,6 +62,7 @@ class Drawing(Protocol):
     n: int  # the main tensor's last dim
 
     def rows(self, name: str): ...  # a tensor of the case's shape, by value profile
+    def stream(self, name: str): ...  # rows, in the case's dtype or float32
     def vector(self, name: str, around: float, profiles: tuple[str, ...]): ...  # length n
     def gaussian(self, shape: tuple, scale: float): ...  # N(0, scale^2), rounded to the case's dtype
     def mask(self, name: str): ...  # a mask (or None), padded positions of x overwritten
@@ -128,6 +133,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("rows", check=lambda op, name, t, x: v.same_as(op, name, t, x),
          sample=lambda normal, rows, width: normal(rows, width),
          draw=lambda d, arg: d.rows(arg.name), shape="rows"),
+    Kind("stream", check=lambda op, name, t, x: v.stream(op, name, t, x),
+         sample=lambda normal, rows, width: normal(rows, width),
+         draw=lambda d, arg: d.stream(arg.name), shape="rows"),
     _vector_kind("weight", 1.0, 1 / 4, ("ones", "normal", "lattice")),
     _vector_kind("bias", 0.0, 1 / 4, ("zeros", "normal")),
     Kind("matrix", check=lambda op, name, t, x: v.square(op, name, t, x.shape[-1], x.dtype),

@@ -5,7 +5,8 @@ positional in the order below, eps last; rms_norm's weight and layer_norm's
 weight and bias may be None (ones, zeros); batch_norm takes ``mask=`` by keyword;
 deep_norm takes its sublayer as a callable (the suite's affine one); GELU's form
 (``approximate``, "none" or "tanh") is the last argument of geglu and gelu_and_mul;
-the FP8 ops take the static scale last, after eps, and return float8_e4m3fn.
+the FP8 ops take the static scale last, after eps, and return float8_e4m3fn; a fused op's
+residual may be kept in float32 while x is float16 or bfloat16, and its residual_out is then float32.
 
 Derived forms take their oracle and bounds from their base op's by factory (``fused``,
 ``quantised``, ``halves`` and ``bounds_derived``): add_rms_norm is rms_norm fused with the residual
@@ -22,12 +23,12 @@ from . import (batch_norm, bounds_derived, bounds_gated, bounds_norms, deep_norm
                layer_norm, quantised, rms_norm, swiglu)
 from .record import Arg, Op, Out
 
-X, RESIDUAL, WEIGHT, BIAS, EPS = Arg("x", "rows"), Arg("residual", "rows"), Arg("weight", "weight"), \
+X, RESIDUAL, WEIGHT, BIAS, EPS = Arg("x", "rows"), Arg("residual", "stream"), Arg("weight", "weight"), \
     Arg("bias", "bias"), Arg("eps", "eps")
 GATE, UP = Arg("gate", "rows"), Arg("up", "rows")
 APPROXIMATE = Arg("approximate", "approximate")
 SCALE = Arg("scale", "scale")
-Y, RESIDUAL_OUT = Out("y"), Out("residual_out", rounded=True)  # residual_out = x + residual, rounded once
+Y, RESIDUAL_OUT = Out("y"), Out("residual_out", like="residual", rounded=True)  # x + residual, rounded once
 Y_FP8 = Out("y", dtype=torch.float8_e4m3fn, quantised=True)
 WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS = Arg("weight", "weight", optional=True), Arg("bias", "bias", optional=True)
 
@@ -49,7 +50,8 @@ def _fused(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     main, residual = args[0].name, args[1].name
     eps = next(a.name for a in base.args if a.kind == "eps")
     if not base.scale_invariant:
-        raise ValueError(f"Op {name}: the fused oracle scales an overflowing sum, so {base.name} must be scale invariant")
+        raise ValueError(f"Op {name}: the fused oracle scales an overflowing sum, "
+                         f"so {base.name} must be scale invariant")
     grads = tuple(a.name for a in args if a.name in base.grads or a.name == residual) if base.grads else ()
     return Op(name, args, (*base.outs, RESIDUAL_OUT), grads,
               fused.forward(base.forward, main, residual, eps),

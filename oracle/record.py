@@ -7,7 +7,7 @@ modules; the record names which apply), how a kernel is called, and its flags.  
 consumer (validation, strategies, probe, gradcheck, replay, benchmarks, the
 properties) loops over records and reads these fields; none of them names an op.
 
-Argument kinds (``kinds.KINDS``: rows, weight, bias, matrix, vector, mask, eps, alpha,
+Argument kinds (``kinds.KINDS``: rows, stream, weight, bias, matrix, vector, mask, eps, alpha,
 approximate, scale) are records too: how an argument is checked, sampled, drawn and given to the
 oracle is its kind's, in ``kinds`` alone.  An ``optional`` argument may be passed as None (a
 weightless call, as vLLM, quack and Llama-4's QK-norm make it): it then means its kind's identity,
@@ -42,7 +42,9 @@ class Arg:
 class Out:
     """One output of an op and its traits.
 
-    dtype:      its dtype whatever the main dtype (None: the main dtype)
+    dtype:      its dtype whatever the main dtype (None: ``like``'s dtype)
+    like:       the input whose dtype it has when ``dtype`` is None (None: the main tensor), as
+                residual_out has the residual stream's
     rounded:    defined as the exact value rounded (nearest even) to its dtype: checked bit for bit
     quantised:  an output of a fixed narrow ``dtype`` (float8_e4m3fn): the exact value v rounded once
                 to it (nearest even, saturating: ``formats``).  The oracle gives v; the forward bound
@@ -53,6 +55,7 @@ class Out:
 
     name: str
     dtype: torch.dtype | None = None
+    like: str | None = None
     rounded: bool = False
     quantised: bool = False
 
@@ -61,6 +64,8 @@ class Out:
             raise ValueError(f"Out {self.name}: a quantised output names the dtype it is quantised to")
         if self.quantised and self.rounded:
             raise ValueError(f"Out {self.name}: quantised (to the step) or rounded (bit for bit), not both")
+        if self.like is not None and self.dtype is not None:
+            raise ValueError(f"Out {self.name}: a dtype of its own or its input {self.like}'s, not both")
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,10 @@ class Op:
     def __post_init__(self):
         if bool(self.grads) != (self.vjp is not None) or bool(self.grads) != (self.grad_bound is not None):
             raise ValueError(f"Op {self.name}: vjp and grad_bound are given exactly when grads are")
+        tensors = {a.name for a in self.args if KINDS[a.kind].tensor}
+        strays = [o.like for o in self.outs if o.like is not None and o.like not in tensors]
+        if strays:
+            raise ValueError(f"Op {self.name}: an output's dtype follows {strays[0]!r}, which is not a tensor argument")
         if self.quantised and not self.rowwise:
             raise ValueError(f"Op {self.name}: a quantised output's oracle resolves rows one at a time; rowwise only")
 
@@ -131,9 +140,11 @@ class Op:
         """The fixed dtype output ``name`` is quantised to, or None (it is not quantised)."""
         return next((o.dtype for o in self.outs if o.name == name and o.quantised), None)
 
-    def out_dtype(self, name: str, dtype: torch.dtype) -> torch.dtype:
-        """The dtype of output ``name`` for main dtype ``dtype``."""
-        return next(o.dtype or dtype for o in self.outs if o.name == name)
+    def out_dtype(self, name: str, tensors: dict) -> torch.dtype:
+        """The dtype of output ``name`` of a call on ``tensors`` (by name; the main tensor and the
+        one the output follows, ``Out.like``, suffice)."""
+        o = next(o for o in self.outs if o.name == name)
+        return o.dtype or tensors[o.like or self.main].dtype
 
     @property
     def tensors(self) -> tuple[str, ...]:
@@ -146,7 +157,7 @@ class Op:
     @property
     def row_inputs(self) -> tuple[str, ...]:
         """The tensors that share the main tensor's rows (perturbed together)."""
-        return tuple(a.name for a in self.args if a.kind == "rows")
+        return tuple(a.name for a in self.args if KINDS[a.kind].shape == "rows")
 
     @property
     def main(self) -> str:

@@ -34,6 +34,17 @@ def vector(op, name, t, n, x_dtype):
         _fail(op, name, f"of shape ({n},) (the last dim of x)", tuple(t.shape))
 
 
+STREAM_DTYPES = (torch.float16, torch.bfloat16)
+"""The main dtypes whose residual stream may be kept in float32 (``kinds``' "stream")."""
+
+
+def stream(op, name, t, x):
+    """A residual stream: x's shape, in x's dtype or, for a float16 / bfloat16 x, float32."""
+    tensor(op, name, t, dtypes=(x.dtype, torch.float32) if x.dtype in STREAM_DTYPES else (x.dtype,))
+    if t.shape != x.shape:
+        _fail(op, name, f"of shape {tuple(x.shape)} (the shape of x)", tuple(t.shape))
+
+
 def same_as(op, name, t, x):
     tensor(op, name, t, dtypes=(x.dtype,))
     if t.shape != x.shape:

@@ -12,10 +12,12 @@ wasted on what the kernel never claimed:
               under contiguous=last a tensor whose last dim is strided, under contiguous=all
               every non-contiguous tensor, is replaced by its contiguous copy
     params    weight, bias and sublayer tensors cast to x's dtype (params=same) or float32
+    residual  a residual stream cast to x's dtype (residual=same) or, for a float16 / bfloat16 x,
+              float32 (residual=float32)
     weightless  no: a None weight or bias becomes its identity (``Case.with_identity``)
 
 Every operation is exact on the values it keeps except a cast to a narrower dtype
-(params=same), which rounds: the case is then a different, equally valid input; the
+(params=same, residual=same), which rounds: the case is then a different, equally valid input; the
 oracle reads the fitted tensors.  ``case.notes["fitted"]`` says what changed.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 
 from ..impls.domain import Domain
 from ..oracle.kinds import KINDS
+from ..oracle.validate import STREAM_DTYPES
 
 from .case import Case
 
@@ -68,10 +71,10 @@ def fit(case: Case, domain: Domain) -> Case:
         if moved:
             changed.append(f"made contiguous: {', '.join(moved)}")
 
-    if domain.params is not None:
-        want = case.dtype if domain.params == "same" else torch.float32
-        cast = [name for name, kind in kinds.items() if kind.parameter and t.get(name) is not None
-                and t[name].dtype != want]
+    for want, which in ((_params_dtype(case, domain), lambda kind: kind.parameter),
+                        (_stream_dtype(case, domain), lambda kind: kind.name == "stream")):
+        cast = [name for name, kind in kinds.items() if which(kind) and t.get(name) is not None
+                and want is not None and t[name].dtype != want]
         for name in cast:
             t[name] = t[name].to(want)
         if cast:
@@ -86,6 +89,19 @@ def fit(case: Case, domain: Domain) -> Case:
     if changed:
         out.notes["fitted"] = "; ".join(changed)
     return out
+
+
+def _params_dtype(case: Case, domain: Domain) -> torch.dtype | None:
+    """The dtype the domain casts weights, biases and sublayers to (None: any)."""
+    return None if domain.params is None else case.dtype if domain.params == "same" else torch.float32
+
+
+def _stream_dtype(case: Case, domain: Domain) -> torch.dtype | None:
+    """The dtype the domain casts a residual stream to (None: any): x's, or float32 where x's
+    stream may be float32 (float16, bfloat16)."""
+    if domain.residual is None:
+        return None
+    return torch.float32 if domain.residual == "float32" and case.dtype in STREAM_DTYPES else case.dtype
 
 
 def _rerank(t: torch.Tensor, r: int, k: int) -> torch.Tensor:
@@ -132,6 +148,8 @@ def _relayout(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def _allowed(t: torch.Tensor, contiguous: str) -> bool:
+    """Does ``t``'s layout meet ``contiguous``?  An empty tensor does (no element has a stride to
+    step over, and ``contiguous()`` keeps its strides as they are)."""
     if contiguous == "all":
         return t.is_contiguous()
-    return t.dim() == 0 or t.shape[-1] <= 1 or t.stride(-1) == 1
+    return t.dim() == 0 or t.numel() == 0 or t.shape[-1] <= 1 or t.stride(-1) == 1

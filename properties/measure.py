@@ -51,7 +51,7 @@ def check_against_oracle(outs, case: Case, worst: Worst, where=None, label="") -
     bounds = rec.forward_bound(args, exact)
     nan_ok = rec.indeterminate(args) if rec.indeterminate else None
     for name, o, e, b in zip(rec.outputs, outs, exact, bounds):
-        a = assessment.assess(label + name, o, e, b, rec.out_dtype(name, case.dtype), where=where, nan_ok=nan_ok,
+        a = assessment.assess(label + name, o, e, b, rec.out_dtype(name, case.tensors), where=where, nan_ok=nan_ok,
                                quantised=rec.quantised_dtype(name) is not None)
         worst.exact, worst.checked = worst.exact + a.exact, worst.checked + a.checked
         record_assessment(a, case, worst)
@@ -64,7 +64,7 @@ def check_pair(label: str, name: str, actual, other, tol, case: Case, worst: Wor
     rec = case.record
     quantised = rec.quantised_dtype(name) is not None
     ref, bound = assessment.pair_reference(other, tol, quantised)
-    a = assessment.assess(label, actual, ref, bound, rec.out_dtype(name, case.dtype), where=where,
+    a = assessment.assess(label, actual, ref, bound, rec.out_dtype(name, case.tensors), where=where,
                            quantised=quantised)
     record_assessment(a, case, worst)
 

@@ -246,9 +246,9 @@ def invoke(session, impl, case: Case) -> tuple[torch.Tensor, ...]:
     for name, o, shape in zip(info.outputs, outs, expected_shapes(case)):
         if tuple(o.shape) != shape:
             raise ContractViolation(f"{impl.id} returned {name} of shape {tuple(o.shape)}, expected {shape}")
-        if o.dtype != info.out_dtype(name, case.dtype):
+        if o.dtype != info.out_dtype(name, case.tensors):
             raise ContractViolation(f"{impl.id} returned {name} of dtype {o.dtype}, "
-                                    f"expected {info.out_dtype(name, case.dtype)}")
+                                    f"expected {info.out_dtype(name, case.tensors)}")
         if o.device != device:
             raise ContractViolation(f"{impl.id} returned {name} on {o.device}, expected {device}")
     check_unmutated(impl, case, before)

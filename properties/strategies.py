@@ -50,6 +50,7 @@ from hypothesis import strategies as st
 from ..oracle import OPS
 from ..oracle.formats import fmt
 from ..oracle.kinds import KINDS
+from ..oracle.validate import STREAM_DTYPES
 
 from .case import Case
 
@@ -476,11 +477,18 @@ class Drawing:
     def n(self) -> int:
         return self.shape[-1]
 
-    def rows(self, name: str) -> torch.Tensor:
-        """A tensor of the case's shape: a value profile, hostile rows, a layout (``tensors``)."""
-        return self.draw(tensors(self.rng, self.dtype, self.shape, self.device, profiles=self.profiles,
+    def rows(self, name: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """A tensor of the case's shape (in its dtype, or ``dtype``): a value profile, hostile rows,
+        a layout (``tensors``)."""
+        return self.draw(tensors(self.rng, dtype or self.dtype, self.shape, self.device, profiles=self.profiles,
                                  hostile=self.hostile, notes=self.notes, name=name, bucket=self.bucket,
                                  layouts=self.layouts))
+
+    def stream(self, name: str) -> torch.Tensor:
+        """A residual stream: ``rows`` in the case's dtype or, for float16 / bfloat16, float32 (a
+        ``residual_in_fp32`` stream) in half the cases."""
+        wide = [self.dtype, torch.float32] if self.dtype in STREAM_DTYPES else [self.dtype]
+        return self.rows(name, self.choose(wide, name + " dtype"))
 
     def vector(self, name: str, around: float, profiles: tuple[str, ...]) -> torch.Tensor:
         return self.draw(vectors(self.rng, self.n, self.dtype, self.device, name, around, profiles, self.bucket))

@@ -75,7 +75,7 @@ def test_a_kind_s_draws_pass_its_check(kind):
 
 
 def test_an_argument_names_a_kind_that_exists():
-    with pytest.raises(ValueError, match="Arg w: kind must be one of rows, weight, .*got 'weights'"):
+    with pytest.raises(ValueError, match="Arg w: kind must be one of rows, stream, weight, .*got 'weights'"):
         Arg("w", "weights")
 
 

@@ -4,8 +4,11 @@ is G(x + r, ...), and hands back x + r.
 For every F under test, with its G partner (the plugged G, else the
 registry's G of the same name, else eager):
 
-    residual_out == RNE_dtype(x + r)                       bit for bit
+    residual_out == RNE_dtype(x + r)                       bit for bit (dtype: the residual stream's)
     |y_fused - G(residual_out)| <= bound_F(x, r) + bound_G(s) + |exact_F - exact_G(s)|
+
+Where the residual stream is float32 and x is not, G runs on the float32 residual_out (its
+weight widened to float32, exactly), as the next layer of such a model does.
 
 The second line is claimed on rows where rounding x + r to the dtype did not
 overflow: there residual_out holds an inf that x + r does not, so the unfused
@@ -15,6 +18,7 @@ says it must be (the accuracy property checks that y).
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from ... import oracle
 from ...oracle import assessment, bounds_derived
@@ -41,11 +45,12 @@ def check_fusion(session, impl, case, worst):
     y, res = invoke(session, impl, case)
     args = case.oracle_args()
     exact_y, exact_res = oracle.forward(case.op, **args)
-    a = assessment.assess("residual_out", res, exact_res, np.zeros_like(exact_res), case.dtype)
+    a = assessment.assess("residual_out", res, exact_res, np.zeros_like(exact_res),
+                          rec.out_dtype("residual_out", case.tensors))
     record_assessment(a, case, worst)
     g = oracle.OPS[rec.unfused]
-    unfused = Case(g.name, {k: res.detach().clone() if k == g.main else case.tensors[k] for k in g.tensors},
-                   {k: case.scalars[k] for k in g.scalars}, dict(case.notes))
+    unfused = Case(g.name, {k: res.detach().clone() if k == g.main else _widened(case.tensors[k], res.dtype)
+                            for k in g.tensors}, {k: case.scalars[k] for k in g.scalars}, dict(case.notes))
     other = partner(session, impl)
     (y_u,) = invoke(session, other, unfused)
     g_args = unfused.oracle_args()
@@ -55,6 +60,12 @@ def check_fusion(session, impl, case, worst):
                + np.abs(exact_y - exact_u[0]))
     check_pair(f"y vs {other.id}(residual_out)", "y", y, y_u, tol, case, worst,
                where=~bounds_derived.sum_overflows(args["x"], args["residual"]))
+
+
+def _widened(t, dtype):
+    """A weight for G's rows of ``dtype``: as it is, or widened (exactly) to ``dtype`` where G would
+    not take it (a bfloat16 weight beside a float32 residual stream)."""
+    return t if t is None or t.dtype in (dtype, torch.float32) else t.to(dtype)
 
 
 def fusion_cases(op, dtype, device, bucket=None):

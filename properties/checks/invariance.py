@@ -32,15 +32,14 @@ def invariance_cases(draw, op, dtype, device, bucket=None):
 
 
 def transformed(case):
-    """The case after its transform; inputs are rounded to the dtype if they must be."""
+    """The case after its transform; inputs are rounded to their dtypes if they must be."""
     info = case.record
-    f = fmt(case.dtype)
     out = case.replace()
     if case.params["transform"] == "scale":
         c = case.params["c"]
         for k in info.row_inputs:
-            out.tensors[k] = torch.from_numpy(f.round(to_float64(case.tensors[k]) * c)).to(case.dtype).to(
-                case.main.device)
+            t = case.tensors[k]
+            out.tensors[k] = torch.from_numpy(fmt(t.dtype).round(to_float64(t) * c)).to(t.dtype).to(t.device)
         for a in info.args:
             if a.kind == "eps":
                 out.scalars[a.name] = case.scalars[a.name] * c * c
@@ -48,7 +47,7 @@ def transformed(case):
         x = to_float64(case.main)
         finite = np.abs(x[np.isfinite(x)])
         d = case.params["d"] * (finite.max() if finite.size else 1.0)
-        out.tensors[info.main] = torch.from_numpy(f.round(x + d)).to(case.dtype).to(case.main.device)
+        out.tensors[info.main] = torch.from_numpy(fmt(case.dtype).round(x + d)).to(case.dtype).to(case.main.device)
     return out
 
 

@@ -74,15 +74,15 @@ def check_row_independence(session, impl, case, worst):
     info = case.record
     keep = int(case.params["row"])
     rng = np.random.default_rng(int(case.params["fill_seed"]))
-    f = fmt(case.dtype)
     replaced = {}
     for k in info.row_inputs:
-        v = to_float64(case.tensors[k])
+        t = case.tensors[k]
+        v = to_float64(t)
         flat = v.reshape(-1, v.shape[-1])
         others = np.ones(flat.shape[0], bool)
         others[keep] = False
-        flat = _fill(flat, others, case.params["fill"], rng, f)
-        replaced[k] = layout_tensor(flat.reshape(v.shape), case.dtype, "contiguous", case.main.device)
+        flat = _fill(flat, others, case.params["fill"], rng, fmt(t.dtype))
+        replaced[k] = layout_tensor(flat.reshape(v.shape), t.dtype, "contiguous", t.device)
     other = case.replace(**replaced)
     where = np.zeros(info.out_shape(tuple(case.main.shape))[:-1], bool).reshape(-1)
     where[keep] = True

@@ -319,6 +319,23 @@ def add_rms_forgets_add(x, residual, weight, eps):
     return rms_formula(up(x), up(weight), eps).to(x.dtype), s.to(x.dtype)
 
 
+@bug("add_rms_norm", "accuracy", "extremes", "fusion")
+def add_rms_stream_narrowed(x, residual, weight, eps):
+    """A float32 residual stream's residual_out rounded to x's dtype first, then stored as float32."""
+    s = up(x) + up(residual)
+    return rms_formula(s, up(weight), eps).to(x.dtype), s.to(x.dtype).to(residual.dtype)
+
+
+@bug("add_rms_norm", "accuracy", "extremes", "fusion")
+def add_rms_y_from_narrowed_stream(x, residual, weight, eps):
+    """y normalised from x + r rounded to x's dtype, though the residual stream it stores is float32.
+    In bfloat16 that rounding is relative, of the size of the x.dtype roundings the model grants any
+    kernel (the llama order), so it shows where the rounding is not relative: float16's overflow past
+    65504 (a NaN y) and its subnormals below 6.1e-5."""
+    s = up(x) + up(residual)
+    return rms_formula(up(s.to(x.dtype)), up(weight), eps).to(x.dtype), s.to(residual.dtype)
+
+
 # ------------------------------------------------------------------ layer_norm bugs
 @bug("layer_norm", "accuracy", "extremes", "invariance")
 def ln_one_pass(x, weight, bias, eps):
@@ -576,14 +593,14 @@ def rms_fp8_vllm_order(x, weight, eps, scale):
 
 @correct("add_rms_norm_fp8")
 def add_rms_fp8_unfused(x, residual, weight, eps, scale):
-    """The sum rounded to x.dtype first (the residual stream), then normalised and quantised."""
-    s = (up(x) + up(residual)).to(x.dtype)
+    """The sum rounded to the residual stream's dtype first, then normalised and quantised."""
+    s = (up(x) + up(residual)).to(residual.dtype)
     return to_e4m3(rms_formula(up(s), up(weight), eps) / scale), s
 
 
 @correct("add_rms_norm")
 def add_rms_unfused(x, residual, weight, eps):
-    s = (up(x) + up(residual)).to(x.dtype)  # round the sum first, then normalise it
+    s = (up(x) + up(residual)).to(residual.dtype)  # round the sum to the stream first, then normalise it
     return rms_formula(up(s), up(weight), eps).to(x.dtype), s
 
 
@@ -757,7 +774,7 @@ def rms_outkw(x, weight, eps, out=None):
 def add_rms_inplace(x, residual, weight, eps):
     """vLLM's fused_add_rms_norm: residual <- x + residual, then x <- rms_norm(residual)."""
     s = up(x) + up(residual)
-    residual.copy_(s.to(x.dtype))
+    residual.copy_(s.to(residual.dtype))
     x.copy_((s * _rms(s, eps) * up(weight, x)).to(x.dtype))
 
 

@@ -50,14 +50,16 @@ def _run(session, fn, dtype=F32, family="accuracy", **kw):
 
 # ------------------------------------------------------------------ the syntax
 def test_parse_reads_every_key_and_says_the_domain_back():
-    spec = "dtypes=bfloat16,float16; params=same max_width=8192 width_multiple=8 contiguous=last ranks=3,2 weightless=no"
+    spec = ("dtypes=bfloat16,float16; params=same residual=float32 max_width=8192 width_multiple=8 contiguous=last "
+            "ranks=3,2 weightless=no")
     d = parse(spec)
-    assert d == Domain(("float16", "bfloat16"), "same", 8192, 8, "last", (2, 3), False)
-    assert parse(d.spec()) == d == parse({"dtypes": ["float16", "bfloat16"], "params": "same", "max_width": 8192,
-                                          "width_multiple": 8, "contiguous": "last", "ranks": (2, 3),
-                                          "weightless": False})
-    assert d.describe() == ("dtypes float16, bfloat16; weights in x's dtype; row length a multiple of 8 and at "
-                            "most 8192; last dim contiguous (stride 1); rank 2 or 3; no weightless calls")
+    assert d == Domain(("float16", "bfloat16"), "same", "float32", 8192, 8, "last", (2, 3), False)
+    assert parse(d.spec()) == d == parse({"dtypes": ["float16", "bfloat16"], "params": "same", "residual": "float32",
+                                          "max_width": 8192, "width_multiple": 8, "contiguous": "last",
+                                          "ranks": (2, 3), "weightless": False})
+    assert d.describe() == ("dtypes float16, bfloat16; weights in x's dtype; residual stream in float32 (for float16 / "
+                            "bfloat16 x); row length a multiple of 8 and at most 8192; last dim contiguous (stride 1); "
+                            "rank 2 or 3; no weightless calls")
     assert not parse("").declared and parse(None) == Domain()
 
 
@@ -70,6 +72,7 @@ def test_parse_reads_every_key_and_says_the_domain_back():
     ("ranks=1", "ranks='1': expected some of 2, 3, 4"),
     ("weightless=maybe", "weightless='maybe': expected yes or no"),
     ("contiguous=rows", "contiguous='rows': expected one of last, all"),
+    ("residual=bfloat16", "residual='bfloat16': expected one of same, float32"),
     ("max_width=4 width_multiple=8", "max_width=4 is below width_multiple=8: no row fits"),
     ("ranks=2 ranks=3", "ranks given twice"),
 ])
@@ -90,6 +93,7 @@ def test_a_bad_attribute_is_a_usage_error_naming_the_kernel():
 
 # ------------------------------------------------------------------ fitting
 DOMAINS = st.builds(Domain, dtypes=st.none(), params=st.sampled_from([None, "same", "float32"]),
+                    residual=st.sampled_from([None, "same", "float32"]),
                     max_width=st.sampled_from([None, 16, 100, 8192]), width_multiple=st.sampled_from([1, 3, 8, 16]),
                     contiguous=st.sampled_from([None, "last", "all"]),
                     ranks=st.sampled_from([None, (2,), (3,), (2, 4), (4,)]), weightless=st.sampled_from([None, False]))
@@ -111,12 +115,16 @@ def _inside(case, d: Domain) -> list[str]:
             continue
         if d.contiguous == "all" and not t.is_contiguous():
             bad.append(f"{k} not contiguous")
-        if d.contiguous == "last" and t.dim() and t.shape[-1] > 1 and t.stride(-1) != 1:
+        if d.contiguous == "last" and t.dim() and t.numel() and t.shape[-1] > 1 and t.stride(-1) != 1:
             bad.append(f"{k} last dim strided")
         kind = next(a.kind for a in rec.args if a.name == k)
         if d.params is not None and kind in ("weight", "bias", "vector", "matrix"):
             want = x.dtype if d.params == "same" else torch.float32
             if t.dtype != want:
+                bad.append(f"{k} in {t.dtype}")
+        if d.residual is not None and kind == "stream":
+            wide = d.residual == "float32" and x.dtype in (torch.float16, torch.bfloat16)
+            if t.dtype != (torch.float32 if wide else x.dtype):
                 bad.append(f"{k} in {t.dtype}")
     return bad
 
