@@ -40,6 +40,7 @@ class Impl:
     backward: bool | None = True  # None: not declared (a plug-in): its outputs say (runner.backward_gate)
     expected_failure: str = ""  # case studies: why the suite must reject it
     convention: str = ""  # "", or how it writes its outputs (``conventions``); fn is then the adapted callable
+    agrees_with: "Impl | None" = field(default=None, compare=False)  # must give its bits (``--agree``)
 
     @property
     def id(self) -> str:

@@ -1,10 +1,10 @@
 """The ``normcert`` command (also ``python -m normcert``).
 
-    normcert certify OP=MODULE:ATTR [...] [--device cpu|cuda] [--profile dev|ci|thorough|large]
+    normcert certify OP=MODULE:ATTR [...] [--agree OP=MODULE:ATTR OP=MODULE:ATTR] [--device cpu|cuda] [--profile dev|ci|thorough|large]
                      [--domain SPEC] [--certificate PATH] [--seed N] [--bitwise] [--require-backward]
                      [--kernel-timeout S] [-n N]
                      [-- PYTEST-ARGS...]
-    normcert replay FILE [--impl OP=MODULE:ATTR] [--device cpu|cuda] [--kernel-timeout S]
+    normcert replay FILE [--impl OP=MODULE:ATTR ...] [--device cpu|cuda] [--kernel-timeout S]
     normcert list
 
 ``certify`` and ``replay`` run normcert's properties through pytest (the same
@@ -14,8 +14,8 @@ fails or the run did not check everything it lists, 4 a usage error; 2 and 3
 are pytest's (interrupted, internal error).
 
 normcert owns the run: pytest runs in a child process under normcert's own
-configuration (``_child_config``: no ini file, ``conftest.py``, ``PYTEST_ADDOPTS``
-or ``PYTEST_PLUGINS`` of the folder it is started from), and this process judges
+configuration (``_child_config``: no ini file, ``conftest.py`` or ``PYTEST_*`` variable
+(``PYTEST_ADDOPTS``, ``PYTEST_PLUGINS``, an xdist worker's) of the folder or process it is started from), and this process judges
 it.  The child's plugin writes its verdict to a run record as its very last step
 (``plugin.RUN_RECORD``); a child that ended without one (a kernel called
 ``os._exit(0)``, or died) never exits 0 here, and one that does not exit after its
@@ -46,7 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="normcert", description="Certify numerical kernels against exact oracles.")
     sub = p.add_subparsers(dest="command", required=True, metavar="{certify,replay,list}")
     c = sub.add_parser("certify", help="certify kernels: OP=MODULE:ATTR ...")
-    c.add_argument("impls", nargs="+", metavar="OP=MODULE:ATTR")
+    c.add_argument("impls", nargs="*", metavar="OP=MODULE:ATTR")
+    c.add_argument("--agree", nargs=2, action="append", default=[], metavar=("OP=MODULE:ATTR", "OP=MODULE:ATTR"),
+                   help="certify both and require the same bits from them on every case (repeatable)")
     c.add_argument("--device", choices=("cpu", "cuda"))
     c.add_argument("--profile", choices=tuple(PROFILES), default="ci")
     c.add_argument("--certificate", metavar="PATH")
@@ -64,7 +66,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="declare the scope: only these dtypes (repeatable); the certificate says so")
     r = sub.add_parser("replay", help="re-run one saved failing case")
     r.add_argument("file")
-    r.add_argument("--impl", metavar="OP=MODULE:ATTR")
+    r.add_argument("--impl", action="append", default=[], metavar="OP=MODULE:ATTR",
+                   help="the kernel to replay (and, for an agreement failure, the kernel it must agree with)")
     r.add_argument("--device", choices=("cpu", "cuda"))
     r.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result after this long is hung")
     sub.add_parser("list", help="the registry of implementations")
@@ -76,6 +79,8 @@ def _pytest_args(a) -> list[str]:
     if a.command == "certify":
         for spec in a.impls:
             args += ["--normcert-impl", spec]
+        for spec in (s for pair in a.agree for s in pair):
+            args += ["--normcert-agree", spec]
         args += ["--hypothesis-profile", a.profile, "--normcert-seed", str(a.seed)]
         if a.certificate:
             args += ["--normcert-certificate", a.certificate]
@@ -95,8 +100,8 @@ def _pytest_args(a) -> list[str]:
         args += a.pytest_args
     else:
         args += ["--normcert-replay", a.file]
-        if a.impl:
-            args += ["--normcert-impl", a.impl]
+        for spec in a.impl:
+            args += ["--normcert-impl", spec]
         if a.kernel_timeout:
             args += ["--normcert-kernel-timeout", a.kernel_timeout]
     if a.device:
@@ -214,7 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     a.pytest_args = argv[cut + 1:]
     if a.command == "list":
         return _list()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")}
+    if a.command == "certify" and not (a.impls or a.agree):
+        print("normcert certify: give the kernels to certify, OP=MODULE:ATTR ..., or --agree OP=MODULE:ATTR "
+              "OP=MODULE:ATTR", file=sys.stderr)
+        return USAGE
+    # none of pytest's variables: PYTEST_ADDOPTS / PYTEST_PLUGINS would configure the run, and an
+    # xdist worker's PYTEST_XDIST_WORKER (normcert run from a test) would make the child a worker
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     with tempfile.TemporaryDirectory(prefix="normcert-run-") as folder:
         record = env[RUN_RECORD] = os.path.join(folder, "record.json")
         heartbeat = env[HEARTBEAT] = os.path.join(folder, "heartbeat")
@@ -243,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(verdict_table(run["results"])))
     if ending:
         print(f"normcert: {ending}", file=sys.stderr)
-    if not run["results"]:
+    if not run["results"] and a.command == "certify":  # a replay checks one case and records no result
         print("normcert: nothing was checked", file=sys.stderr)
     final = run["pytest_exit_status"]
     if final == NO_TESTS or (final == 0 and (status != 0 or ending)):

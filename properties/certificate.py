@@ -1,9 +1,9 @@
 """The certificate: what was checked, on what, and the worst error seen.
 
-JSON schema ``normcert-certificate/5`` (documented in the README):
+JSON schema ``normcert-certificate/6`` (documented in the README):
 
     {"run": "complete" | "incomplete: ..." | "interrupted" | "stopped early: ..." (always the first line),
-     "schema": "normcert-certificate/5",
+     "schema": "normcert-certificate/6",
      "verdict": "certified" | "not certified" | "incomplete",
      "pytest_exit_status": int or null, "deselected": [node ids], "crashed": [node ids],
      "scope": {"properties": [names] or "all", "dtypes": [names] or "all"} (the run's declared scope),
@@ -17,7 +17,8 @@ JSON schema ``normcert-certificate/5`` (documented in the README):
                                      "domain" (its declared domain as ``--domain`` reads it, or "all"),
                                      "certified_on" (the same in words, "" for all),
                                      "configs" (an autotuned kernel's configs, each checked by every
-                                     property; [] if none), "configs_ran_on"}},
+                                     property; [] if none), "configs_ran_on",
+                                     "agrees_with" (the kernel id it must give the bits of, --agree; null)}},
      "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "refused", "domain",
                   "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay"}]}
 
@@ -47,7 +48,7 @@ import pytest
 
 import normcert
 
-SCHEMA = "normcert-certificate/5"
+SCHEMA = "normcert-certificate/6"
 
 
 def check_writable(path: str, flag: str = "--certificate") -> None:
@@ -152,7 +153,8 @@ def build(session, results: list[dict], config, run: dict) -> dict:
     rows = [_row(r) for r in results]
     impls = {i.id: {"op": i.op, "backend": i.backend, "target": i.target, "convention": i.convention or "out-of-place",
                     "expected_failure": i.expected_failure, "domain": i.domain.spec() or "all",
-                    "certified_on": i.domain.describe(), **_configs(session, i)}
+                    "certified_on": i.domain.describe(), **_configs(session, i),
+                    "agrees_with": i.agrees_with.id if i.agrees_with is not None else None}
              for i in session.impls}
     return {"run": run["run"], "schema": SCHEMA, "verdict": run["verdict"],
             "pytest_exit_status": run["pytest_exit_status"], "deselected": run["deselected"],

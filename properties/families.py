@@ -21,7 +21,7 @@ from ..oracle import OPS, Op
 from ..oracle.formats import DTYPE_NAMES
 from ..oracle.validate import finite_number
 
-from .checks import accuracy, bitwise, contract, fusion, gradients, invariance, large, masks
+from .checks import accuracy, agreement, bitwise, contract, fusion, gradients, invariance, large, masks
 from .strategies import BUCKETS, LARGE, REFILLS, transforms
 
 SHAPES = tuple(b for b in BUCKETS if b != "million")  # the call past 2**20 elements is accuracy's alone (its cost)
@@ -84,7 +84,9 @@ class Family:
     is not certified by it); buckets: the scheduled shapes (``strategies.BUCKETS``) it checks
     on every (kernel, dtype) besides its random search; profile: the family runs only under
     this profile (``--profile large``: on a GPU) and checks its buckets alone, no random search;
-    params: its own draws beside the op's arguments (``Param``), which a replay file must carry."""
+    params: its own draws beside the op's arguments (``Param``), which a replay file must carry;
+    pair: it checks a kernel against the kernel it must agree with (``Impl.agrees_with``, ``--agree``)
+    and runs on such kernels alone."""
 
     name: str
     check: Callable | None
@@ -96,12 +98,15 @@ class Family:
     buckets: tuple[str, ...] = ()
     profile: str | None = None
     params: tuple[Param, ...] = ()
+    pair: bool = False
 
     def covers(self, impl, bitwise: bool) -> bool:
         """Does the family run on ``impl``?  It must have a claim about the op; a bitwise family
         skips kernels registered as expected to fail (the case studies) unless ``bitwise``: their
-        registered reason is numerical, and without --bitwise a bitwise result is only a warning."""
-        return self.applies(OPS[impl.op]) and (bitwise or not (self.bitwise and impl.expected_failure))
+        registered reason is numerical, and without --bitwise a bitwise result is only a warning.
+        A pair family runs on a kernel that must agree with another."""
+        return (self.applies(OPS[impl.op]) and (bitwise or not (self.bitwise and impl.expected_failure))
+                and (not self.pair or impl.agrees_with is not None))
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -123,6 +128,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("determinism", bitwise.check_determinism, bitwise.determinism_cases, bitwise=True),
     Family("batch-invariance", bitwise.check_batch_invariance, bitwise.batch_cases,
            applies=lambda op: op.rowwise, bitwise=True, buckets=("odd", "strided"), params=(Param("shift", "row"),)),
+    Family("agreement", agreement.check_agreement, accuracy.accuracy_cases, buckets=BUCKETS, pair=True),
     Family("large", large.check_large, large.large_cases, applies=lambda op: op.rowwise, buckets=LARGE,
            profile="large", params=(Param("limit", "count"),)),
 )

@@ -9,6 +9,8 @@ project's conftest may use, such as ``--device`` or ``--seed``; ``normcert
 certify`` takes the short forms):
 
     --normcert-impl OP=MODULE:ATTR   certify these callables only (repeatable)
+    --normcert-agree OP=MODULE:ATTR  certify these too, each op's kernels giving the same bits
+                                     as its first (repeatable: two or more per op)
     --normcert-domain SPEC           their declared domain (``impls.domain``), replacing a normcert_domain attribute
     --normcert-device cpu|cuda       default: cuda when available
     --normcert-seed N                global seed; each test's Hypothesis seed derives from it
@@ -89,6 +91,9 @@ def pytest_addoption(parser):
     g = parser.getgroup("normcert")
     g.addoption("--normcert-impl", action="append", default=[], metavar="OP=MODULE:ATTR",
                 help="certify this callable for OP (repeatable); default: the whole registry")
+    g.addoption("--normcert-agree", action="append", default=[], metavar="OP=MODULE:ATTR",
+                help="certify this callable for OP and require the same bits as the first --normcert-agree kernel "
+                     "of OP (give two or more per op)")
     g.addoption("--normcert-device", default=None, choices=("cpu", "cuda"), help="default: cuda when available")
     g.addoption("--normcert-seed", type=int, default=0, help="global seed (per-test seeds derive from it)")
     g.addoption("--normcert-bitwise", action="store_true", help="bitwise properties fail the run")
@@ -169,7 +174,8 @@ def _targets_normcert(config) -> bool:
 @pytest.hookimpl(tryfirst=True)  # before Hypothesis's plugin loads the profile
 def pytest_configure(config):
     if not _targets_normcert(config):
-        used = [o for o in ("--normcert-impl", "--normcert-replay", "--normcert-certificate") if config.getoption(o)]
+        used = [o for o in ("--normcert-impl", "--normcert-agree", "--normcert-replay", "--normcert-certificate")
+                if config.getoption(o)]
         if used:
             raise pytest.UsageError(f"{used[0]} needs normcert's tests in the run: add --pyargs normcert.properties "
                                     f"(or use the normcert command)")
@@ -181,6 +187,11 @@ def pytest_configure(config):
         raise pytest.UsageError(f"--hypothesis-profile {profile}: unknown profile, expected one of "
                                 f"{', '.join(PROFILES)}")
     config.pluginmanager.register(Suite(config), "normcert-suite")
+
+
+def _plugged(config) -> bool:
+    """Are kernels plugged in (--impl or --agree)?  Then only their properties run."""
+    return bool(config.getoption("--normcert-impl") or config.getoption("--normcert-agree"))
 
 
 def _device(config) -> str:
@@ -209,27 +220,82 @@ def _scope(config, option: str, known) -> list[str] | None:
     return sorted(set(names), key=list(known).index) or None
 
 
+def _agreeing(plugins: list, specs: list[str]) -> list:
+    """The --impl kernels and the --agree kernels: each --agree kernel of an op after the first
+    must agree with the first (``Impl.agrees_with``); one the --impl list also names is listed once."""
+    from .. import impls  # noqa: PLC0415
+
+    groups: dict[str, list] = {}
+    for spec in dict.fromkeys(specs):  # a kernel named twice is one kernel
+        i = impls.plugin(spec)
+        groups.setdefault(i.op, []).append(i)
+    agreeing = []
+    for op, group in groups.items():
+        if len(group) < 2:
+            raise impls.UsageError(f"{flag('agree')} {op}={group[0].target}: give a second kernel of {op} "
+                                   f"for it to agree with")
+        ids = [i.id for i in group]
+        if len(set(ids)) < len(ids):
+            raise impls.UsageError(f"{flag('agree')}: two kernels of {op} share the name {group[0].id!r}; "
+                                   f"agreement needs them told apart")
+        domains = {i.domain.spec() or "all" for i in group}
+        if len(domains) > 1:
+            raise impls.UsageError(f"{flag('agree')}: the kernels of {op} declare different domains "
+                                   f"({'; '.join(sorted(domains))}): agreement is checked on one; give it with "
+                                   f"{flag('domain')}")
+        agreeing += [group[0]] + [dataclasses.replace(i, agrees_with=group[0]) for i in group[1:]]
+    named = {(i.op, i.target) for i in agreeing}
+    return [i for i in plugins if (i.op, i.target) not in named] + agreeing
+
+
+def _with_domain(plugins: list, declared) -> list:
+    """The kernels with ``declared`` as their domain, the kernel each must agree with too."""
+    out = {}
+    for i in plugins:  # the kernel agreed with first: it precedes those that agree with it
+        partner = i.agrees_with and out.get(i.agrees_with.id)
+        out[i.id] = dataclasses.replace(i, domain=declared, **({"agrees_with": partner} if partner else {}))
+    return list(out.values())
+
+
 REPLAYABLE = ("normcert.properties.meta.planted", "normcert.properties.meta.planted_triton")
 """Modules outside the registry whose kernels a replay file may name by itself: the planted bugs."""
+
+
+def _spec(impl) -> str:
+    """How a kernel is named on the command line and in a replay file: OP=MODULE:ATTR."""
+    return f"{impl.op}={impl.target}"
 
 
 def _replay_target(path: str, meta: dict, registry, plugins):
     """The implementation a replay runs: one given with --impl for the op, else the file's own
     target if it is in the registry or is a planted kernel (``REPLAYABLE``, a plain function
     name: ``normcert.impls:os.system`` is not one); any other target is refused, since a replay
-    file (an artifact from anywhere) must not choose what gets imported."""
+    file (an artifact from anywhere) must not choose what gets imported.  An agreement failure's
+    file names the kernel it must agree with too (``agrees_with``): given with --impl by that
+    name, or trusted by the same rule."""
+    partner = meta.get("agrees_with", "")
+    mine = sorted((i for i in plugins if i.op == meta["op"] and _spec(i) != partner),
+                  key=lambda i: _spec(i) != meta["impl"])  # the file's own kernel first, where given
+    impl = _trusted(path, meta["impl"], meta["op"], registry, mine)
+    if not partner:
+        return impl
+    other = _trusted(path, partner, meta["op"], registry, [i for i in plugins if _spec(i) == partner])
+    return dataclasses.replace(impl, agrees_with=other)
+
+
+def _trusted(path: str, named: str, op_name: str, registry, plugged):
+    """The kernel a replay file names as ``named``: the first of ``plugged``, else a registry
+    entry or a planted kernel of that name; else a usage error saying how to trust it."""
     from .. import impls  # noqa: PLC0415
 
-    plugged = [i for i in plugins if i.op == meta["op"]]
     if plugged:
         return plugged[0]
-    named = meta.get("impl", "")
-    known = [i for i in registry if f"{i.op}={i.target}" == named]
+    known = [i for i in registry if _spec(i) == named]
     if known:
         return known[0]
     op, _, target = named.partition("=")
     module, _, attr = target.partition(":")
-    if op != meta["op"] or module not in REPLAYABLE or not attr.partition("@")[0].isidentifier():
+    if op != op_name or module not in REPLAYABLE or not attr.partition("@")[0].isidentifier():
         raise pytest.UsageError(f"{flag('replay')} {path}: the file names the kernel {named!r}, which is not in "
                                 f"normcert's registry; if you trust it, pass {flag('impl')} {named}")
     print(f"normcert replay: importing {target}, named by {path}")
@@ -281,13 +347,14 @@ class Suite:
         self.session.interpreter = interpreter.install() if interpreter.active() else None
         try:
             plugins = [impls.plugin(s) for s in config.getoption("--normcert-impl")]
+            plugins = _agreeing(plugins, config.getoption("--normcert-agree"))
             spec = config.getoption("--normcert-domain")
             if spec is not None:
                 if not plugins:
                     raise impls.UsageError(f"{flag('domain')} declares the domain of the {flag('impl')} kernels: "
                                            f"give {flag('impl')} too")
                 declared = impls.parse(spec, where=flag("domain"))
-                plugins = [dataclasses.replace(i, domain=declared) for i in plugins]
+                plugins = _with_domain(plugins, declared)
             registry = impls.registry()
             replay = config.getoption("--normcert-replay")
             if replay:
@@ -333,7 +400,7 @@ class Suite:
         A declared scope (--normcert-property, --normcert-dtype) drops the families outside it.
         """
         replaying = bool(config.getoption("--normcert-replay"))
-        plugged = bool(config.getoption("--normcert-impl"))
+        plugged = _plugged(config)
         properties, dtypes = self.scope["properties"], self.scope["dtypes"]
 
         def in_scope(item) -> bool:
@@ -429,7 +496,7 @@ class Suite:
         replaying = bool(session.config.getoption("--normcert-replay"))
         missing = [] if replaying else self.not_run()
         # a certification run (kernels plugged in, or a certificate asked for) that left checks undone
-        certifying = not replaying and bool(session.config.getoption("--normcert-impl") or self.certificate)
+        certifying = not replaying and (_plugged(session.config) or bool(self.certificate))
         if missing and certifying:
             report.ensure_newline()
             report.write_line(f"normcert: not certified: {len(missing)} check(s) of the run's scope did not run, "

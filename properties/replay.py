@@ -6,7 +6,7 @@ A replay file is a NumPy ``.npz`` written and read with ``allow_pickle=False``:
     t_<name>        uint8 array: the raw bytes of the storage span a tensor views
 
 ``meta`` = {"format": "normcert-replay/1", "op", "property", "impl" ("OP=MODULE:ATTR"),
-"device", "versions", "scalars", "params", "notes", "config" (an autotuned kernel's config by
+"agrees_with" (an agreement failure's other kernel, OP=MODULE:ATTR; absent otherwise), "device", "versions", "scalars", "params", "notes", "config" (an autotuned kernel's config by
 content, "" for none), "tensors": {name: {"dtype",
 "shape", "stride", "offset"} or null}}.  Tensors come back bit for bit with
 their original strides (a sliced or transposed view stays one), on any device.
@@ -82,7 +82,8 @@ def save_failure(impl, prop: str, case: Case, directory: str) -> str:
         arrays[f"t_{k}"] = np.frombuffer(raw, dtype=np.uint8)
         meta_t[k] = {"dtype": _BOOL if t.dtype == torch.bool else DTYPE_NAMES[t.dtype], "shape": list(t.shape),
                      "stride": stride, "offset": off}
-    meta = {"format": FORMAT, "op": case.op, "property": prop, "impl": f"{impl.op}={impl.target}",
+    agrees = {"agrees_with": f"{impl.op}={impl.agrees_with.target}"} if impl.agrees_with is not None else {}
+    meta = {"format": FORMAT, "op": case.op, "property": prop, "impl": f"{impl.op}={impl.target}", **agrees,
             "device": str(case.main.device), "versions": versions(), "scalars": case.scalars,
             "params": case.params, "notes": case.notes, "config": case.config, "tensors": meta_t}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
@@ -169,6 +170,9 @@ def _check_meta(path: str, meta) -> None:
         _fail(path, f"property {family.name!r} does not apply to {meta['op']}")
     if not isinstance(meta.get("impl"), str):
         _fail(path, "'impl' must be a string OP=MODULE:ATTR")
+    if family.pair != isinstance(meta.get("agrees_with"), str):
+        _fail(path, f"'agrees_with' (a string OP=MODULE:ATTR) is given exactly for the {family.name} family's "
+                    f"pair of kernels" if family.pair else f"'agrees_with' is not a field of a {family.name} failure")
     for field in ("scalars", "params", "notes", "tensors"):
         if not isinstance(meta.get(field), dict):
             _fail(path, f"{field!r} must be an object")
