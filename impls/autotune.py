@@ -80,13 +80,17 @@ def _foreign(obj) -> bool:
 
 
 def _functions(obj):
-    """The Python functions ``obj`` stands for: itself, what it wraps, a class's methods."""
+    """The Python functions ``obj`` stands for: itself, what it wraps, a class's methods (a bound
+    method of a foreign class's, e.g. an ``autograd.Function``'s ``apply``: its own class's)."""
     if isinstance(obj, functools.partial):
         obj = obj.func
     obj = inspect.unwrap(obj) if callable(obj) else obj
     if isinstance(obj, (staticmethod, classmethod)):
         obj = obj.__func__
     if isinstance(obj, types.MethodType):
+        owner = obj.__self__ if isinstance(obj.__self__, type) else type(obj.__self__)
+        if _foreign(obj.__func__) and not _foreign(owner):  # ``MyFunction.apply``: torch's apply, my class
+            return _functions(owner)
         obj = obj.__func__
     if isinstance(obj, types.FunctionType):
         return [obj]

@@ -101,6 +101,9 @@ def via_autograd(y):
     return _ViaAutograd.apply(y)
 
 
+applied = _ViaAutograd.apply  # as libraries export them: ``swiglu = SwiGLUFunction.apply``
+
+
 def closure():
     kernel = _pruned
 
@@ -118,6 +121,7 @@ def interpreted(normcert_session):
     (plain, [_plain]),
     (through_a_helper, [_plain]),
     (via_autograd, [_over_heuristics, _under_heuristics.fn]),
+    (applied, [_over_heuristics, _under_heuristics.fn]),
     (closure(), [_pruned]),
 ])
 def test_a_kernel_s_autotuners_are_those_it_reaches(kernel, found):
