@@ -41,7 +41,9 @@ claims a ``num_warps``.
     * ``@triton.heuristics`` values are computed by Triton itself, as on a GPU.
 
     ``forcing.last`` is the config the latest call ran (the pruned list's, where the forced one
-    was pruned away for that call's key).
+    was pruned away for that call's key); ``forcing.pruned`` says (forced, ran) for the latest
+    call since the last ``select`` whose forced config was pruned away, so that a failure can
+    name the config that really ran.
 """
 from __future__ import annotations
 
@@ -193,6 +195,7 @@ class Forcing:
         self.names = tuple(self.describe(j) for j in range(len(self.choices)))  # each choice by content
         self._keys: set = set()
         self.last: Config | None = None  # the config the latest forced call ran
+        self.pruned: tuple[str, str] | None = None  # (forced, ran) where pruning replaced the forced config
         self.selected = 0
 
     def select(self, name: str) -> None:
@@ -200,6 +203,7 @@ class Forcing:
         if name and name not in self.names:
             raise ValueError(f"config {name!r} is not one of the kernel's: {'; '.join(self.names) or 'it has none'}")
         self.selected = self.names.index(name) if name else 0
+        self.pruned = None
 
     def active(self):
         """``under`` the selected choice, for a kernel with autotuners (else nothing to force)."""
@@ -232,6 +236,7 @@ class Forcing:
             config = next((c for c in allowed if content(c, self.interpreted) == mine), None)
             if config is None:  # pruned away for this key: the GPU could not pick it here
                 config = allowed[number % len(allowed)]
+                self.pruned = (mine.describe(), content(config, self.interpreted).describe())
             full = {**tuner.nargs, **kwargs, **config.all_kwargs()}
             key = (id(tuner), number, key_of(tuner, args, kwargs))
             if key not in self._keys and len(tuner.configs) > 1:  # Triton tunes (and resets) only then

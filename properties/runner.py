@@ -375,11 +375,19 @@ class _Search:
         except KeyboardInterrupt:
             raise
         except BaseException as e:
-            self.failed = (case, first_line(e) or type(e).__name__)
+            self.failed = (case, (first_line(e) or type(e).__name__) + self._pruned())
             raise
         finally:
             target(min(self.worst.example_units, 1e6), label="error / bound")
         self.cover.checked(case)
+
+    def _pruned(self) -> str:
+        """What a failure's message adds where the case's config was pruned away for a call's key
+        (``impls.autotune.Forcing``): the config that ran in its place."""
+        if self.forcing.pruned is None:
+            return ""
+        forced, ran = self.forcing.pruned
+        return f" (config {forced} is pruned away for this call's key: it ran {ran}, as a GPU would)"
 
     def completed(self) -> tuple[str, str]:
         if self.supported:

@@ -10,6 +10,9 @@ same kernel except that its small-block config stores whole blocks only (a "vect
 store path taken when ``BLOCK < 64``): under ``BLOCK=1024`` it is right on every row, under
 ``BLOCK=32`` the last ``n % 32`` outputs of each row are never written.  A GPU whose timing
 picks 1024 would certify it; normcert runs both configs and must reject it naming ``BLOCK=32``.
+``rms_norm_tuned_pruned_drops_tail`` is that kernel with a pruner as shipped kernels have one
+(no block wider than the row's next power of two): for rows shorter than 1024 ``BLOCK=1024`` is
+pruned away and ``BLOCK=32`` runs in its place, so a failure under ``BLOCK=1024`` must say so.
 """
 from __future__ import annotations
 
@@ -54,6 +57,16 @@ def _tuned_drops_tail(X, W, Y, n, eps, BLOCK: tl.constexpr):
     _rows(X, W, Y, n, eps, BLOCK, BLOCK < 64)
 
 
+def _no_block_past_the_row(configs, named_args, **kwargs):
+    return [c for c in configs if c.kwargs["BLOCK"] <= max(32, triton.next_power_of_2(named_args["n"]))]
+
+
+@triton.autotune(CONFIGS, key=["n"], prune_configs_by={"early_config_prune": _no_block_past_the_row})
+@triton.jit
+def _tuned_pruned_drops_tail(X, W, Y, n, eps, BLOCK: tl.constexpr):
+    _rows(X, W, Y, n, eps, BLOCK, BLOCK < 64)
+
+
 def _launch(kernel, x, weight, eps):
     n = x.shape[-1]
     rows = x.reshape(-1, n).contiguous()
@@ -72,4 +85,9 @@ def rms_norm_tuned_drops_tail(x, weight, eps):
     return _launch(_tuned_drops_tail, x, weight, eps)
 
 
-rms_norm_tuned.normcert_domain = rms_norm_tuned_drops_tail.normcert_domain = DOMAIN
+def rms_norm_tuned_pruned_drops_tail(x, weight, eps):
+    return _launch(_tuned_pruned_drops_tail, x, weight, eps)
+
+
+for _kernel in (rms_norm_tuned, rms_norm_tuned_drops_tail, rms_norm_tuned_pruned_drops_tail):
+    _kernel.normcert_domain = DOMAIN

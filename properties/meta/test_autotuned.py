@@ -20,6 +20,7 @@ pytest.importorskip("triton")
 
 from ...impls import make  # noqa: E402
 from .. import certificate, replay, runner  # noqa: E402
+from ..case import Case  # noqa: E402
 from ..families import BY_NAME, CASE_CHECKS  # noqa: E402
 from ..measure import PropertyFailure, Worst  # noqa: E402
 from ..session import Session  # noqa: E402
@@ -64,6 +65,19 @@ def test_a_config_specific_bug_is_killed_naming_its_config_on_every_seed(session
         session.seed = base + 1000 * k
         with pytest.raises(PropertyFailure, match=r"(?s)accuracy fails .*config: BLOCK=32"):
             runner.run_family(session, BY_NAME["accuracy"], impl, torch.float32)
+
+
+def test_a_failure_under_a_pruned_config_names_the_config_that_ran(session):
+    impl = _impl(planted_tuned.rms_norm_tuned_pruned_drops_tail)
+    forcing = session.forcing(impl)
+    case = Case.sample("rms_norm", torch.float32, rows=2, width=33).under("BLOCK=1024")  # 33 < 1024: pruned
+    forcing.select(case.config)
+    with pytest.raises(PropertyFailure):
+        BY_NAME["accuracy"].check(session, impl, case, Worst())
+    assert forcing.pruned == ("BLOCK=1024", "BLOCK=32")
+    with pytest.raises(PropertyFailure, match=r"(?s)config BLOCK=1024 is pruned away for this call's key: "
+                                              r"it ran BLOCK=32.*config: BLOCK=1024"):
+        runner.run_family(session, BY_NAME["accuracy"], impl, torch.float32)
 
 
 def test_a_config_failure_replays_under_its_config(session, tmp_path):
