@@ -221,14 +221,15 @@ def as_run(outcome: str, message: str) -> tuple[str, str]:
     return outcome, message
 
 
-def run_family(session, family, impl, dtype, *, max_examples=None, gating=True, judge=as_run) -> Result:
+def run_family(session, family, impl, dtype, *, max_examples=None, gating=True, judge=as_run,
+               shrink=True) -> Result:
     """``run`` of a property family (``families.Family``): its random search (none for a family
     of a profile), then its buckets."""
     schedule = [(b.label, family.cases(impl.op, dtype, session.device, bucket=b))
                 for b in scheduled(session, family, impl, dtype)]
     search = None if family.profile else family.cases(impl.op, dtype, session.device)
     return run(session, family.name, impl, dtype, search, family.check, max_examples=max_examples,
-               gating=gating, buckets=schedule, judge=judge)
+               gating=gating, buckets=schedule, judge=judge, shrink=shrink)
 
 
 _NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
@@ -252,13 +253,14 @@ def record(session, impl, prop: str, dtype: str, outcome: str, **fields) -> Resu
 
 
 def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=True, buckets=(),
-        judge=as_run) -> Result:
+        judge=as_run, shrink=True) -> Result:
     """Run ``check(session, impl, case, worst)`` over ``strategy`` (``max_examples`` cases, default:
     the profile's; None: no random search), then over each (label, strategy) of ``buckets`` (one
     case each: the first one Hypothesis tries, not shrunk); record the result and raise on failure.
     A non-gating run (a bitwise family without --bitwise) reports a failure as a warning and does
     not shrink it: shrinking re-runs the kernel hundreds of times for a case that fails nothing;
-    nor is a case study's expected failure shrunk, outside ``--profile thorough``.
+    nor is a case study's expected failure shrunk, outside ``--profile thorough``; ``shrink=False``
+    asks for none (the meta-tests' detection checks: whether a bug dies, not its minimal case).
     ``judge(outcome, message)`` reads the run's own outcome (pass, fail, warn, error,
     not-supported) as the caller's verdict before it is recorded (a case study's failure is
     expected-fail); an outcome in ``FAILED`` raises PropertyFailure."""
@@ -271,7 +273,7 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
         outcome, message = judge("fail", message)
         res = record(session, impl, prop, DTYPE_NAMES[dtype], outcome, message=message)
         raise PropertyFailure(f"{prop} fails for {impl.id} ({impl.backend}) in {res.dtype}: {res.message}")
-    search = _Search(session, prop, impl, dtype, check, supported, gating)
+    search = _Search(session, prop, impl, dtype, check, supported, gating, shrink)
     strategy, buckets = search.in_domain(strategy, buckets)
     t0 = time.perf_counter()
     outcome, message, failed = "error", "", None
@@ -297,7 +299,7 @@ class _Search:
     """One ``run``'s Hypothesis searches and what they found: the worst error, the coverage, and
     the case that failed with its message."""
 
-    def __init__(self, session, prop, impl, dtype, check, supported: bool, gating: bool):
+    def __init__(self, session, prop, impl, dtype, check, supported: bool, gating: bool, shrink: bool = True):
         self.session, self.prop, self.impl, self.dtype = session, prop, impl, dtype
         self.supported, self.gating = supported, gating
         # the whole dtype refused: every case must be refused too
@@ -306,7 +308,7 @@ class _Search:
         # times; not where the failure decides nothing (a bitwise family without --bitwise) or is the
         # expected verdict on a case study (most of the suite's time went to shrinking those), unless
         # --profile thorough asks for their minimal cases
-        self.shrinks_not = ("a warning" if not gating else
+        self.shrinks_not = ("a warning" if not gating else "not asked" if not shrink else
                             "a case study, expected to fail; --profile thorough shrinks it"
                             if impl.expected_failure and session.profile != "thorough" else "")
         self.worst = Worst()
