@@ -12,8 +12,8 @@ Declared as an attribute on the kernel, ``kernel.normcert_domain``, or with
 of the same keys:
 
     dtypes=float16,bfloat16   the main tensor's dtypes (default: all four)
-    params=same|float32       weight, bias and a sublayer's tensors: in x's dtype,
-                              or float32 (default: either)
+    params=same|float32       weight, bias and a sublayer's bias: in x's dtype,
+                              or float32 (default: either; a sublayer's matrix is in x's)
     residual=same|float32     a fused op's residual stream (and so its residual_out): in
                               x's dtype, or float32 where x is float16 / bfloat16
                               (residual_in_fp32; default: either)

@@ -87,6 +87,13 @@ def layer_norm(x, weight, bias, eps):
     return (xhat * _or(weight, x, 1.0) + _or(bias, x, 0.0)).to(x.dtype)
 
 
+def add_layer_norm(x, residual, weight, bias, eps):
+    """layer_norm of s = x + residual formed in the compute format; residual_out is s in the
+    residual's dtype (a float32 stream stays float32)."""
+    s = up(x) + up(residual)
+    return layer_norm(s, up(weight, x), up(bias, x), eps).to(x.dtype), s.to(residual.dtype)
+
+
 def batch_norm(x, weight, bias, eps, mask=None):
     """Two-pass masked statistics over positions (rows of x flattened to (P, C)).
 
@@ -146,6 +153,7 @@ IMPLS = [
     make("rms_norm_fp8", "eager", "eager", rms_norm_fp8),
     make("add_rms_norm_fp8", "eager", "eager", add_rms_norm_fp8),
     make("layer_norm", "eager", "eager", layer_norm),
+    make("add_layer_norm", "eager", "eager", add_layer_norm),
     make("batch_norm", "eager", "eager", batch_norm),
     make("deep_norm", "eager", "eager", deep_norm),
     make("swiglu", "eager", "eager", swiglu),

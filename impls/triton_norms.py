@@ -16,7 +16,7 @@ and for a cotangent dy, with g = dy * w:
     dw = sum_rows dy * xhat,   db = sum_rows dy
 
 The row kernels normalise s, formed in the compute precision by a prologue:
-s = x, s = x + residual (add+RMSNorm, which also stores s rounded as the
+s = x, s = x + residual (add+RMSNorm and add+LayerNorm, which also store s rounded as the
 residual output), or s = alpha x + f (DeepNorm, f = sublayer(x) computed by
 torch beforehand; autograd carries ds through the sublayer, dx = alpha ds + ...).
 
@@ -390,14 +390,17 @@ def _row_norm_forward(x, residual, weight, bias, eps, center, alpha=None, scale=
 
 
 def _row_norm_backward(x, residual, weight, mean, rstd, dy, dres, bias_dtype=None, alpha=None):
-    """(ds, dweight, dbias or None), ds the cotangent of s (+ dres); centred (LayerNorm) when mean is given."""
+    """(ds, dweight, dbias or None), ds the cotangent of s (+ dres); centred (LayerNorm) when mean is given.
+    ds is stored in the wider of x's and a residual stream's dtype: a float32 stream's gradient
+    must not pass through float16 (past 65504 it would overflow)."""
     n = x.shape[-1]
     acc, acc_t = compute_dtype(x.dtype)
     x2, dy2 = as_rows(x, n), as_rows(dy, n)
     r2 = x2 if residual is None else as_rows(residual, n)
     dres2 = dy2 if dres is None else as_rows(dres, n)
     rows = x2.shape[0]
-    dx = torch.empty((rows, n), dtype=x.dtype, device=x.device)
+    wide = residual is not None and alpha is None and torch.finfo(residual.dtype).bits > torch.finfo(x.dtype).bits
+    dx = torch.empty((rows, n), dtype=residual.dtype if wide else x.dtype, device=x.device)
     center = mean is not None
     if rows * n == 0:
         dw = torch.zeros_like(weight)
@@ -451,8 +454,8 @@ class _AddRMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, dres):
         x, residual, weight, rstd = ctx.saved_tensors
-        dx, dw, _ = _row_norm_backward(x, residual, weight, None, rstd, dy, dres)
-        return dx, dx.to(residual.dtype, copy=True) if ctx.needs_input_grad[1] else None, dw, None
+        ds, dw, _ = _row_norm_backward(x, residual, weight, None, rstd, dy, dres)
+        return ds.to(x.dtype), ds.to(residual.dtype, copy=True) if ctx.needs_input_grad[1] else None, dw, None
 
 
 class _LayerNorm(torch.autograd.Function):
@@ -470,6 +473,21 @@ class _LayerNorm(torch.autograd.Function):
         x, weight, mean, rstd = ctx.saved_tensors
         dx, dw, db = _row_norm_backward(x, None, weight, mean, rstd, dy, None, ctx.bias_dtype)
         return dx, dw if ctx.has_weight else None, db if ctx.has_bias else None, None
+
+
+class _AddLayerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, residual, weight, bias, eps):
+        y, res, mean, rstd = _row_norm_forward(x, residual, weight, bias, eps, center=True)
+        ctx.save_for_backward(x, residual, weight, mean, rstd)
+        ctx.bias_dtype = bias.dtype
+        return y, res
+
+    @staticmethod
+    def backward(ctx, dy, dres):
+        x, residual, weight, mean, rstd = ctx.saved_tensors
+        ds, dw, db = _row_norm_backward(x, residual, weight, mean, rstd, dy, dres, ctx.bias_dtype)
+        return ds.to(x.dtype), ds.to(residual.dtype, copy=True) if ctx.needs_input_grad[1] else None, dw, db, None
 
 
 class _DeepNorm(torch.autograd.Function):
@@ -568,6 +586,10 @@ def layer_norm(x, weight, bias, eps):
     return _LayerNorm.apply(x, weight, bias, eps)
 
 
+def add_layer_norm(x, residual, weight, bias, eps):
+    return _AddLayerNorm.apply(x, residual, weight, bias, eps)
+
+
 def deep_norm(x, sublayer, alpha, weight, bias, eps):
     return _DeepNorm.apply(x, sublayer(x), alpha, weight, bias, eps)
 
@@ -608,6 +630,7 @@ IMPLS = [
     make("rms_norm_fp8", "triton", "triton", rms_norm_fp8, devices=("cpu", "cuda"), domain=_NO_FLOAT64),
     make("add_rms_norm_fp8", "triton", "triton", add_rms_norm_fp8, devices=("cpu", "cuda"), domain=_NO_FLOAT64),
     make("layer_norm", "triton", "triton", layer_norm, devices=("cpu", "cuda")),
+    make("add_layer_norm", "triton", "triton", add_layer_norm, devices=("cpu", "cuda")),
     make("batch_norm", "triton", "triton", batch_norm, devices=("cpu", "cuda")),
     make("deep_norm", "triton", "triton", deep_norm, devices=("cpu", "cuda")),
 ]

@@ -25,12 +25,12 @@ docstring of each ``*_bwd``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
-from .error_model import (FN_ULPS, ORACLE, ROUNDINGS, Context, affine_bound, claimable_rows, normalisation_error,
+from .error_model import (FN_ULPS, ORACLE, ROUNDINGS, U_64, Context, affine_bound, claimable_rows, normalisation_error,
                           normalisation_vjp_error, row_mean, row_sum_error, sum_over_rows)
 from .formats import to_float64
 from .kinds import KINDS
@@ -67,9 +67,14 @@ class NormInput:
     cotangent: np.ndarray | float = 0.0
 
     def rounding(self, dtype, kernel=True) -> float:
-        """The unit roundoff u_s of that rounding for a kernel of main dtype ``dtype`` (0: none,
-        or ``kernel=False``, the oracle's own error)."""
-        return 0.0 if self.rounded is None else Context(dtype, self.rounded, kernel=kernel).uo
+        """The relative perturbation u_s of rounded rows for a kernel of main dtype ``dtype``: the
+        unit roundoff of the dtype it may round them to, plus u_64, the float64 oracle's own: it
+        forms s = fl64(x + r), which is not x + r where r is below u_64 of x (a float32 residual
+        stream's subnormals beside a float16 x), and a centred norm's oracle then centres fl64(s).
+        ``kernel=False`` (the oracle's own error): u_64 alone.  0 for rows that are not rounded."""
+        if self.rounded is None:
+            return 0.0
+        return (Context(dtype, self.rounded).uo if kernel else 0.0) + U_64
 
 
 def _inverse_rms(ctx, s, eps):
@@ -175,9 +180,19 @@ def gemma_rms_norm_bwd(args, cot, exact):
 
 
 # ---------------------------------------------------------------- centred norms
-def layer_norm_fwd(args, exact, kernel=True):
+def _layer_rows(ctx, args, rows, kernel=True):
+    """The normalisation of layer_norm's rows (a ``NormInput``; default x): a rounded input (the
+    fused sum, each s_i off by u_s |s_i|) enters as the input perturbation dz = u_s |s|."""
+    rows = NormInput(to_float64(args["x"])) if rows is None else rows
+    dz = rows.rounding(args["x"].dtype, kernel) * np.abs(rows.values)
+    norm = normalisation_error(ctx, rows.values, args["eps"], dz)
+    return replace(norm, claim=norm.claim & rows.claim), rows
+
+
+def layer_norm_fwd(args, exact, kernel=True, rows=None):
+    """y = xhat w + b (``error_model.affine_bound``); rows: a ``NormInput`` (``_layer_rows``)."""
     ctx = Context(args["x"].dtype, kernel=kernel)
-    norm = normalisation_error(ctx, to_float64(args["x"]), args["eps"])
+    norm, _ = _layer_rows(ctx, args, rows, kernel)
     return (affine_bound(ctx, norm, affine_values(args, "weight"), affine_values(args, "bias")),)
 
 
@@ -194,16 +209,20 @@ def _affine_grads(ctx, args, norm, dy, w):
     return dz_err, (dw_err, dw_total), (db_err, db_total)
 
 
-def layer_norm_bwd(args, cot, exact):
+def layer_norm_bwd(args, cot, exact, rows=None):
     """dx = rho (g - mean g - xhat mean(g xhat)), g = dy w (``error_model.normalisation_vjp_error``);
-    dw = sum_rows dy xhat, db = sum_rows dy (``error_model.row_sum_error``); each plus its rounding."""
+    dw = sum_rows dy xhat, db = sum_rows dy (``error_model.row_sum_error``); each plus its rounding.
+    rows: a ``NormInput`` (``_layer_rows``); its cotangent (the fused form's dresidual_out) is added
+    to dx before dx is rounded, so the rounding is of |dx - cotangent| + |cotangent|, not |dx|."""
     ctx = Context(args["x"].dtype)
-    norm = normalisation_error(ctx, to_float64(args["x"]), args["eps"])
+    norm, rows = _layer_rows(ctx, args, rows)
     dx_err, (dw_err, _), (db_err, _) = _affine_grads(ctx, args, norm, to_float64(cot[0]),
                                                      affine_values(args, "weight"))
     weight_ctx, bias_ctx = affine_grad_context(args, "weight"), affine_grad_context(args, "bias")
+    with np.errstate(all="ignore"):
+        rounded = np.abs(exact["x"] - rows.cotangent) + np.abs(rows.cotangent)
     return {
-        "x": np.where(norm.claim, dx_err + ctx.round_out(np.abs(exact["x"])), np.inf),
+        "x": np.where(norm.claim, dx_err + ctx.round_out(rounded), np.inf),
         "weight": np.where(norm.claim.all(), dw_err + weight_ctx.round_out(np.abs(exact.get("weight", 0.0))), np.inf),
         "bias": db_err + bias_ctx.round_out(np.abs(exact.get("bias", 0.0))),
     }

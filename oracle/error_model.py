@@ -23,7 +23,11 @@ RMSNorm and SwiGLU; for the centred norms it is |w_i| max|xhat| +
 only be as accurate as u_64 of the group's spread (``affine_bound``).  Every
 bound below adds this term, and evaluating a bound with ``kernel=False`` (an
 exact kernel: u = lam = 0, nothing overflows) leaves exactly this term:
-``test_oracle`` holds the float64 path to it against mpmath.
+``test_oracle`` holds the float64 path to it against mpmath.  One more own error, of the fused
+forms alone: the float64 oracle forms s = fl64(x + r), off by u_64 |s_i| where r lies below
+u_64 of x (a float32 stream's subnormals beside a half-precision x); a centred norm then centres
+fl64(s), so the fused bounds take s as perturbed by u_64 |s_i| besides the kernel's own rounding
+of s (``bounds_norms.NormInput.rounding``).
 
 Where each bound is derived (each module's docstring states its maths):
 
@@ -63,7 +67,8 @@ from .formats import compute_format, fmt
 
 ROUNDINGS = 2
 FN_ULPS = 2
-ORACLE = 8 * 2.0 ** -53
+U_64 = 2.0 ** -53  # float64's unit roundoff
+ORACLE = 8 * U_64
 LAM_64 = 2.0 ** -1022  # ORACLE * LAM_64 = 8 * 2**-1075: eight roundings among float64's subnormals
 
 

@@ -18,8 +18,8 @@ with an argument it does through its ``Kind``, here and nowhere else:
               zeros); None: the kind may not be optional
     shape     how the value's shape follows the main tensor x (n = x.shape[-1]):
               "rows" x.shape (a *row input*: it shares x's rows); "leading" x.shape[:-1];
-              "vector" (n,); "matrix" (n, n); None: a scalar.  ``properties.fitting`` reshapes by it; "vector" and "matrix"
-              tensors are the op's *parameters* (a domain's ``params=`` casts them)
+              "vector" (n,); "matrix" (n, n); None: a scalar.  ``properties.fitting`` reshapes by it,
+              and a domain's ``params=`` casts the "vector" tensors (weight, bias, a sublayer's bias)
     may_be_none  None is a value of the kind (a mask: every position valid)
 
 The kinds (the first row input of an op, of kind "rows", is its *main* tensor: its dtype, device and rows
@@ -90,11 +90,6 @@ class Kind:
     @property
     def tensor(self) -> bool:
         return self.shape is not None
-
-    @property
-    def parameter(self) -> bool:
-        """A length-n or n x n tensor the op is parametrised by (not one of x's rows)."""
-        return self.shape in ("vector", "matrix")
 
     def convert(self, B, value, n: int):
         """``value`` as backend B's argument; an optional one given as None is its identity."""

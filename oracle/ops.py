@@ -11,7 +11,8 @@ residual may be kept in float32 while x is float16 or bfloat16, and its residual
 Derived forms take their oracle and bounds from their base op's by factory (``fused``,
 ``quantised``, ``halves`` and ``bounds_derived``): add_rms_norm is rms_norm fused with the residual
 add, rms_norm_fp8 is rms_norm quantised, add_rms_norm_fp8 is rms_norm_fp8 fused with the residual
-add, silu_and_mul and gelu_and_mul are swiglu and geglu on the two halves of x.  Each factory is
+add, add_layer_norm is layer_norm fused with it, silu_and_mul and gelu_and_mul are swiglu and
+geglu on the two halves of x.  Each factory is
 given the derived op's own signature (a fused or quantised op's weight is required where
 rms_norm's is optional); the argument names it needs come from the records.
 """
@@ -78,6 +79,10 @@ ADD_RMS_NORM = _fused("add_rms_norm", RMS_NORM, (X, RESIDUAL, WEIGHT, EPS),
                       call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"]))
 RMS_NORM_FP8 = _quantised("rms_norm_fp8", RMS_NORM, (X, WEIGHT, EPS, SCALE),
                           call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["scale"]))
+LAYER_NORM = Op("layer_norm", (X, WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS, EPS), (Y,), ("x", "weight", "bias"),
+                layer_norm.forward, layer_norm.vjp, bounds_norms.layer_norm_fwd, bounds_norms.layer_norm_bwd,
+                call=lambda fn, a: fn(a["x"], a["weight"], a["bias"], a["eps"]),
+                rowwise=True, scale_invariant=True, shift_invariant=True, headwise=True)
 SWIGLU = Op("swiglu", (GATE, UP), (Y,), ("gate", "up"),
             swiglu.forward, swiglu.vjp, bounds_gated.swiglu_fwd, bounds_gated.swiglu_bwd,
             call=lambda fn, a: fn(a["gate"], a["up"]),
@@ -100,10 +105,9 @@ OPS: dict[str, Op] = {
         RMS_NORM_FP8,
         _fused("add_rms_norm_fp8", RMS_NORM_FP8, (X, RESIDUAL, WEIGHT, EPS, SCALE),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["scale"])),
-        Op("layer_norm", (X, WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS, EPS), (Y,), ("x", "weight", "bias"),
-           layer_norm.forward, layer_norm.vjp, bounds_norms.layer_norm_fwd, bounds_norms.layer_norm_bwd,
-           call=lambda fn, a: fn(a["x"], a["weight"], a["bias"], a["eps"]),
-           rowwise=True, scale_invariant=True, shift_invariant=True, headwise=True),
+        LAYER_NORM,
+        _fused("add_layer_norm", LAYER_NORM, (X, RESIDUAL, WEIGHT, BIAS, EPS),
+               call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["bias"], a["eps"])),
         Op("batch_norm", (X, WEIGHT, BIAS, Arg("mask", "mask"), EPS), (Y,), ("x", "weight", "bias"),
            batch_norm.forward, batch_norm.vjp, bounds_norms.batch_norm_fwd, bounds_norms.batch_norm_bwd,
            call=lambda fn, a: fn(a["x"], a["weight"], a["bias"], a["eps"], mask=a["mask"]),

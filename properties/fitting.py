@@ -11,7 +11,8 @@ wasted on what the kernel never claimed:
     layout    a resized tensor keeps its kind of layout (contiguous, strided rows, transposed);
               under contiguous=last a tensor whose last dim is strided, under contiguous=all
               every non-contiguous tensor, is replaced by its contiguous copy
-    params    weight, bias and sublayer tensors cast to x's dtype (params=same) or float32
+    params    weight, bias and a sublayer's bias cast to x's dtype (params=same) or float32 (a
+              sublayer's matrix is always in x's dtype)
     residual  a residual stream cast to x's dtype (residual=same) or, for a float16 / bfloat16 x,
               float32 (residual=float32)
     weightless  no: a None weight or bias becomes its identity (``Case.with_identity``)
@@ -36,8 +37,13 @@ def fit(case: Case, domain: Domain) -> Case:
         return case
     rec = case.record
     kinds = {a.name: KINDS[a.kind] for a in rec.args}
-    t = dict(case.tensors)
     changed = []
+    if domain.weightless is False:  # first: the ones and zeros are then resized and cast as any weight
+        filled = case.with_identity()
+        if filled is not case:
+            changed.append("None weight / bias given as ones / zeros")
+            case = filled
+    t = dict(case.tensors)
     main = t[rec.main]
 
     r = main.dim()
@@ -71,7 +77,7 @@ def fit(case: Case, domain: Domain) -> Case:
         if moved:
             changed.append(f"made contiguous: {', '.join(moved)}")
 
-    for want, which in ((_params_dtype(case, domain), lambda kind: kind.parameter),
+    for want, which in ((_params_dtype(case, domain), lambda kind: kind.shape == "vector"),
                         (_stream_dtype(case, domain), lambda kind: kind.name == "stream")):
         cast = [name for name, kind in kinds.items() if which(kind) and t.get(name) is not None
                 and want is not None and t[name].dtype != want]
@@ -81,11 +87,6 @@ def fit(case: Case, domain: Domain) -> Case:
             changed.append(f"{', '.join(cast)} cast to {str(want).replace('torch.', '')}")
 
     out = case.copy(tensors=t)
-    if domain.weightless is False:
-        filled = out.with_identity()
-        if filled is not out:
-            changed.append("None weight / bias given as ones / zeros")
-            out = filled
     if changed:
         out.notes["fitted"] = "; ".join(changed)
     return out

@@ -337,6 +337,24 @@ def add_rms_y_from_narrowed_stream(x, residual, weight, eps):
     return rms_formula(up(s.to(x.dtype)), up(weight), eps).to(x.dtype), s.to(residual.dtype)
 
 
+# ------------------------------------------------------------------ add_layer_norm bugs
+@bug("add_layer_norm", "accuracy", "extremes", "fusion")
+def add_ln_mean_of_x_alone(x, residual, weight, bias, eps):
+    """Centres the sum with the mean of x alone (the residual's mean never subtracted)."""
+    s = up(x) + up(residual)
+    d = s - up(x).mean(-1, keepdim=True)
+    y = d * torch.rsqrt(d.pow(2).mean(-1, keepdim=True) + eps) * up(weight, x) + up(bias, x)
+    return y.to(x.dtype), s.to(residual.dtype)
+
+
+@bug("add_layer_norm", "accuracy", "extremes", "fusion")
+def add_ln_stream_narrowed(x, residual, weight, bias, eps):
+    """A float32 residual stream's residual_out rounded to x's dtype first, then stored as float32."""
+    s = up(x) + up(residual)
+    y = _ln(s, eps, _two_pass_var) * up(weight, x) + up(bias, x)
+    return y.to(x.dtype), s.to(x.dtype).to(residual.dtype)
+
+
 # ------------------------------------------------------------------ layer_norm bugs
 @bug("layer_norm", "accuracy", "extremes", "invariance")
 def ln_one_pass(x, weight, bias, eps):

@@ -118,7 +118,7 @@ def _inside(case, d: Domain) -> list[str]:
         if d.contiguous == "last" and t.dim() and t.numel() and t.shape[-1] > 1 and t.stride(-1) != 1:
             bad.append(f"{k} last dim strided")
         kind = next(a.kind for a in rec.args if a.name == k)
-        if d.params is not None and kind in ("weight", "bias", "vector", "matrix"):
+        if d.params is not None and kind in ("weight", "bias", "vector"):
             want = x.dtype if d.params == "same" else torch.float32
             if t.dtype != want:
                 bad.append(f"{k} in {t.dtype}")
