@@ -2,7 +2,8 @@
 is G(x + r, ...), and hands back x + r.
 
 For every F under test, with its G partner (the plugged G, else the
-registry's G of the same name, else eager):
+registry's G of the same name, else eager; one that declares it leaves out the sum's dtype
+is passed over):
 
     residual_out == RNE_dtype(x + r)                       bit for bit (dtype: the residual stream's)
     |y_fused - G(residual_out)| <= bound_F(x, r) + bound_G(s) + |exact_F - exact_G(s)|
@@ -22,6 +23,7 @@ import torch
 
 from ... import oracle
 from ...oracle import assessment, bounds_derived
+from ...oracle.formats import DTYPE_NAMES
 
 from ..case import Case
 from ..measure import check_pair, record_assessment
@@ -29,10 +31,14 @@ from ..sandbox import invoke
 from ..strategies import cases
 
 
-def partner(session, impl):
-    """The unfused kernel this fused kernel is compared with."""
+def partner(session, impl, dtype=None):
+    """The unfused kernel this fused kernel is compared with: the plugged one, else the registry's
+    of the same name, else eager; one whose declared domain leaves out ``dtype`` (the float32 sum
+    of a float32 residual stream beside a bfloat16 x) is passed over for the next."""
     op = oracle.OPS[impl.op].unfused
     pool = [i for i in session.impls if i.op == op]
+    if dtype is not None:
+        pool = [i for i in pool if i.domain.admits_dtype(DTYPE_NAMES[dtype])]
     for pick in (lambda i: i.backend == "plugin", lambda i: i.name == impl.name, lambda i: i.name == "eager"):
         found = [i for i in pool if pick(i)]
         if found:
@@ -51,7 +57,7 @@ def check_fusion(session, impl, case, worst):
     g = oracle.OPS[rec.unfused]
     unfused = Case(g.name, {k: res.detach().clone() if k == g.main else _widened(case.tensors[k], res.dtype)
                             for k in g.tensors}, {k: case.scalars[k] for k in g.scalars}, dict(case.notes))
-    other = partner(session, impl)
+    other = partner(session, impl, res.dtype)
     (y_u,) = invoke(session, other, unfused)
     g_args = unfused.oracle_args()
     exact_u = oracle.forward(g.name, **g_args)

@@ -182,6 +182,17 @@ def rms_multiple_of_8(x, weight, eps):
 rms_multiple_of_8.normcert_domain = "width_multiple=8"
 
 
+def rms_half_precision_only(x, weight, eps):
+    """A correct RMSNorm for float16 and bfloat16 alone, declared: refuses any other dtype."""
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        raise NotImplementedError(f"{x.dtype}")
+    xf = up(x)
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * up(weight, x)).to(x.dtype)
+
+
+rms_half_precision_only.normcert_domain = "dtypes=float16,bfloat16"
+
+
 def rms_declares_8_refuses_past_64(x, weight, eps):
     """Declares rows a multiple of 8, and refuses those longer than 64 (inside its domain)."""
     if x.shape[-1] > 64:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from ...impls import make
 from ...impls import UsageError
+from ...impls import registry as impls_registry
 from ...impls.domain import Domain, DomainError, parse
 from ...oracle import OPS
 from ...oracle.formats import DTYPE_NAMES, DTYPES
@@ -166,6 +167,17 @@ def test_a_kernel_that_declares_its_domain_is_certified_on_it(session):
         res = _run(session, hostile.rms_multiple_of_8, family=family)
         assert res.outcome == "pass", (family, res.message)
     assert _impl(hostile.rms_multiple_of_8).domain.describe() == "row length a multiple of 8"
+
+
+def test_the_fusion_partner_is_one_whose_domain_takes_the_sum(tmp_path):
+    """A float32 residual stream beside a bfloat16 x sums to float32: the plugged rms_norm partner
+    declares half precision only, so the fused kernel is compared with the eager one there."""
+    registry = impls_registry()
+    session = Session(failures_dir=str(tmp_path), eager={i.op: i for i in registry if i.backend == "eager"},
+                      impls=[_impl(hostile.rms_half_precision_only)])
+    fused = next(i for i in registry if i.op == "add_rms_norm" and i.backend == "eager")
+    res = runner.run_family(session, BY_NAME["fusion"], fused, torch.bfloat16, max_examples=20)
+    assert res.outcome == "pass", res.message
 
 
 def test_a_domain_given_with_the_registry_entry_or_the_command_line_counts_like_the_attribute(session):
