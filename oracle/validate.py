@@ -34,13 +34,15 @@ def vector(op, name, t, n, x_dtype):
         _fail(op, name, f"of shape ({n},) (the last dim of x)", tuple(t.shape))
 
 
-STREAM_DTYPES = (torch.float16, torch.bfloat16)
-"""The main dtypes whose residual stream may be kept in float32 (``kinds``' "stream")."""
+def stream_dtypes(x_dtype: torch.dtype) -> tuple[torch.dtype, ...]:
+    """The dtypes a residual stream beside an x of ``x_dtype`` may have (``kinds``' "stream"): x's,
+    then, for a float16 / bfloat16 x, float32."""
+    return (x_dtype, torch.float32) if x_dtype in (torch.float16, torch.bfloat16) else (x_dtype,)
 
 
 def stream(op, name, t, x):
-    """A residual stream: x's shape, in x's dtype or, for a float16 / bfloat16 x, float32."""
-    tensor(op, name, t, dtypes=(x.dtype, torch.float32) if x.dtype in STREAM_DTYPES else (x.dtype,))
+    """A residual stream: x's shape, in one of ``stream_dtypes(x.dtype)``."""
+    tensor(op, name, t, dtypes=stream_dtypes(x.dtype))
     if t.shape != x.shape:
         _fail(op, name, f"of shape {tuple(x.shape)} (the shape of x)", tuple(t.shape))
 

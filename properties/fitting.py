@@ -27,7 +27,7 @@ import torch
 
 from ..impls.domain import Domain
 from ..oracle.kinds import KINDS
-from ..oracle.validate import STREAM_DTYPES
+from ..oracle.validate import stream_dtypes
 
 from .case import Case
 
@@ -93,7 +93,7 @@ def fit(case: Case, domain: Domain) -> Case:
 
 
 def _params_dtype(case: Case, domain: Domain) -> torch.dtype | None:
-    """The dtype the domain casts weights, biases and sublayers to (None: any)."""
+    """The dtype the domain casts weights, biases and a sublayer's bias to (None: any)."""
     return None if domain.params is None else case.dtype if domain.params == "same" else torch.float32
 
 
@@ -102,7 +102,7 @@ def _stream_dtype(case: Case, domain: Domain) -> torch.dtype | None:
     stream may be float32 (float16, bfloat16)."""
     if domain.residual is None:
         return None
-    return torch.float32 if domain.residual == "float32" and case.dtype in STREAM_DTYPES else case.dtype
+    return stream_dtypes(case.dtype)[-1] if domain.residual == "float32" else case.dtype
 
 
 def _rerank(t: torch.Tensor, r: int, k: int) -> torch.Tensor:

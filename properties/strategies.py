@@ -50,7 +50,7 @@ from hypothesis import strategies as st
 from ..oracle import OPS
 from ..oracle.formats import fmt
 from ..oracle.kinds import KINDS
-from ..oracle.validate import STREAM_DTYPES
+from ..oracle.validate import stream_dtypes
 
 from .case import Case
 
@@ -487,8 +487,7 @@ class Drawing:
     def stream(self, name: str) -> torch.Tensor:
         """A residual stream: ``rows`` in the case's dtype or, for float16 / bfloat16, float32 (a
         ``residual_in_fp32`` stream) in half the cases."""
-        wide = [self.dtype, torch.float32] if self.dtype in STREAM_DTYPES else [self.dtype]
-        return self.rows(name, self.choose(wide, name + " dtype"))
+        return self.rows(name, self.choose(list(stream_dtypes(self.dtype)), name + " dtype"))
 
     def vector(self, name: str, around: float, profiles: tuple[str, ...]) -> torch.Tensor:
         return self.draw(vectors(self.rng, self.n, self.dtype, self.device, name, around, profiles, self.bucket))
