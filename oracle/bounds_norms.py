@@ -310,6 +310,10 @@ def deep_norm_bwd(args, cot, exact):
 
     |d dx_j| <= |alpha| e_j + sum_i |A_ij| e_i + gam(n+2)(|alpha dz_j| + (|dz| |A|)_j)
                 + u_o (2|alpha dz_j| + (|dz| |A|)_j + |(dz A)_j|) + 2 u_o |dx_j|,   e = bound on dz.
+    A kernel that holds dz in o (autograd through z stored in o) gets inf where |dz| + e reaches
+    omax, and then inf * 0 = NaN through the sublayer: dx of such a row carries no claim (as
+    the forward's rows where z overflows; a near-constant row with a small eps has rho |g| past
+    float16's 65504).
     """
     ctx = Context(args["x"].dtype)
     z, dz_input, a, alpha, fits = _deep_z(ctx, args)
@@ -323,9 +327,10 @@ def deep_norm_bwd(args, cot, exact):
         dz_abs_a = np.abs(dz) @ np.abs(a)
         dx = (np.abs(alpha) * dz_err + dz_err @ np.abs(a) + ctx.gam(z.shape[-1] + 2) * (np.abs(alpha * dz) + dz_abs_a)
               + ctx.uo * (2 * np.abs(alpha * dz) + dz_abs_a + np.abs(dz @ a)) + ctx.round_out(np.abs(exact["x"])))
+        dz_fits = np.all(~(np.abs(dz) + dz_err >= ctx.omax), axis=-1, keepdims=True)
     weight_ctx, bias_ctx = affine_grad_context(args, "weight"), affine_grad_context(args, "bias")
     return {
-        "x": np.where(norm.claim & fits, dx, np.inf),
+        "x": np.where(norm.claim & fits & dz_fits, dx, np.inf),
         "weight": np.where((norm.claim & fits).all(), dw_err + weight_ctx.round_out(np.abs(exact["weight"])), np.inf),
         "bias": np.where(fits.all(), db_err + bias_ctx.round_out(np.abs(exact["bias"])), np.inf),
     }

@@ -122,6 +122,36 @@ class Normalisation:
         return Normalisation(self.xhat.T, self.rho.T, self.rho_rel.T, self.dxhat.T, self.claim.T)
 
 
+def lowest_bit(a):
+    """The lowest set bit of each |a_i| (2**k, a_i = odd * 2**k), 0 where a_i is 0 or not finite:
+    a_i's own lattice, the quantum every multiple of it sits on."""
+    a = np.asarray(a, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        ok = np.isfinite(a) & (a != 0)
+        m, e = np.frexp(np.where(ok, np.abs(a), 1.0))
+        ints = np.ldexp(m, 53).astype(np.int64)  # |a| = ints * 2**(e - 53), ints < 2**53
+        return np.where(ok, np.ldexp((ints & -ints).astype(np.float64), e - 53), 0.0)
+
+
+def exact_mean_rows(ctx, z, dz):
+    """Rows (keepdims) whose mean every correct kernel gets exactly: constant rows z_i = c read
+    exactly (dz = 0) whose length n is a power of two and whose sum n c is exact in c in any order.
+
+    Every partial sum of k copies of c (k <= n) is a multiple of q = ``lowest_bit(c)`` of magnitude
+    at most n |c|; where n |c| <= q / u_c (2**p_c q, p_c the compute format's precision) each is
+    representable, so no addition rounds, in any order, pairwise or tree alike.  The division by
+    n = 2**k is then exact, and so is a product with 1/n (a reciprocal of a power of two; an
+    approximate division computes one).  Welford's update adds (c - mu)/k = 0 once mu = c, so it
+    is exact too.  Such a row's mean is c, its centred values are 0 and its variance 0."""
+    n = z.shape[-1]
+    if n == 0 or n & (n - 1):
+        return np.zeros(z.shape[:-1] + (1,), dtype=bool)
+    with np.errstate(all="ignore"):
+        c = z[..., :1]
+        constant = np.all(z == c, axis=-1, keepdims=True) & np.all(dz == 0, axis=-1, keepdims=True)
+        return constant & np.isfinite(c) & (n * np.abs(c) * ctx.uc <= lowest_bit(c))
+
+
 def normalisation_error(ctx, z, eps, dz=None):
     r"""Error of xhat = (z - mean z) * rho computed in c, for rows of z.
 
@@ -129,6 +159,8 @@ def normalisation_error(ctx, z, eps, dz=None):
 
         S1    = mean|z|, R = sqrt(mean z^2), sigma = std(z)
         dmu   = gam(n+1) S1 + mean(dz)                        mean in any order
+                0 on ``exact_mean_rows`` (constant rows whose sum is exact on their own lattice
+                and n a power of two): then d = 0, v = 0, and only rho's own FN_ULPS u_c remain
         dd_i  = dmu + u_c |d_i| + dz_i                         d = z - mu
         dv    = gam(2n+4)(sigma^2 + 2 R sigma)                 two-pass, and Welford (~n u kappa var)
               + 2 sigma rms(dz) + 2 (rms(dz) + dmu)^2          second-order: constant rows
@@ -146,7 +178,7 @@ def normalisation_error(ctx, z, eps, dz=None):
         s1 = row_mean(np.abs(z))
         big_r = np.sqrt(row_mean(z * z))
         rms_dz = np.sqrt(row_mean(dz * dz))
-        dmu = ctx.gam(n + 1) * s1 + row_mean(dz)
+        dmu = np.where(exact_mean_rows(ctx, z, dz), 0.0, ctx.gam(n + 1) * s1 + row_mean(dz))
         dd = dmu + ctx.uc * np.abs(d) + dz
         dv = ctx.gam(2 * n + 4) * (var + 2 * big_r * sigma) + 2 * sigma * rms_dz + 2 * (rms_dz + dmu) ** 2
         rho_rel_hi = np.sqrt((var + eps) / (np.maximum(var - dv, 0) + eps)) - 1

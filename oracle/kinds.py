@@ -60,6 +60,7 @@ class Drawing(Protocol):
     """What a kind's ``draw`` may ask of the strategy module (``properties.strategies.Drawing``)."""
 
     n: int  # the main tensor's last dim
+    sublayer_scale: float  # the factor on a sublayer's weights (1, or tiny under a near-constant bucket)
 
     def rows(self, name: str): ...  # a tensor of the case's shape, by value profile
     def stream(self, name: str): ...  # rows, in the case's dtype or float32
@@ -135,10 +136,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     _vector_kind("bias", 0.0, 1 / 4, ("zeros", "normal")),
     Kind("matrix", check=lambda op, name, t, x: v.square(op, name, t, x.shape[-1], x.dtype),
          sample=lambda normal, rows, width: normal(width, width) / math.sqrt(width),
-         draw=lambda d, arg: d.gaussian((d.n, d.n), 1 / math.sqrt(d.n)), shape="matrix"),
+         draw=lambda d, arg: d.gaussian((d.n, d.n), d.sublayer_scale / math.sqrt(d.n)), shape="matrix"),
     Kind("vector", check=lambda op, name, t, x: v.vector(op, name, t, x.shape[-1], x.dtype),
          sample=lambda normal, rows, width: normal(width) / 10,
-         draw=lambda d, arg: d.gaussian((d.n,), 0.1), shape="vector"),
+         draw=lambda d, arg: d.gaussian((d.n,), 0.1 * d.sublayer_scale), shape="vector"),
     Kind("mask", check=lambda op, name, t, x: v.mask(op, t, x),
          sample=lambda normal, rows, width: None,
          draw=lambda d, arg: d.mask(arg.name), shape="leading", may_be_none=True),

@@ -59,7 +59,7 @@ def _fused(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
               base.vjp and fused.vjp(base.vjp, main, residual, eps),
               bounds_derived.fused_forward(base.forward_bound, main, residual),
               base.grad_bound and bounds_derived.fused_grad(base.grad_bound, main, residual),
-              call=call, rowwise=base.rowwise, scale_invariant=True, unfused=base.name)
+              call=call, rowwise=base.rowwise, scale_invariant=True, unfused=base.name, centred=base.centred)
 
 
 def _quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
@@ -82,7 +82,7 @@ RMS_NORM_FP8 = _quantised("rms_norm_fp8", RMS_NORM, (X, WEIGHT, EPS, SCALE),
 LAYER_NORM = Op("layer_norm", (X, WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS, EPS), (Y,), ("x", "weight", "bias"),
                 layer_norm.forward, layer_norm.vjp, bounds_norms.layer_norm_fwd, bounds_norms.layer_norm_bwd,
                 call=lambda fn, a: fn(a["x"], a["weight"], a["bias"], a["eps"]),
-                rowwise=True, scale_invariant=True, shift_invariant=True, headwise=True)
+                rowwise=True, scale_invariant=True, shift_invariant=True, headwise=True, centred=True)
 SWIGLU = Op("swiglu", (GATE, UP), (Y,), ("gate", "up"),
             swiglu.forward, swiglu.vjp, bounds_gated.swiglu_fwd, bounds_gated.swiglu_bwd,
             call=lambda fn, a: fn(a["gate"], a["up"]),
@@ -111,13 +111,13 @@ OPS: dict[str, Op] = {
         Op("batch_norm", (X, WEIGHT, BIAS, Arg("mask", "mask"), EPS), (Y,), ("x", "weight", "bias"),
            batch_norm.forward, batch_norm.vjp, bounds_norms.batch_norm_fwd, bounds_norms.batch_norm_bwd,
            call=lambda fn, a: fn(a["x"], a["weight"], a["bias"], a["eps"], mask=a["mask"]),
-           rowwise=False, scale_invariant=True, shift_invariant=True),
+           rowwise=False, scale_invariant=True, shift_invariant=True, centred=True),
         Op("deep_norm", (X, Arg("sub_weight", "matrix"), Arg("sub_bias", "vector"), WEIGHT, BIAS,
                          Arg("alpha", "alpha"), EPS), (Y,), ("x", "weight", "bias"),
            deep_norm.forward, deep_norm.vjp, bounds_norms.deep_norm_fwd, bounds_norms.deep_norm_bwd,
            call=lambda fn, a: fn(a["x"], deep_norm.affine_sublayer(a["sub_weight"], a["sub_bias"]), a["alpha"],
                                  a["weight"], a["bias"], a["eps"]),
-           rowwise=True, max_width=128, max_rank=3),
+           rowwise=True, max_width=128, max_rank=3, centred=True),
         SWIGLU,
         _on_halves("silu_and_mul", SWIGLU, (X,), call=lambda fn, a: fn(a["x"])),
         GEGLU,

@@ -90,6 +90,9 @@ class Op:
     headwise:    models also apply it per attention head (QK-norm): over the last dim of a
                  (tokens, heads, head_dim) view of a fused QKV projection, one weight of length head_dim
     indeterminate: where an infinite exact output may come back NaN (``bounds_gated``), or None
+    centred:     it subtracts its group's mean (a row; batch_norm's: a channel over positions), so
+                 offset, near-constant groups are where it breaks (the mean cancels): the accuracy and
+                 gradient families schedule them on every run (``strategies.near_constant_buckets``)
     """
 
     name: str
@@ -110,6 +113,7 @@ class Op:
     unfused: str | None = None
     headwise: bool = False
     indeterminate: Callable | None = None
+    centred: bool = False
 
     def __post_init__(self):
         if bool(self.grads) != (self.vjp is not None) or bool(self.grads) != (self.grad_bound is not None):

@@ -24,7 +24,8 @@ from ..oracle.validate import finite_number
 from .checks import accuracy, agreement, bitwise, contract, fusion, gradients, invariance, large, masks
 from .strategies import BUCKETS, LARGE, REFILLS, transforms
 
-SHAPES = tuple(b for b in BUCKETS if b != "million")  # the call past 2**20 elements is accuracy's alone (its cost)
+# the call past 2**20 elements is accuracy's alone (its cost); the near-constant groups accuracy's and gradients'
+SHAPES = tuple(b for b in BUCKETS if b not in ("million", "near_constant"))
 
 
 def _every_op(op: Op) -> bool:
@@ -123,7 +124,7 @@ FAMILIES: tuple[Family, ...] = (
            applies=lambda op: op.scale_invariant or op.shift_invariant, buckets=SHAPES,
            params=(Param("transform", "choice", transforms), Param("c", "power of two"), Param("d", "float"))),
     Family("gradients", gradients.check_gradients, gradients.gradient_cases, applies=_has_backward, core=True,
-           backward=True, buckets=SHAPES, params=(Param("cot_seed", "seed"),)),
+           backward=True, buckets=SHAPES + ("near_constant",), params=(Param("cot_seed", "seed"),)),
     Family("gradcheck", None, None, applies=_has_backward, backward=True),
     Family("determinism", bitwise.check_determinism, bitwise.determinism_cases, bitwise=True),
     Family("batch-invariance", bitwise.check_batch_invariance, bitwise.batch_cases,

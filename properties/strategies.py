@@ -23,6 +23,8 @@ Profiles (``x`` and friends):
     near_max   top 3 binades of the dtype (x**2 overflows unless widened)
     subnormal  the dtype's subnormals and smallest normals
     wide       exponents over the dtype's whole range
+    near_constant  (buckets only) each row around its own mean m, |m| = 10**U(0, 4.8): constant,
+               one step of the dtype either side of m, or a relative spread of 10**U(-7, -3)
 Hostile rows (optional): a few rows replaced by zeros, a constant, near-max
 values, or rows holding NaN / +inf / -inf.
 
@@ -34,7 +36,8 @@ dtype), run after the random search.  Hypothesis tries the simplest case of a
 strategy first, so with a bucket every other choice (profile, layout, eps,
 value seed, ...) is *spun*: its list is rotated by an amount derived from the
 run's seed (``choice``, ``integer``), so that the first case differs per seed
-and a failure still shrinks.
+and a failure still shrinks.  A centred op (``Op.centred``) also gets the near-constant
+buckets (``near_constant_buckets``): offset rows whose mean cancels, at every bucket width.
 """
 from __future__ import annotations
 
@@ -94,6 +97,8 @@ class Bucket:
     spin: int = 0
     note: str = ""
     heads: int = 0
+    profile: str | None = None  # the row tensors' value profile (None: drawn)
+    columns: bool = False  # the profile's groups are columns (an op that normalises over rows)
 
     def shape(self, rec) -> tuple[int, ...]:
         return (self.rows,) + ((self.heads,) if self.heads else ()) + (2 * self.width if rec.halves else self.width,)
@@ -104,7 +109,7 @@ class Bucket:
         return text + (f" ({self.note})" if self.note else "")
 
 
-BUCKETS = ("long", "odd", "strided", "many", "qk", "million")
+BUCKETS = ("long", "odd", "strided", "many", "qk", "million", "near_constant")
 MILLION = 1 << 20  # elements: "million" is one call past it (on CPU; --profile large goes past 2**31 on a GPU)
 MILLION_WIDTH = 4096  # its rows' x-width: 257 rows, 257 programs under Triton's interpreter
 MILLION_MIN_WIDTH = 1024  # ops capped below this (deep_norm's n x n sublayer) would need too many rows
@@ -140,7 +145,40 @@ def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
             make("odd", 3, ODD_WIDTHS[odd]),
             make("strided", 3, ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], layout="sliced"),
             make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1])) + qk \
-        + _million(rec, spin)
+        + _million(rec, spin) + near_constant_buckets(rec, spin)
+
+
+NEAR_CONSTANT_ELEMS = 1 << 15  # elements per near-constant bucket: groups = this // width, clamped to ...
+NEAR_CONSTANT_GROUPS = (8, 64)  # ... these: many rows, as one kind in three is a constant row
+NEAR_CONSTANT_EPS = (1e-12, 1e-10, 1e-8, 1e-6, 1e-5)  # small: eps does not hide a cancelled variance
+NEAR_CONSTANT_SUBLAYER = 2.0 ** -24  # deep_norm's sublayer, scaled so z = alpha x + A x + c stays near-constant
+
+
+def near_constant_buckets(rec, spin: int) -> tuple[Bucket, ...]:
+    """For a centred op (``Op.centred``), groups of profile "near_constant" at each width of the shape
+    buckets: LONG_WIDTH, the odd width, the strided one (row stride > width), the small width of
+    "many", and MILLION_WIDTH (a power of two: one block); eps from NEAR_CONSTANT_EPS.  About
+    NEAR_CONSTANT_ELEMS elements each: NEAR_CONSTANT_ELEMS // width groups, within NEAR_CONSTANT_GROUPS.
+    A group is a row, or for an op that is not rowwise (batch_norm normalises a channel over
+    positions) a column: the bucket is then width positions x that many channels.  Widths are
+    capped at the op's ``max_width`` (a row's length; positions are not capped)."""
+    if not rec.centred:
+        return ()
+    cap = rec.max_width // 2 if rec.halves else rec.max_width
+    odd = _mix(spin, "odd") % len(ODD_WIDTHS)
+    widths = (("long", LONG_WIDTH, None), ("odd", ODD_WIDTHS[odd], None),
+              ("strided", ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], "sliced"),
+              ("many", SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], None), ("million", MILLION_WIDTH, None))
+    out = []
+    for width_of, width, layout in widths:
+        note = f"{width_of} width"
+        if rec.rowwise and width > cap:
+            width, note = cap, f"{width_of} width capped at the op's {cap}"
+        groups = min(max(NEAR_CONSTANT_ELEMS // width, NEAR_CONSTANT_GROUPS[0]), NEAR_CONSTANT_GROUPS[1])
+        rows, cols = (groups, width) if rec.rowwise else (width, groups)
+        out.append(Bucket("near_constant", rows, cols, layout, _mix(spin, "near_constant " + width_of), note,
+                          profile="near_constant", columns=not rec.rowwise))
+    return tuple(out)
 
 
 def _million(rec, spin: int) -> tuple[Bucket, ...]:
@@ -285,6 +323,8 @@ def qk_shapes(draw, max_elems=MAX_ELEMS, max_n=16384, min_rows=0):
 
 
 def eps(bucket: Bucket | None = None):
+    if bucket is not None and bucket.profile == "near_constant":
+        return choice(NEAR_CONSTANT_EPS, bucket, "eps")
     common = choice([1e-12, 1e-6, 1e-5, 1e-3, 0.5], bucket, "eps")
     return st.one_of(common, st.floats(-12, math.log10(0.5)).map(lambda e: float(10.0 ** e)))
 
@@ -331,7 +371,31 @@ def fill(rng, dtype, shape, profile, scale_exp):
         return lattice(rng, f, shape, f.emin - f.p + 1, f.emin + 1)
     if profile == "wide":
         return lattice(rng, f, shape, f.emin - f.p + 1, f.emax)
+    if profile == "near_constant":
+        return near_constant(rng, f, shape)
     raise ValueError(f"unknown profile {profile!r}")
+
+
+def near_constant(rng, f, shape):
+    """Rows (the last dim) each around its own mean m, |m| = 10**U(0, 4.8) (below float16's max), of
+    one of three kinds, drawn per row: constant (m itself, or, one row in two, m to 8 significant
+    bits: a value such as 100 or -1.5, whose sum is exact in float32 at any width up to 2**16, so
+    that every correct kernel's mean is exact and the bound tight: ``error_model.exact_mean_rows``),
+    steps (m + k ulp(m), k in {-1, 0, 1}), or spread (m + |m| s N(0, 1), s = 10**U(-7, -3)); every
+    value in format f.  Where the mean cancels: a variance of 0 or of a few ulps of m, which eps
+    no longer dominates."""
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    n = shape[-1]
+    top = min(4.8, math.log10(f.max) - 0.1)
+    m = f.round(10.0 ** rng.uniform(0, top, (rows, 1)) * np.where(rng.random((rows, 1)) < 0.5, -1.0, 1.0))
+    kind = rng.integers(0, 3, (rows, 1))
+    e = np.frexp(m)[1]
+    short = np.where(rng.random((rows, 1)) < 0.5, np.ldexp(np.round(np.ldexp(m, 8 - e)), e - 8), m)
+    ulp = np.ldexp(1.0, e - f.p)
+    steps = m + ulp * rng.integers(-1, 2, (rows, n))
+    spread = m + np.abs(m) * 10.0 ** rng.uniform(-7, -3, (rows, 1)) * rng.standard_normal((rows, n))
+    values = np.where(kind == 0, short, np.where(kind == 1, steps, spread))
+    return f.round(values).reshape(shape)
 
 
 def hostile_rows(rng, dtype, values, kinds):
@@ -380,9 +444,12 @@ def layout_tensor(values, dtype, layout, device):
 @st.composite
 def tensors(draw, rng, dtype, shape, device, profiles=PROFILES, hostile=True, layouts=LAYOUTS, notes=None, name="x",
             bucket=None):
-    profile = draw(choice(profiles, bucket, name + "profile"))
+    profile = bucket.profile if bucket is not None and bucket.profile else draw(choice(profiles, bucket, name + "profile"))
     scale = draw(integer(-4, 4, bucket, name + "scale"))
-    values = fill(rng, dtype, shape, profile, scale)
+    if bucket is not None and bucket.columns:  # the profile's groups run down the columns
+        values = np.ascontiguousarray(fill(rng, dtype, shape[::-1], profile, scale).T)
+    else:
+        values = fill(rng, dtype, shape, profile, scale)
     kinds = draw(st.lists(st.sampled_from(ROW_KINDS), max_size=2, unique=True)) if hostile else []
     values = hostile_rows(rng, dtype, values, kinds)
     layout = bucket.layout if bucket is not None and bucket.layout else draw(choice(layouts, bucket, name + "layout"))
@@ -491,6 +558,13 @@ class Drawing:
 
     def vector(self, name: str, around: float, profiles: tuple[str, ...]) -> torch.Tensor:
         return self.draw(vectors(self.rng, self.n, self.dtype, self.device, name, around, profiles, self.bucket))
+
+    @property
+    def sublayer_scale(self) -> float:
+        """The factor on a sublayer's weights (the matrix and vector kinds): NEAR_CONSTANT_SUBLAYER
+        under a near-constant bucket, so that deep_norm's z = alpha x + A x + c keeps x's
+        near-constant rows, else 1."""
+        return NEAR_CONSTANT_SUBLAYER if self.bucket is not None and self.bucket.profile == "near_constant" else 1.0
 
     def gaussian(self, shape: tuple, scale: float) -> torch.Tensor:
         """N(0, scale**2) values rounded to the case's dtype."""

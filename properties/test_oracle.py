@@ -37,6 +37,7 @@ from ..impls.eager import deep_norm
 from ..oracle import geglu, swiglu
 from ..oracle.deep_norm import affine_sublayer
 from ..oracle.assessment import assess
+from ..oracle.error_model import lowest_bit
 from ..oracle.formats import E4M3, fmt
 
 from .case import valid_positions
@@ -219,6 +220,62 @@ def test_deep_norm_claims_nothing_where_rounded_parts_overflow():
     assert np.all(np.isfinite(exact[0])) and torch.isnan(got).all(), (exact, got)
     (bound,) = oracle.OPS["deep_norm"].forward_bound(args, exact)
     assert np.all(np.isinf(bound)), bound
+
+
+def test_deep_norm_backward_claims_nothing_where_dz_overflows():
+    """A constant float16 row with eps = 1e-10 has rho |g| ~ 1e5 at z, past float16's 65504: a
+    correct kernel holding dz in float16 gets inf there, and inf * 0 = NaN through a sublayer of
+    zeros.  The eager kernel does; the bound must make no claim on that row's dx."""
+    h = torch.float16
+    x = torch.full((1, 4), 100.0, dtype=h).requires_grad_()
+    args = dict(x=x.detach(), sub_weight=torch.zeros(4, 4, dtype=h), sub_bias=torch.zeros(4, dtype=h),
+                weight=torch.ones(4, dtype=h), bias=torch.zeros(4, dtype=h), alpha=2.0, eps=1e-10)
+    cot = (torch.tensor([[1.0, -1.0, 0.5, 0.25]], dtype=h),)
+    y = deep_norm(x, affine_sublayer(args["sub_weight"], args["sub_bias"]), args["alpha"], args["weight"],
+                  args["bias"], args["eps"])
+    (dx,) = torch.autograd.grad(y, (x,), cot)
+    exact = oracle.vjp("deep_norm", cot, **args)
+    assert torch.isnan(dx).any() and np.all(np.isfinite(exact["x"])), (dx, exact["x"])
+    assert np.all(np.isinf(oracle.OPS["deep_norm"].grad_bound(args, cot, exact)["x"]))
+
+
+@pytest.mark.parametrize("got, ok", [(math.inf, True), (-math.inf, True), (65504.0, True), (math.nan, False)])
+def test_an_inf_within_the_bound_of_either_sign_passes(got, ok):
+    """exact -0.54 with a bound of 1.6e13 (a cancelling dx, eps = 1e-12): values within the bound
+    reach past float16's range on both sides, so a correct kernel may round to +inf or to -inf."""
+    a = assess("dx", torch.tensor([got], dtype=torch.float16), np.array([-0.54]), np.array([1.6e13]), torch.float16)
+    assert a.ok == ok, a.detail
+    narrow = assess("dx", torch.tensor([got], dtype=torch.float16), np.array([-0.54]), np.array([1e3]), torch.float16)
+    assert not narrow.ok, narrow.detail  # a bound of 1e3 reaches neither inf nor 65504
+
+
+def test_lowest_bit_is_the_values_own_lattice():
+    got = lowest_bit(np.array([1000.0, 3.0, 0.75, -12.0, 2.0 ** -1074, 0.0, np.inf, np.nan]))
+    assert got.tolist() == [8.0, 1.0, 0.25, 4.0, 2.0 ** -1074, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("in_dtype, value, n, eps, exact_mean", [
+    (torch.float16, 1000.0, 4096, 1e-4, True),  # 4096 * 1000 <= 2**24 * 8: every partial sum exact in float32
+    (torch.float16, 1000.0, 769, 1e-4, False),  # n not a power of two: the division may round
+    (torch.bfloat16, 3.0, 16384, 1e-12, True),
+    (torch.float32, 100.0, 64, 1e-12, True),  # 100 = 25 * 4: 64 * 100 <= 2**24 * 4
+    (torch.float32, 1 + 2.0 ** -23, 64, 1e-12, False),  # its lowest bit is 2**-23: 2 copies already round
+])
+def test_a_constant_row_whose_mean_is_exact_gets_a_tight_bound(in_dtype, value, n, eps, exact_mean):
+    """A constant row with a small eps (float16: dx = rho g within its range): where every correct
+    kernel's mean is exact (its sum exact on the value's own lattice in any order, n a power of two:
+    ``error_model.exact_mean_rows``) the kernel's xhat is 0 and its rho 1/sqrt(eps) to a few ulps, so
+    dx = rho (g - mean g) is bounded to a few ulps of itself: zeros for dx (a wrong backward) do not
+    pass.  Elsewhere the mean may be ulps off, sqrt(eps) is below that, rho may be anything up to
+    1/sqrt(eps), and the bound is |dx| itself or more."""
+    rng, dtype = np.random.default_rng(0), in_dtype
+    args = dict(x=torch.full((2, n), value, dtype=dtype), weight=torch.ones(n, dtype=dtype),
+                bias=torch.from_numpy(fmt(dtype).round(rng.standard_normal(n) / 4)).to(dtype), eps=eps)
+    cot = (torch.from_numpy(fmt(dtype).round(rng.standard_normal((2, n)))).to(dtype),)
+    exact = oracle.vjp("layer_norm", cot, **args)
+    bound = oracle.OPS["layer_norm"].grad_bound(args, cot, exact)["x"]
+    ratio = float(np.median(bound / np.abs(exact["x"])))
+    assert (ratio < 0.1 if exact_mean else ratio > 1), ratio  # bfloat16: 2 u_o of it is 0.008
 
 
 def _fp8(value) -> torch.Tensor:
