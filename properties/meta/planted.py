@@ -569,6 +569,107 @@ def geglu_tanh_derivative_no_3(gate, up_, approximate):
     return _GeGLUGrad.apply(gate, up_, approximate, _tanh_derivative_no_3)
 
 
+# ------------------------------------------------------------------ near misses: wrong by a small factor
+class _LnUncentredBackward(torch.autograd.Function):
+    """layer_norm with PyTorch 2.13's CPU backward (``layer_norm_kernel.cpp``): dx = a g + b x + c with
+    b = (db mean - ds) a^3 / n from the *uncentred* ds = sum g x, which cancels like a one-pass
+    variance on rows with |mean| >> std (a = rstd, g = dy w, db = sum g)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        xf = up(x)
+        mu = xf.mean(-1, keepdim=True)
+        a = torch.rsqrt((xf - mu).pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, weight, bias, mu, a)
+        return ((xf - mu) * a * up(weight) + up(bias)).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, bias, mu, a = ctx.saved_tensors
+        xf, d, n = up(x), up(dy), x.shape[-1]
+        g = d * up(weight)
+        ds, db = (g * xf).sum(-1, keepdim=True), g.sum(-1, keepdim=True)
+        b = (db * mu - ds) * a.pow(3) / n
+        c = -b * mu - db * a / n
+        dx = a * g + b * xf + c
+        xhat = (xf - mu) * a
+        dw = (d * xhat).reshape(-1, n).sum(0).to(weight.dtype)
+        dbias = d.reshape(-1, n).sum(0).to(bias.dtype)
+        return dx.to(x.dtype), dw, dbias, None
+
+
+@bucket_bug("layer_norm", "gradients")
+def ln_uncentred_backward(x, weight, bias, eps):
+    """Killed by the near-constant buckets (``strategies.near_constant_buckets``) on every seed."""
+    return _LnUncentredBackward.apply(x, weight, bias, eps)
+
+
+class _RmsDweightBf16(torch.autograd.Function):
+    """Right dx; dw = sum over rows of dy x rho accumulated in bfloat16, one row at a time
+    (Liger-Kernel#950: the partial sums of dW kept in the weight's bfloat16)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        ctx.save_for_backward(x, weight)
+        ctx.eps = eps
+        return rms_formula(up(x), up(weight), eps).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        with torch.enable_grad():
+            xl = x.detach().requires_grad_()
+            dx, = torch.autograd.grad(rms_formula(up(xl), up(weight), ctx.eps).to(x.dtype), (xl,), dy)
+        xf = up(x).reshape(-1, x.shape[-1])
+        terms = (up(dy).reshape(xf.shape) * xf * _rms(xf, ctx.eps)).to(torch.bfloat16)
+        acc = torch.zeros(xf.shape[-1], dtype=torch.bfloat16)
+        for row in terms:
+            acc = acc + row
+        return dx, acc.to(weight.dtype), None
+
+
+@bug("rms_norm", "gradients")
+def rms_dweight_in_bf16(x, weight, eps):
+    return _RmsDweightBf16.apply(x, weight, eps)
+
+
+@bug("rms_norm", "accuracy", "extremes")
+def rms_eps_floored_fp16(x, weight, eps):
+    """eps raised to 1e-4 for float16 inputs ("to avoid overflow"): rows whose mean square is
+    near 1e-4 or below are normalised by the wrong rms."""
+    xf = up(x)
+    return rms_formula(xf, up(weight, x), max(eps, 1e-4) if x.dtype == torch.float16 else eps).to(x.dtype)
+
+
+@bug("rms_norm", "accuracy", "extremes")
+def rms_inverse_rms_in_bf16(x, weight, eps):
+    """The inverse rms rounded to bfloat16 before the multiply (a reported NPU kernel): a relative
+    error of 2**-9 in every y, where the model allows float32's 2**-24 in the compute format.
+    Killed in float32 and float16 on 10/10 seeds.  For bfloat16 inputs the model rightly accepts it:
+    that rounding is one of the two roundings to x.dtype it allows (the llama order rounds x rho
+    instead); it reaches 0.88 to 0.99 of the bound over seeds 0-9."""
+    xf = up(x)
+    rho = _rms(xf, eps).to(torch.bfloat16).to(xf.dtype)
+    return (xf * rho * up(weight, x)).to(x.dtype)
+
+
+@bug("swiglu", "accuracy", "extremes")
+def swiglu_sigmoid_by_tanh(gate, up_):
+    """sigmoid(g) as tanh(g / 2) / 2 + 1/2 (vLLM#24833): 1/2 - 1/2 cancels for g << 0, where
+    silu(g) = g sigmoid(g) is tiny but not 0."""
+    g = up(gate)
+    return (g * (torch.tanh(g / 2) / 2 + 0.5) * up(up_)).to(gate.dtype)
+
+
+@bug("geglu", "accuracy", "extremes")
+def geglu_tanh_form_cancels(gate, up_, approximate):
+    """The tanh form as written, 0.5 g (1 + tanh u) (tt-metal#56517): 1 + tanh u cancels to 0 below
+    g ~ -6 in float32, where GELU_tanh(g) is tiny but not 0.  The erf form is right."""
+    g = up(gate)
+    gelu = _gelu_tanh(g) if approximate == "tanh" else F.gelu(g)
+    return (gelu * up(up_)).to(gate.dtype)
+
+
 # ------------------------------------------------------------------ correct variants
 @correct("rms_norm")
 def rms_llama_order(x, weight, eps):
