@@ -9,6 +9,7 @@ catalogues with ``expect.catalogue``.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -750,6 +751,66 @@ def ln_welford(x, weight, bias, eps):
         count = total
     var = m2 / max(n, 1)
     return ((xf - mean) * torch.rsqrt(var + eps) * up(weight) + up(bias)).to(x.dtype)
+
+
+def _sequential_mean(v):
+    """Mean over the last dim by a left-to-right sum in v's dtype, every partial sum rounded
+    (numpy's ``add.accumulate``; ``torch.cumsum`` accumulates float32 in float64 on CPU): the
+    order whose error grows as n u, the error model's gam(n) S1, where a tree order's grows as
+    log2(n) u.  A correct kernel may sum in any order; this one shows how much of the bound
+    that freedom needs (``benchmarks/tightness.py``)."""
+    n = v.shape[-1]
+    if n == 0:
+        return v.sum(-1, keepdim=True)
+    s = np.add.accumulate(v.detach().cpu().numpy(), axis=-1)[..., -1:]
+    return torch.from_numpy(np.ascontiguousarray(s)).to(v.device) / n
+
+
+class _Sequential(torch.autograd.Function):
+    """A forward with sequential sums; its backward is autograd through the eager kernel."""
+
+    @staticmethod
+    def forward(ctx, forward, eager, eps, x, *params):
+        ctx.eager, ctx.eps = eager, eps
+        ctx.save_for_backward(x, *[p for p in params if p is not None])
+        ctx.none = [p is None for p in params]
+        return forward(x, *params, eps)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, *given = ctx.saved_tensors
+        given = iter(given)
+        params = [None if none else next(given) for none in ctx.none]
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_() if t is not None else None for t in (x, *params)]
+            y = ctx.eager(*leaves, ctx.eps)
+            live = [t for t in leaves if t is not None]
+            grads = iter(torch.autograd.grad(y, live, dy))
+        return (None, None, None) + tuple(next(grads) if t is not None else None for t in leaves)
+
+
+def _ln_sequential_forward(x, weight, bias, eps):
+    xf = up(x)
+    d = xf - _sequential_mean(xf)
+    xhat = d * torch.rsqrt(_sequential_mean(d * d) + eps)
+    return (xhat * (1.0 if weight is None else up(weight, x)) + (0.0 if bias is None else up(bias, x))).to(x.dtype)
+
+
+@correct("layer_norm")
+def ln_sequential_sum(x, weight, bias, eps):
+    """Two-pass, each mean a left-to-right sum (``_sequential_mean``)."""
+    return _Sequential.apply(_ln_sequential_forward, layer_norm, eps, x, weight, bias)
+
+
+def _rms_sequential_forward(x, weight, eps):
+    xf = up(x)
+    return (xf * torch.rsqrt(_sequential_mean(xf * xf) + eps) * (1.0 if weight is None else up(weight, x))).to(x.dtype)
+
+
+@correct("rms_norm")
+def rms_sequential_sum(x, weight, eps):
+    """The mean square by a left-to-right sum (``_sequential_mean``)."""
+    return _Sequential.apply(_rms_sequential_forward, eager_rms_norm, eps, x, weight)
 
 
 @correct("swiglu")
