@@ -43,16 +43,22 @@ class Worst:
             self.where = f"{a.detail} on {case.describe()}"
 
 
-def check_against_oracle(outs, case: Case, worst: Worst, where=None, label="") -> None:
-    """Every output within the error model's bound of the exact value."""
+def oracle_assessments(outs, case: Case, where=None, label=""):
+    """Each output's ``(assessment, exact, bound)`` against the oracle under the error model's bound
+    (``benchmarks/tightness.py`` reads the bounds themselves)."""
     args = case.oracle_args()
     exact = oracle.forward(case.op, **args)
     rec = case.record
     bounds = rec.forward_bound(args, exact)
     nan_ok = rec.indeterminate(args) if rec.indeterminate else None
     for name, o, e, b in zip(rec.outputs, outs, exact, bounds):
-        a = assessment.assess(label + name, o, e, b, rec.out_dtype(name, case.tensors), where=where, nan_ok=nan_ok,
-                               quantised=rec.quantised_dtype(name) is not None)
+        yield assessment.assess(label + name, o, e, b, rec.out_dtype(name, case.tensors), where=where, nan_ok=nan_ok,
+                                quantised=rec.quantised_dtype(name) is not None), e, b
+
+
+def check_against_oracle(outs, case: Case, worst: Worst, where=None, label="") -> None:
+    """Every output within the error model's bound of the exact value."""
+    for a, _, _ in oracle_assessments(outs, case, where, label):
         worst.exact, worst.checked = worst.exact + a.exact, worst.checked + a.checked
         record_assessment(a, case, worst)
 

@@ -39,6 +39,17 @@ def fresh_leaves(case):
     return case.replace(**leaves), leaves
 
 
+def case_cotangents(case, outs) -> tuple[torch.Tensor, ...]:
+    """The upstream gradients of ``outs`` for this case: drawn from its ``cot_seed`` in each
+    output's dtype, zero at padded positions (a masked op's)."""
+    rng = np.random.default_rng(int(case.params["cot_seed"]))
+    cot = cotangents(rng, [(o.shape, o.dtype) for o in outs], case.main.device)
+    mask = case.tensors.get(case.record.mask) if case.record.mask else None
+    if mask is not None:
+        cot = tuple(c * mask.unsqueeze(-1).to(c.dtype) for c in cot)
+    return cot
+
+
 def check_gradients(session, impl, case, worst):
     info = case.record
     live, leaves = fresh_leaves(case)
@@ -49,11 +60,7 @@ def check_gradients(session, impl, case, worst):
         raise ContractViolation(f"{impl.id}: its outputs carry a grad_fn on some inputs, none on this case")
     if not all(carrying):
         raise ContractViolation(f"{impl.id}: only some outputs carry a grad_fn ({dict(zip(info.outputs, carrying))})")
-    rng = np.random.default_rng(int(case.params["cot_seed"]))
-    cot = cotangents(rng, [(o.shape, o.dtype) for o in outs], case.main.device)
-    mask = case.tensors.get(info.mask) if info.mask else None
-    if mask is not None:
-        cot = tuple(c * mask.unsqueeze(-1).to(c.dtype) for c in cot)
+    cot = case_cotangents(case, outs)
     names = list(leaves)
     sent = [formats.bits(c).clone() for c in cot]
     grads = kernel_code(session, impl, " backward",
