@@ -149,15 +149,16 @@ def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
 
 
 NEAR_CONSTANT_ELEMS = 1 << 15  # elements per near-constant bucket: groups = this // width, clamped to ...
-NEAR_CONSTANT_GROUPS = (8, 64)  # ... these: many rows, as one kind in three is a constant row
+NEAR_CONSTANT_GROUPS = (4, 64)  # ... these: many rows, as one kind in three is a constant row
 NEAR_CONSTANT_EPS = (1e-12, 1e-10, 1e-8, 1e-6, 1e-5)  # small: eps does not hide a cancelled variance
 NEAR_CONSTANT_SUBLAYER = 2.0 ** -24  # deep_norm's sublayer, scaled so z = alpha x + A x + c stays near-constant
 
 
 def near_constant_buckets(rec, spin: int) -> tuple[Bucket, ...]:
-    """For a centred op (``Op.centred``), groups of profile "near_constant" at each width of the shape
-    buckets: LONG_WIDTH, the odd width, the strided one (row stride > width), the small width of
-    "many", and MILLION_WIDTH (a power of two: one block); eps from NEAR_CONSTANT_EPS.  About
+    """For a centred op (``Op.centred``), groups of profile "near_constant" at four widths of the
+    shape buckets: LONG_WIDTH, the odd width, the small width of "many", and MILLION_WIDTH (a power
+    of two: one block); eps from NEAR_CONSTANT_EPS.  (Not the strided layout: layouts are the shape
+    buckets' question, and the near-constant ones are the suite's costliest per element.)  About
     NEAR_CONSTANT_ELEMS elements each: NEAR_CONSTANT_ELEMS // width groups, within NEAR_CONSTANT_GROUPS.
     A group is a row, or for an op that is not rowwise (batch_norm normalises a channel over
     positions) a column: the bucket is then width positions x that many channels.  Widths are
@@ -166,17 +167,16 @@ def near_constant_buckets(rec, spin: int) -> tuple[Bucket, ...]:
         return ()
     cap = rec.max_width // 2 if rec.halves else rec.max_width
     odd = _mix(spin, "odd") % len(ODD_WIDTHS)
-    widths = (("long", LONG_WIDTH, None), ("odd", ODD_WIDTHS[odd], None),
-              ("strided", ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], "sliced"),
-              ("many", SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], None), ("million", MILLION_WIDTH, None))
+    widths = (("long", LONG_WIDTH), ("odd", ODD_WIDTHS[odd]),
+              ("many", SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)]), ("million", MILLION_WIDTH))
     out = []
-    for width_of, width, layout in widths:
+    for width_of, width in widths:
         note = f"{width_of} width"
         if rec.rowwise and width > cap:
             width, note = cap, f"{width_of} width capped at the op's {cap}"
         groups = min(max(NEAR_CONSTANT_ELEMS // width, NEAR_CONSTANT_GROUPS[0]), NEAR_CONSTANT_GROUPS[1])
         rows, cols = (groups, width) if rec.rowwise else (width, groups)
-        out.append(Bucket("near_constant", rows, cols, layout, _mix(spin, "near_constant " + width_of), note,
+        out.append(Bucket("near_constant", rows, cols, None, _mix(spin, "near_constant " + width_of), note,
                           profile="near_constant", columns=not rec.rowwise))
     return tuple(out)
 
