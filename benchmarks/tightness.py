@@ -34,11 +34,11 @@ import torch
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from normcert import impls, oracle
+from normcert.impls import interpreter
 from normcert.oracle import OPS, assessment
 from normcert.oracle.formats import DTYPE_NAMES, DTYPES, fmt
 from normcert.properties.certificate import cpu_name
 from normcert.properties.families import BY_NAME
-from normcert.impls import interpreter
 from normcert.properties.case import valid_positions
 from normcert.properties.checks.gradients import case_cotangents
 from normcert.properties.fitting import fit

@@ -766,51 +766,73 @@ def _sequential_mean(v):
     return torch.from_numpy(np.ascontiguousarray(s)).to(v.device) / n
 
 
-class _Sequential(torch.autograd.Function):
-    """A forward with sequential sums; its backward is autograd through the eager kernel."""
+def _sequential_column_sum(v):
+    """Sum over the rows of a 2-D v by a left-to-right sum, every partial sum rounded."""
+    if v.shape[0] == 0:
+        return v.sum(0)
+    return torch.from_numpy(np.ascontiguousarray(np.add.accumulate(v.detach().cpu().numpy(), axis=0)[-1])).to(v.device)
+
+
+def _affine(t, like, identity):
+    return identity if t is None else up(t, like)
+
+
+class _LnSequential(torch.autograd.Function):
+    """Two-pass LayerNorm whose every mean, forward and backward, is a left-to-right sum, and whose
+    dweight and dbias sum the rows left to right: dx = rho (g - mean g - xhat mean(g xhat)),
+    g = dy w."""
 
     @staticmethod
-    def forward(ctx, forward, eager, eps, x, *params):
-        ctx.eager, ctx.eps = eager, eps
-        ctx.save_for_backward(x, *[p for p in params if p is not None])
-        ctx.none = [p is None for p in params]
-        return forward(x, *params, eps)
+    def forward(ctx, x, weight, bias, eps):
+        xf = up(x)
+        d = xf - _sequential_mean(xf)
+        rho = torch.rsqrt(_sequential_mean(d * d) + eps)
+        xhat = d * rho
+        ctx.save_for_backward(x, weight, bias, xhat, rho)
+        return (xhat * _affine(weight, x, 1.0) + _affine(bias, x, 0.0)).to(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
-        x, *given = ctx.saved_tensors
-        given = iter(given)
-        params = [None if none else next(given) for none in ctx.none]
-        with torch.enable_grad():
-            leaves = [t.detach().requires_grad_() if t is not None else None for t in (x, *params)]
-            y = ctx.eager(*leaves, ctx.eps)
-            live = [t for t in leaves if t is not None]
-            grads = iter(torch.autograd.grad(y, live, dy))
-        return (None, None, None) + tuple(next(grads) if t is not None else None for t in leaves)
-
-
-def _ln_sequential_forward(x, weight, bias, eps):
-    xf = up(x)
-    d = xf - _sequential_mean(xf)
-    xhat = d * torch.rsqrt(_sequential_mean(d * d) + eps)
-    return (xhat * (1.0 if weight is None else up(weight, x)) + (0.0 if bias is None else up(bias, x))).to(x.dtype)
+        x, weight, bias, xhat, rho = ctx.saved_tensors
+        n, d = x.shape[-1], up(dy, x)
+        g = d * _affine(weight, x, 1.0)
+        dx = rho * (g - _sequential_mean(g) - xhat * _sequential_mean(g * xhat))
+        dw = None if weight is None else _sequential_column_sum((d * xhat).reshape(-1, n)).to(weight.dtype)
+        db = None if bias is None else _sequential_column_sum(d.reshape(-1, n)).to(bias.dtype)
+        return dx.to(x.dtype), dw, db, None
 
 
 @correct("layer_norm")
 def ln_sequential_sum(x, weight, bias, eps):
-    """Two-pass, each mean a left-to-right sum (``_sequential_mean``)."""
-    return _Sequential.apply(_ln_sequential_forward, layer_norm, eps, x, weight, bias)
+    """Every sum left to right (``_sequential_mean``), forward and backward."""
+    return _LnSequential.apply(x, weight, bias, eps)
 
 
-def _rms_sequential_forward(x, weight, eps):
-    xf = up(x)
-    return (xf * torch.rsqrt(_sequential_mean(xf * xf) + eps) * (1.0 if weight is None else up(weight, x))).to(x.dtype)
+class _RmsSequential(torch.autograd.Function):
+    """RMSNorm whose mean square and backward means are left-to-right sums:
+    dx = rho (g - xhat mean(g xhat)), xhat = x rho, g = dy w; dweight sums the rows left to right."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        xf = up(x)
+        rho = torch.rsqrt(_sequential_mean(xf * xf) + eps)
+        ctx.save_for_backward(x, weight, rho)
+        return (xf * rho * _affine(weight, x, 1.0)).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rho = ctx.saved_tensors
+        n, d, xhat = x.shape[-1], up(dy, x), up(x) * rho
+        g = d * _affine(weight, x, 1.0)
+        dx = rho * (g - xhat * _sequential_mean(g * xhat))
+        dw = None if weight is None else _sequential_column_sum((d * xhat).reshape(-1, n)).to(weight.dtype)
+        return dx.to(x.dtype), dw, None
 
 
 @correct("rms_norm")
 def rms_sequential_sum(x, weight, eps):
-    """The mean square by a left-to-right sum (``_sequential_mean``)."""
-    return _Sequential.apply(_rms_sequential_forward, eager_rms_norm, eps, x, weight)
+    """Every sum left to right (``_sequential_mean``), forward and backward."""
+    return _RmsSequential.apply(x, weight, eps)
 
 
 @correct("swiglu")
