@@ -17,7 +17,7 @@ normcert owns the run: pytest runs in a child process under normcert's own
 configuration (``_child_config``: no ini file, ``conftest.py`` or ``PYTEST_*`` variable
 (``PYTEST_ADDOPTS``, ``PYTEST_PLUGINS``, an xdist worker's) of the folder or process it is started from), and this process judges
 it.  The child's plugin writes its verdict to a run record as its very last step
-(``plugin.RUN_RECORD``); a child that ended without one (a kernel called
+(``run_settings.RUN_RECORD``); a child that ended without one (a kernel called
 ``os._exit(0)``, or died) never exits 0 here, and one that does not exit after its
 run ended (a kernel's non-daemon thread or finalizer) is ended after the kernel
 timeout, as any call into kernel code would be.
@@ -35,8 +35,7 @@ import tempfile
 import time
 from collections import defaultdict
 
-from normcert.properties.plugin import PROFILES, RUN_RECORD
-from normcert.properties.session import HEARTBEAT, KERNEL_TIMEOUT, STALLED
+from normcert.properties.run_settings import HEARTBEAT, KERNEL_TIMEOUT, PROFILES, RUN_RECORD, STALLED
 
 USAGE = 4
 NO_TESTS = 5  # pytest's exit status when it collected nothing

@@ -63,10 +63,7 @@ import hypothesis.core
 import pytest
 from hypothesis import settings
 
-from .session import KERNEL_TIMEOUT
-
-# examples per property and dtype; "large" is ci's plus the large family (a GPU: test_large)
-PROFILES = {"dev": 4, "ci": 12, "thorough": 300, "large": 12}
+from .run_settings import KERNEL_TIMEOUT, PROFILES, RUN_RECORD
 
 
 def flag(name: str) -> str:
@@ -84,7 +81,6 @@ def _register_profiles():
         settings.register_profile(name, max_examples=examples, deadline=None)
 
 _PACKAGE = "normcert.properties"
-RUN_RECORD = "NORMCERT_RUN_RECORD"  # where the controller writes its verdict as its last step (``cli``)
 
 
 def pytest_addoption(parser):

@@ -19,7 +19,7 @@ import weakref
 import torch
 
 from .case import Case
-from .session import FIRST_CALL
+from .run_settings import FIRST_CALL
 
 class ContractViolation(AssertionError):
     """The kernel broke the calling contract (not a numerical failure)."""

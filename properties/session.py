@@ -12,13 +12,8 @@ import os
 from dataclasses import dataclass, field
 
 from ..impls.autotune import Forcing, tuners
+from .run_settings import HEARTBEAT
 
-KERNEL_TIMEOUT = 60.0  # seconds, the default --kernel-timeout
-FIRST_CALL = 5  # the first call of a specialisation may take this many times --kernel-timeout
-STALLED = FIRST_CALL + 1
-"""Kernel timeouts of silence after which ``normcert certify`` ends a run as stalled: a first call
-may take FIRST_CALL of them, the oracle and the checks between two calls far less than one."""
-HEARTBEAT = "NORMCERT_HEARTBEAT"  # a file whose mtime the run touches as it makes progress (``beat``)
 
 
 @dataclass
@@ -38,7 +33,7 @@ class Session:
     interpreted: (kernel id, dtype) -> does it run under that interpreter (``probes.runs_interpreted``);
     weightless: (kernel id, dtype) -> does it accept None for the op's optional weight and bias
     (``probes.accepts_weightless``);
-    profile: the run's profile (``plugin.PROFILES``): "large" adds the large family;
+    profile: the run's profile (``run_settings.PROFILES``): "large" adds the large family;
     returned: kernel id -> the outputs of its last calls, held to catch a reused buffer
     (``sandbox.check_not_reused``);
     heartbeat: the file ``beat`` touches (``$NORMCERT_HEARTBEAT``, set by ``normcert certify``), or None;
