@@ -40,7 +40,7 @@ from normcert.oracle.formats import DTYPE_NAMES, DTYPES, fmt
 from normcert.properties.certificate import cpu_name
 from normcert.properties.families import BY_NAME
 from normcert.properties.case import valid_positions
-from normcert.properties.checks.gradients import case_cotangents
+from normcert.properties.checks.gradients import case_cotangents, fresh_leaves
 from normcert.properties.fitting import fit
 from normcert.properties.measure import oracle_assessments
 from normcert.properties.strategies import near_constant_buckets
@@ -108,8 +108,8 @@ def measure(impl, case, family: str, cell: Cell) -> None:
         for name, (a, e, b) in zip(rec.outputs, oracle_assessments(outs, case, where=valid_positions(case))):
             cell.add(impl.id, a, e, b, rec.out_dtype(name, case.tensors), rec.quantised_dtype(name) is not None)
         return
-    names = rec.grads_in(case.tensors)
-    leaves = {k: case.tensors[k].detach().clone().requires_grad_(True) for k in names}
+    _, leaves = fresh_leaves(case)
+    names = list(leaves)
     with torch.enable_grad():
         outs = rec.call_outputs(impl.fn, {**args, **leaves})
     cot = case_cotangents(case, outs)

@@ -37,7 +37,7 @@ strategy first, so with a bucket every other choice (profile, layout, eps,
 value seed, ...) is *spun*: its list is rotated by an amount derived from the
 run's seed (``choice``, ``integer``), so that the first case differs per seed
 and a failure still shrinks.  A centred op (``Op.centred``) also gets the near-constant
-buckets (``near_constant_buckets``): offset rows whose mean cancels, at every bucket width.
+buckets (``near_constant_buckets``): offset rows whose mean cancels, at four bucket widths.
 """
 from __future__ import annotations
 

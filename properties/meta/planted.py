@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ...impls.compiled import compiled_at_first_call
-from ...impls.eager import layer_norm, rms_formula, to_e4m3, up
+from ...impls.eager import _or, layer_norm, rms_formula, to_e4m3, up
 from ...impls.eager import rms_norm as eager_rms_norm
 
 from .expect import batch_size_bug, bucket_bug, bug, correct
@@ -753,28 +753,26 @@ def ln_welford(x, weight, bias, eps):
     return ((xf - mean) * torch.rsqrt(var + eps) * up(weight) + up(bias)).to(x.dtype)
 
 
-def _sequential_mean(v):
-    """Mean over the last dim by a left-to-right sum in v's dtype, every partial sum rounded
+def _sequential_sum(v, dim):
+    """Sum along ``dim`` (kept) by a left-to-right sum in v's dtype, every partial sum rounded
     (numpy's ``add.accumulate``; ``torch.cumsum`` accumulates float32 in float64 on CPU): the
     order whose error grows as n u, the error model's gam(n) S1, where a tree order's grows as
     log2(n) u.  A correct kernel may sum in any order; this one shows how much of the bound
     that freedom needs (``benchmarks/tightness.py``)."""
-    n = v.shape[-1]
-    if n == 0:
-        return v.sum(-1, keepdim=True)
-    s = np.add.accumulate(v.detach().cpu().numpy(), axis=-1)[..., -1:]
-    return torch.from_numpy(np.ascontiguousarray(s)).to(v.device) / n
+    if v.shape[dim] == 0:
+        return v.sum(dim, keepdim=True)
+    s = np.take(np.add.accumulate(v.detach().cpu().numpy(), axis=dim), [-1], axis=dim)
+    return torch.from_numpy(np.ascontiguousarray(s)).to(v.device)
+
+
+def _sequential_mean(v):
+    """The mean over the last dim by ``_sequential_sum`` (0 for an empty row)."""
+    return _sequential_sum(v, -1) / max(v.shape[-1], 1)
 
 
 def _sequential_column_sum(v):
-    """Sum over the rows of a 2-D v by a left-to-right sum, every partial sum rounded."""
-    if v.shape[0] == 0:
-        return v.sum(0)
-    return torch.from_numpy(np.ascontiguousarray(np.add.accumulate(v.detach().cpu().numpy(), axis=0)[-1])).to(v.device)
-
-
-def _affine(t, like, identity):
-    return identity if t is None else up(t, like)
+    """The sum over the rows of a 2-D v by ``_sequential_sum``."""
+    return _sequential_sum(v, 0).squeeze(0)
 
 
 class _LnSequential(torch.autograd.Function):
@@ -789,13 +787,13 @@ class _LnSequential(torch.autograd.Function):
         rho = torch.rsqrt(_sequential_mean(d * d) + eps)
         xhat = d * rho
         ctx.save_for_backward(x, weight, bias, xhat, rho)
-        return (xhat * _affine(weight, x, 1.0) + _affine(bias, x, 0.0)).to(x.dtype)
+        return (xhat * _or(weight, x, 1.0) + _or(bias, x, 0.0)).to(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, bias, xhat, rho = ctx.saved_tensors
         n, d = x.shape[-1], up(dy, x)
-        g = d * _affine(weight, x, 1.0)
+        g = d * _or(weight, x, 1.0)
         dx = rho * (g - _sequential_mean(g) - xhat * _sequential_mean(g * xhat))
         dw = None if weight is None else _sequential_column_sum((d * xhat).reshape(-1, n)).to(weight.dtype)
         db = None if bias is None else _sequential_column_sum(d.reshape(-1, n)).to(bias.dtype)
@@ -817,13 +815,13 @@ class _RmsSequential(torch.autograd.Function):
         xf = up(x)
         rho = torch.rsqrt(_sequential_mean(xf * xf) + eps)
         ctx.save_for_backward(x, weight, rho)
-        return (xf * rho * _affine(weight, x, 1.0)).to(x.dtype)
+        return (xf * rho * _or(weight, x, 1.0)).to(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, rho = ctx.saved_tensors
         n, d, xhat = x.shape[-1], up(dy, x), up(x) * rho
-        g = d * _affine(weight, x, 1.0)
+        g = d * _or(weight, x, 1.0)
         dx = rho * (g - xhat * _sequential_mean(g * xhat))
         dw = None if weight is None else _sequential_column_sum((d * xhat).reshape(-1, n)).to(weight.dtype)
         return dx.to(x.dtype), dw, None
