@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ..oracle.kinds import APPROXIMATE
-from ..oracle.validate import one_of, positive
+from ..oracle.validate import boolean, one_of, positive
 
 from . import make
 
@@ -64,6 +64,15 @@ def to_e4m3(v):
         quantum = ((e.clamp(min=-6) - 3 + 1023) << 52).view(torch.float64)
         v = torch.round(v / quantum) * quantum
     return v.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+
+
+def rms_norm_gated(x, z, weight, eps, norm_before_gate):
+    """rms_norm(x) w silu(z), or rms_norm(x silu(z)) w, in the compute format (F.silu)."""
+    boolean("rms_norm_gated", "norm_before_gate", norm_before_gate)
+    s = F.silu(up(z))
+    if norm_before_gate:
+        return (rms_formula(up(x), up(weight, x), eps) * s).to(x.dtype)
+    return rms_formula(up(x) * s, up(weight, x), eps).to(x.dtype)
 
 
 def rms_norm_fp8(x, weight, eps, scale):
@@ -150,6 +159,7 @@ IMPLS = [
     make("rms_norm", "eager", "eager", rms_norm),
     make("gemma_rms_norm", "eager", "eager", gemma_rms_norm),
     make("add_rms_norm", "eager", "eager", add_rms_norm),
+    make("rms_norm_gated", "eager", "eager", rms_norm_gated),
     make("rms_norm_fp8", "eager", "eager", rms_norm_fp8),
     make("add_rms_norm_fp8", "eager", "eager", add_rms_norm_fp8),
     make("layer_norm", "eager", "eager", layer_norm),

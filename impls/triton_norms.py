@@ -75,7 +75,7 @@ def div_rn(a, b):
 
 
 @triton.jit
-def _rsqrt_rn(v):
+def rsqrt_rn(v):
     """1 / sqrt(v) from a square root and a division each rounded to nearest."""
     if v.dtype == tl.float32:
         root = tl.math.sqrt_rn(v)
@@ -144,7 +144,7 @@ def _row_norm_fwd_kernel(
             tl.store(tile_ptrs(RES, row, col, n, 1), s.to(RES.dtype.element_ty), mask=m)
         d = tl.where(m, s - mean[:, None], 0.0)
         acc += d * d
-    rstd = _rsqrt_rn(div_rn(tl.sum(acc, 1), n_acc) + tl.load(EPS))
+    rstd = rsqrt_rn(div_rn(tl.sum(acc, 1), n_acc) + tl.load(EPS))
     tl.store(RSTD + row, rstd, mask=in_rows)
     for c0 in range(0, n, BLOCK_N):
         col = c0 + tl.arange(0, BLOCK_N)
@@ -160,7 +160,7 @@ def _row_norm_fwd_kernel(
 
 
 @triton.jit
-def _add_to_partial(PART, col, in_cols, v):
+def add_to_partial(PART, col, in_cols, v):
     """PART[col] += v: this program's own row of a partial-sum buffer."""
     tl.store(PART + col, tl.load(PART + col, mask=in_cols) + v, mask=in_cols)
 
@@ -214,9 +214,9 @@ def _row_norm_bwd_kernel(
             if PRE == 1:
                 dx += tl.load(tile_ptrs(DRES, row, col, sqr, sqc), mask=m, other=0.0).to(ACC)
             tl.store(tile_ptrs(DX, row, col, n, 1), dx.to(DX.dtype.element_ty), mask=m)
-            _add_to_partial(dw_part, col, in_cols, tl.sum(dy * xhat, 0))
+            add_to_partial(dw_part, col, in_cols, tl.sum(dy * xhat, 0))
             if CENTER:
-                _add_to_partial(db_part, col, in_cols, tl.sum(dy, 0))
+                add_to_partial(db_part, col, in_cols, tl.sum(dy, 0))
 
 
 # ---------------------------------------------------------------- BatchNorm (statistics per channel)
@@ -266,7 +266,7 @@ def _bn_fwd_kernel(
         x = tl.load(tile_ptrs(X, pos, col, sxp, sxc), mask=m, other=0.0).to(ACC)
         d = tl.where(m, x - mean[None, :], 0.0)
         acc += d * d
-    rstd = _rsqrt_rn(div_rn(tl.sum(acc, 0), count_all) + tl.load(EPS))
+    rstd = rsqrt_rn(div_rn(tl.sum(acc, 0), count_all) + tl.load(EPS))
     tl.store(MEAN + col, mean, mask=in_cols)
     tl.store(RSTD + col, rstd, mask=in_cols)
     w = tl.load(W + col, mask=in_cols, other=0.0).to(ACC)[None, :]
@@ -341,7 +341,7 @@ def tile(n: int) -> tuple[int, int]:
     return TILE // block_n, block_n
 
 
-def _column_sums(part: torch.Tensor, dtype: torch.dtype, acc: tl.dtype) -> torch.Tensor:
+def column_sums(part: torch.Tensor, dtype: torch.dtype, acc: tl.dtype) -> torch.Tensor:
     """Sum the rows of a (programs, n) partial-sum buffer, rounded once to dtype."""
     programs, n = part.shape
     out = torch.empty(n, dtype=dtype, device=part.device)
@@ -351,7 +351,7 @@ def _column_sums(part: torch.Tensor, dtype: torch.dtype, acc: tl.dtype) -> torch
     return out
 
 
-def _scalar(v: float, dtype: torch.dtype, device) -> torch.Tensor:
+def scalar(v: float, dtype: torch.dtype, device) -> torch.Tensor:
     """eps or alpha as a one-element tensor: Triton would pass a Python float as float32."""
     return torch.full((1,), v, dtype=dtype, device=device)
 
@@ -378,10 +378,10 @@ def _row_norm_forward(x, residual, weight, bias, eps, center, alpha=None, scale=
         block_r, block_n = tile(n)
         w = weight.contiguous()
         b = w if bias is None else bias.contiguous()
-        eps_t = _scalar(eps, acc_t, x.device)
+        eps_t = scalar(eps, acc_t, x.device)
         _row_norm_fwd_kernel[(triton.cdiv(rows, block_r),)](
-            x2, x2.stride(0), x2.stride(1), r2, r2.stride(0), r2.stride(1), _scalar(1.0 if alpha is None else alpha, acc_t, x.device),
-            w, b, eps_t, eps_t if scale is None else _scalar(scale, acc_t, x.device),  # SCALE is read only if QUANT
+            x2, x2.stride(0), x2.stride(1), r2, r2.stride(0), r2.stride(1), scalar(1.0 if alpha is None else alpha, acc_t, x.device),
+            w, b, eps_t, eps_t if scale is None else scalar(scale, acc_t, x.device),  # SCALE is read only if QUANT
             y, y if res is None else res, rstd if mean is None else mean, rstd,
             rows, n, CENTER=center, PRE=pre, HAS_BIAS=bias is not None, QUANT=scale is not None,
             ACC=acc, BLOCK_R=block_r, BLOCK_N=block_n)
@@ -413,13 +413,13 @@ def _row_norm_backward(x, residual, weight, mean, rstd, dy, dres, bias_dtype=Non
     dw_part = torch.zeros((programs, n), dtype=acc_t, device=x.device)
     db_part = torch.zeros((programs, n), dtype=acc_t, device=x.device) if center else dw_part
     _row_norm_bwd_kernel[(programs,)](
-        x2, x2.stride(0), x2.stride(1), r2, r2.stride(0), r2.stride(1), _scalar(1.0 if alpha is None else alpha, acc_t, x.device),
+        x2, x2.stride(0), x2.stride(1), r2, r2.stride(0), r2.stride(1), scalar(1.0 if alpha is None else alpha, acc_t, x.device),
         dy2, dy2.stride(0), dy2.stride(1),
         dres2, dres2.stride(0), dres2.stride(1), weight.contiguous(), rstd if mean is None else mean, rstd,
         dx, dw_part, db_part, rows, n, rows_per_prog,
         CENTER=center, PRE=_prologue(residual, alpha), ACC=acc, BLOCK_R=block_r, BLOCK_N=block_n)
-    dw = _column_sums(dw_part, weight.dtype, acc)
-    db = _column_sums(db_part, bias_dtype, acc) if center else None
+    dw = column_sums(dw_part, weight.dtype, acc)
+    db = column_sums(db_part, bias_dtype, acc) if center else None
     return dx.reshape(x.shape), dw, db
 
 
@@ -529,7 +529,7 @@ def _batch_norm_forward(x, weight, bias, eps, mask):
         block_p, block_c = _bn_tile(p, c)
         _bn_fwd_kernel[(triton.cdiv(c, block_c),)](
             x2, x2.stride(0), x2.stride(1), x2 if m is None else m, weight.contiguous(), bias.contiguous(),
-            _scalar(eps, acc_t, x.device), y, mean, rstd, p, c,
+            scalar(eps, acc_t, x.device), y, mean, rstd, p, c,
             HAS_MASK=m is not None, ACC=acc, BLOCK_P=block_p, BLOCK_C=block_c)
     return y.reshape(x.shape), mean, rstd, m
 

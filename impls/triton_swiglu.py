@@ -44,7 +44,7 @@ def _tile_mask(rows, n, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _sigmoids(g):
+def sigmoids(g):
     """(sigma(g), 1 - sigma(g)) from e = exp(-|g|); IEEE at +-inf (sigma = 1, 0) and NaN."""
     e = tl.exp(-tl.abs(g))
     big = div_rn(1.0, 1 + e)
@@ -61,7 +61,7 @@ def _swiglu_fwd_kernel(
     row, col, m = _tile_mask(rows, n, BLOCK_R, BLOCK_N)
     g = tl.load(tile_ptrs(G, row, col, sgr, sgc), mask=m, other=0.0).to(ACC)
     u = tl.load(tile_ptrs(U, row, col, sur, suc), mask=m, other=0.0).to(ACC)
-    sigma, _ = _sigmoids(g)
+    sigma, _ = sigmoids(g)
     tl.store(tile_ptrs(Y, row, col, n, 1), (g * sigma * u).to(Y.dtype.element_ty), mask=m)
 
 
@@ -75,7 +75,7 @@ def _swiglu_bwd_kernel(
     g = tl.load(tile_ptrs(G, row, col, sgr, sgc), mask=m, other=0.0).to(ACC)
     u = tl.load(tile_ptrs(U, row, col, sur, suc), mask=m, other=0.0).to(ACC)
     dy = tl.load(tile_ptrs(DY, row, col, sdr, sdc), mask=m, other=0.0).to(ACC)
-    sigma, one_minus_sigma = _sigmoids(g)
+    sigma, one_minus_sigma = sigmoids(g)
     dg = dy * u * sigma * (1 + g * one_minus_sigma)
     tl.store(tile_ptrs(DG, row, col, sor, 1), dg.to(DG.dtype.element_ty), mask=m)
     tl.store(tile_ptrs(DU, row, col, sor, 1), (dy * g * sigma).to(DU.dtype.element_ty), mask=m)

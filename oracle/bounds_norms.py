@@ -51,7 +51,7 @@ def affine_grad_context(args, name):
 # ---------------------------------------------------------------- RMSNorm
 @dataclass(frozen=True)
 class NormInput:
-    """The rows an RMSNorm bound normalises, as a correct kernel may see them.
+    """The rows a norm's bound normalises, as a correct kernel may see them.
 
     values:    the exact rows, float64
     rounded:   the dtype the kernel may round them to before normalising (a fused sum x + r:
@@ -59,12 +59,15 @@ class NormInput:
     claim:     rows the bound may claim at all (keepdims; the fused sum: RNE(x + r) finite)
     cotangent: a gradient reaching the rows directly, added to dx before it is rounded
                (add_rms_norm's residual_out cotangent), or 0
+    error:     a bound on how far each value the kernel normalises may be from ``values``
+               besides ``rounded``'s rounding, absolute (the gated norm's x silu(z), formed in c), or 0
     """
 
     values: np.ndarray
     rounded: torch.dtype | None = None
     claim: np.ndarray | bool = True
     cotangent: np.ndarray | float = 0.0
+    error: np.ndarray | float = 0.0
 
     def rounding(self, dtype, kernel=True) -> float:
         """The relative perturbation u_s of rounded rows for a kernel of main dtype ``dtype``: the
@@ -76,8 +79,24 @@ class NormInput:
             return 0.0
         return (Context(dtype, self.rounded).uo if kernel else 0.0) + U_64
 
+    def perturbation(self, dtype, kernel=True) -> np.ndarray:
+        """delta_i, how far each value the kernel normalises may be from s_i = ``values``:
+        u_s |s_i| (``rounding``) + ``error``_i."""
+        return self.rounding(dtype, kernel) * np.abs(self.values) + self.error
 
-def _inverse_rms(ctx, s, eps):
+
+def moved_rho(rho, delta):
+    """The relative change of rho = 1 / sqrt(mean(s^2) + eps) when each s_i moves by at most delta_i.
+
+    sqrt(t^2 + eps) is 1-Lipschitz in t, and t = rms(s) moves by at most r = rms(delta) (Minkowski),
+    so 1 / rho moves by at most r, and rho by at most r rho / (1 - r rho) relative; +inf once
+    r rho >= 1 (no claim).  For s_i rounded, delta_i = u_s |s_i|, that is u_s (1 + O(u_s))."""
+    with np.errstate(all="ignore"):
+        r_rho = np.sqrt(row_mean(delta * delta)) * rho
+        return np.where(r_rho < 1, r_rho / np.maximum(1 - r_rho, 2.0 ** -60), np.inf)
+
+
+def inverse_rms(ctx, s, eps):
     """(rho, rho_rel): rho = 1 / sqrt(mean(s^2) + eps) and the bound on a correct kernel's relative
     error in it, gam(n+1)/2 + (FN_ULPS + 2) u_c + n lam_c / (ms + eps)."""
     n = s.shape[-1]
@@ -91,19 +110,21 @@ def _inverse_rms(ctx, s, eps):
 def rms_norm_fwd(args, exact, kernel=True, rows=None, extra_rel=0.0, multiplier=None):
     """rms_norm's forward bound (module docstring).
 
-    rows: a ``NormInput`` (default: x); a rounded input adds 2 u_s |y_i| (the sum may be rounded,
-    each s_i off by u_s |s_i|, to the residual stream's dtype before normalising: u_s its unit
-    roundoff, ``NormInput.rounding``; once in s_i, once through rho).  extra_rel: a further relative
-    error of y; multiplier: the factor applied after normalising (default: the weight;
-    gemma_rms_norm's is 1 + weight)."""
+    rows: a ``NormInput`` (default: x); rows the kernel may see moved by delta_i
+    (``NormInput.perturbation``: the fused sum rounded to the residual stream's dtype, u_s |s_i|)
+    add |w_i| rho delta_i (s_i's own move) + |y_i| ``moved_rho`` (rho's): 2 u_s |y_i| for a rounded
+    sum.  extra_rel: a further relative error of y; multiplier: the factor applied after
+    normalising (default: the weight; gemma_rms_norm's is 1 + weight)."""
     ctx = Context(args["x"].dtype, kernel=kernel)
     rows = NormInput(to_float64(args["x"])) if rows is None else rows
     w = affine_values(args, "weight") if multiplier is None else multiplier
-    extra_rel = extra_rel + 2 * rows.rounding(args["x"].dtype, kernel)
-    _, rho_rel = _inverse_rms(ctx, rows.values, args["eps"])
+    delta = rows.perturbation(args["x"].dtype, kernel)
+    rho, rho_rel = inverse_rms(ctx, rows.values, args["eps"])
     y = np.abs(exact[0])
-    bound = (rho_rel + extra_rel) * y + ctx.round_out(y) + ctx.lam_c * np.abs(w) + ctx.lam_o * np.abs(w)
-    return (np.where(claimable_rows(ctx, rows.values) & rows.claim, bound, np.inf),)
+    with np.errstate(all="ignore"):
+        bound = ((rho_rel + extra_rel + moved_rho(rho, delta)) * y + np.abs(w) * rho * delta + ctx.round_out(y)
+                 + ctx.lam_c * np.abs(w) + ctx.lam_o * np.abs(w))
+    return (np.where(claimable_rows(ctx, rows.values) & rows.claim & np.isfinite(bound), bound, np.inf),)
 
 
 def gemma_rms_norm_fwd(args, exact, kernel=True):
@@ -113,7 +134,7 @@ def gemma_rms_norm_fwd(args, exact, kernel=True):
     return rms_norm_fwd(args, exact, kernel, extra_rel=ctx.uc, multiplier=1.0 + affine_values(args, "weight"))
 
 
-def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.0):
+def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.0, cotangent_error=0.0):
     """dx_i = rho g_i - rho^3 x_i M, M = mean(g x), g = dy w; dw = sum_rows dy x rho.
 
     |d dx_i| <= rho|g_i| (rho_rel + 2u_c) + rho^3 |x_i| (|M| (3 rho_rel + 4 u_c) + gam(n+2) mean|g x|)
@@ -125,50 +146,63 @@ def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.
     of ROUNDINGS lam_x rho (rho |M| [i tiny] + rho |x_i| mean(|g| [tiny]))).  Without these floors
     the llama order was rejected in float16 on rows of |x| ~ 1e-4 with eps = 0.1 (xhat ~ 3e-5,
     below float16's smallest normal 6.1e-5): dweight 6.3 bounds off.
-    rows: a ``NormInput`` (default: x); a rounded one (the fused sum, off by u_s |s_i|) adds u_s
-    to rho_rel and to the terms of M, and its cotangent is added to dx before dx is rounded.
+
+    Moved inputs and factors, each to first order:
+    rows: a ``NormInput`` (default: x) whose values the kernel may see moved by delta_i
+    (``NormInput.perturbation``; the fused sum rounded, u_s |s_i|): rho moves by ``moved_rho``
+    (added to rho_rel), x_i's own move adds rho^3 |M| delta_i, and M's rho^3 |x_i| mean(|g| delta);
+    its cotangent is added to dx before dx is rounded.  For a rounded sum that is u_s in rho_rel and
+    u_s on each term of M, as before this generalisation.
     multiplier: the factor after normalising (default: the weight; gemma_rms_norm's is 1 + weight);
-    multiplier_rel: its relative error in the kernel (each g_i off by multiplier_rel |g_i|), which adds
-    multiplier_rel (rho |g_i| + rho^3 |x_i| mean|g x|).
+    multiplier_rel: its relative error in the kernel; cotangent_error: a bound on dy's own error (the
+    gated norm's dy silu(z)), absolute.  Together g_i is off by e_i = multiplier_rel |g_i| + |w_i|
+    cotangent_error_i, which adds rho e_i + rho^3 |x_i| mean(e |x|) to dx, and dw_j's terms
+    dy_j xhat_j are off by |xhat_j| cotangent_error_j more.
     """
     ctx = Context(args["x"].dtype)
     rows = NormInput(to_float64(args["x"])) if rows is None else rows
     x, w = rows.values, affine_values(args, "weight") if multiplier is None else multiplier
     dy = to_float64(cot[0])
-    sum_rounding = rows.rounding(args["x"].dtype)
-    rho, rho_rel = _inverse_rms(ctx, x, args["eps"])
-    rho_rel = rho_rel + sum_rounding
+    delta = rows.perturbation(args["x"].dtype)
+    rho, rho_rel = inverse_rms(ctx, x, args["eps"])
     claim = claimable_rows(ctx, x) & rows.claim
     with np.errstate(all="ignore"):
+        rho_rel = rho_rel + moved_rho(rho, delta)
+        g = dy * w
+        g_err = multiplier_rel * np.abs(g) + np.abs(w) * cotangent_error
         tiny = np.abs(x * rho) < 2 * ctx.lam_o  # xhat may be saved subnormal, or flushed
-        dx_err = _rms_dx_error(ctx, x, dy * w, rho, rho_rel, sum_rounding, multiplier_rel, rows.cotangent, tiny)
-        dw_err = _rms_dweight_error(ctx, affine_grad_context(args, "weight"), x, dy, rho, rho_rel, sum_rounding,
-                                    tiny, exact.get("weight", 0.0))
+        dx_err = _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, rows.cotangent, tiny)
+        dw_err = _rms_dweight_error(ctx, affine_grad_context(args, "weight"), x, dy, rho, rho_rel, delta,
+                                    cotangent_error, tiny, exact.get("weight", 0.0))
+    claim = claim & np.isfinite(rho_rel)
     return {"x": np.where(claim, dx_err, np.inf), "weight": np.where(claim.all(), dw_err, np.inf)}
 
 
-def _rms_dx_error(ctx, x, g, rho, rho_rel, sum_rounding, multiplier_rel, cotangent, tiny):
-    """dx_i = rho g_i - rho^3 x_i M: its terms' errors, dx's rounding (after the rows' own cotangent
-    is added), the flush floors lam_c, and the floor of a tiny saved xhat (``rms_norm_bwd``)."""
+def _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, cotangent, tiny):
+    """dx_i = rho g_i - rho^3 x_i M: its terms' errors (the moved rows', delta, and factors', g_err,
+    included), dx's rounding (after the rows' own cotangent is added), the flush floors lam_c, and
+    the floor of a tiny saved xhat (``rms_norm_bwd``)."""
     saved = ROUNDINGS * ctx.uo  # intermediates saved in x.dtype for backward
     direct = rho * np.abs(g)  # |rho g_i|
     via_mean = rho ** 3 * np.abs(x)  # |rho^3 x_i|, the factor of M
     mean_gx, mean_abs_gx = row_mean(g * x), row_mean(np.abs(g * x))
-    dx_err = (direct * (rho_rel + saved + 2 * ctx.uc + multiplier_rel)
-              + via_mean * (np.abs(mean_gx) * (3 * rho_rel + sum_rounding + 4 * ctx.uc)
-                            + (ctx.gam(x.shape[-1] + 2) + sum_rounding + saved + ORACLE + multiplier_rel)
-                            * mean_abs_gx))
+    dx_err = (direct * (rho_rel + saved + 2 * ctx.uc) + rho * g_err
+              + rho ** 3 * np.abs(mean_gx) * (np.abs(x) * (3 * rho_rel + 4 * ctx.uc) + delta)
+              + via_mean * ((ctx.gam(x.shape[-1] + 2) + saved + ORACLE) * mean_abs_gx
+                            + row_mean(np.abs(g) * delta + g_err * np.abs(x))))
     # dx = dx_rms + the rows' own cotangent is rounded after the add: its magnitude, not |dx|, sets the rounding
     dx_err = (dx_err + ctx.round_out(direct + via_mean * np.abs(mean_gx) + np.abs(cotangent))
               + ctx.lam_c * (1 + direct + via_mean))
     return dx_err + ROUNDINGS * ctx.lam_o * rho ** 2 * (np.abs(mean_gx) * tiny + np.abs(x) * row_mean(np.abs(g) * tiny))
 
 
-def _rms_dweight_error(ctx, weight_ctx, x, dy, rho, rho_rel, sum_rounding, tiny, dweight):
-    """dw_j = sum_rows dy_j x_j rho: the sum's error, rho's (its largest rho_rel over the rows) and a
-    saved xhat's on the terms, dw's rounding, and the floors of flushed terms and of tiny saved xhat."""
+def _rms_dweight_error(ctx, weight_ctx, x, dy, rho, rho_rel, delta, cotangent_error, tiny, dweight):
+    """dw_j = sum_rows dy_j x_j rho: the sum's error, rho's (its largest rho_rel over the rows), the
+    moved rows' and dy's own (delta, cotangent_error) and a saved xhat's on the terms, dw's rounding,
+    and the floors of flushed terms and of tiny saved xhat."""
     dw_sum_err, dw_total = row_sum_error(weight_ctx, np.abs(dy * x * rho))
-    return (dw_sum_err + (rho_rel.max(initial=0) + sum_rounding + ROUNDINGS * ctx.uo) * dw_total
+    return (dw_sum_err + (rho_rel.max(initial=0) + ROUNDINGS * ctx.uo) * dw_total
+            + sum_over_rows(rho * (np.abs(dy) * delta + cotangent_error * np.abs(x)))
             + weight_ctx.round_out(np.abs(dweight))
             + weight_ctx.lam_c * x.shape[0] + ROUNDINGS * ctx.lam_o * sum_over_rows(np.abs(dy) * tiny))
 
@@ -184,7 +218,7 @@ def _layer_rows(ctx, args, rows, kernel=True):
     """The normalisation of layer_norm's rows (a ``NormInput``; default x): a rounded input (the
     fused sum, each s_i off by u_s |s_i|) enters as the input perturbation dz = u_s |s|."""
     rows = NormInput(to_float64(args["x"])) if rows is None else rows
-    dz = rows.rounding(args["x"].dtype, kernel) * np.abs(rows.values)
+    dz = rows.perturbation(args["x"].dtype, kernel)
     norm = normalisation_error(ctx, rows.values, args["eps"], dz)
     return replace(norm, claim=norm.claim & rows.claim), rows
 

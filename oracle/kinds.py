@@ -13,7 +13,7 @@ with an argument it does through its ``Kind``, here and nowhere else:
               which owns the randomness (one numpy generator per case, the bucket's spins) and
               the value profiles; the kind says what to ask it for
     convert   the oracle's value on backend B: tensors exactly widened, the mask as numpy bools,
-              scalars as Python floats (GELU's form as its name)
+              scalars as Python floats (GELU's form as its name, a flag as a bool)
     identity  what an ``optional`` argument given as None means (a weight of ones, a bias of
               zeros); None: the kind may not be optional
     shape     how the value's shape follows the main tensor x (n = x.shape[-1]):
@@ -40,6 +40,8 @@ define a case):
     approximate  GELU's form, one of APPROXIMATE: "none" (erf) or "tanh"
     scale    a positive finite float: a static per-tensor quantisation scale (the output is
              divided by it before it is rounded to its quantised format)
+    flag     True or False: a switch between two forms of the op (the gated norm's
+             norm_before_gate), drawn both ways
 """
 from __future__ import annotations
 
@@ -100,7 +102,7 @@ class Kind:
             return None if value is None else value.detach().cpu().numpy().astype(bool)
         if self.tensor:
             return B.array(to_float64(value))
-        return value if isinstance(value, str) else float(value)
+        return value if isinstance(value, (str, bool)) else float(value)
 
 
 def _vector_kind(name: str, identity: float, spread: float, profiles: tuple[str, ...]) -> Kind:
@@ -155,4 +157,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("scale", check=_scalar_check(v.positive),
          sample=lambda normal, rows, width: 1 / 64,
          draw=lambda d, arg: d.quantisation_scale(), shape=None),
+    Kind("flag", check=_scalar_check(v.boolean),
+         sample=lambda normal, rows, width: False,
+         draw=lambda d, arg: d.choose([False, True], arg.name), shape=None),
 )}

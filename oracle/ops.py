@@ -5,7 +5,8 @@ positional in the order below, eps last; rms_norm's weight and layer_norm's
 weight and bias may be None (ones, zeros); batch_norm takes ``mask=`` by keyword;
 deep_norm takes its sublayer as a callable (the suite's affine one); GELU's form
 (``approximate``, "none" or "tanh") is the last argument of geglu and gelu_and_mul;
-the FP8 ops take the static scale last, after eps, and return float8_e4m3fn; a fused op's
+the FP8 ops take the static scale last, after eps, and return float8_e4m3fn; the gated RMSNorm
+takes its gate z after x and ``norm_before_gate`` (a bool) last; a fused op's
 residual may be kept in float32 while x is float16 or bfloat16, and its residual_out is then float32.
 
 Derived forms take their oracle and bounds from their base op's by factory (``fused``,
@@ -20,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from . import (batch_norm, bounds_derived, bounds_gated, bounds_norms, deep_norm, fused, geglu, gemma_rms_norm, halves,
-               layer_norm, quantised, rms_norm, swiglu)
+from . import (batch_norm, bounds_derived, bounds_gated, bounds_gated_norm, bounds_norms, deep_norm, fused, geglu,
+               gemma_rms_norm, halves, layer_norm, quantised, rms_norm, rms_norm_gated, swiglu)
 from .record import Arg, Op, Out
 
 X, RESIDUAL, WEIGHT, BIAS, EPS = Arg("x", "rows"), Arg("residual", "stream"), Arg("weight", "weight"), \
@@ -102,6 +103,11 @@ OPS: dict[str, Op] = {
            call=lambda fn, a: fn(a["x"], a["weight"], a["eps"]),
            rowwise=True, scale_invariant=True, headwise=True),
         ADD_RMS_NORM,
+        Op("rms_norm_gated", (X, Arg("z", "rows"), WEIGHT, EPS, Arg("norm_before_gate", "flag")), (Y,),
+           ("x", "z", "weight"), rms_norm_gated.forward, rms_norm_gated.vjp,
+           bounds_gated_norm.rms_norm_gated_fwd, bounds_gated_norm.rms_norm_gated_bwd,
+           call=lambda fn, a: fn(a["x"], a["z"], a["weight"], a["eps"], a["norm_before_gate"]),
+           rowwise=True, headwise=True, indeterminate=bounds_gated_norm.rms_norm_gated_indeterminate),
         RMS_NORM_FP8,
         _fused("add_rms_norm_fp8", RMS_NORM_FP8, (X, RESIDUAL, WEIGHT, EPS, SCALE),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["scale"])),

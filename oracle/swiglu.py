@@ -29,12 +29,12 @@ def _sigmas(B, g):
     return 1 / (1 + B.exp(-g)), 1 / (1 + B.exp(g))
 
 
-def _silu(B, g):
+def silu(B, g):
     s, _ = _sigmas(B, g)
     return g * s
 
 
-def _dsilu(B, g):
+def dsilu(B, g):
     """silu'(g) = sigma(g) (1 + g (1 - sigma(g))); never exactly 0 at a float g."""
     s, sm = _sigmas(B, g)
     return s * (1 + g * sm)
@@ -43,7 +43,7 @@ def _dsilu(B, g):
 NEGLIGIBLE = -2200.0  # below it, e**g times any two finite doubles rounds to 0 in float64
 
 
-def _risky(g, *_):
+def risky(g, *_):
     """Where float64 loses the formula: e**g underflows (g < -600), or g is near-subnormal.
 
     Except for g < NEGLIGIBLE: there every product the oracle forms, silu(g) * u * d and
@@ -57,11 +57,11 @@ def _risky(g, *_):
 
 
 def forward(B, gate, up):
-    return (B.pointwise(lambda B, g, u: _silu(B, g) * u, gate, up, risky=_risky),)
+    return (B.pointwise(lambda B, g, u: silu(B, g) * u, gate, up, risky=risky),)
 
 
 def vjp(B, cot, gate, up):
     (dy,) = cot
-    return {"gate": B.pointwise(lambda B, g, u, d: d * (u * _dsilu(B, g)), gate, up, dy, risky=_risky),
-            "up": B.pointwise(lambda B, g, d: d * _silu(B, g), gate, dy, risky=_risky)}
+    return {"gate": B.pointwise(lambda B, g, u, d: d * (u * dsilu(B, g)), gate, up, dy, risky=risky),
+            "up": B.pointwise(lambda B, g, d: d * silu(B, g), gate, dy, risky=risky)}
 

@@ -97,3 +97,8 @@ def square(op, name, t, n, x_dtype):
 def one_of(op, name, v, choices):
     if not isinstance(v, str) or v not in choices:
         _fail(op, name, "one of " + ", ".join(repr(c) for c in choices), repr(v))
+
+
+def boolean(op, name, v):
+    if not isinstance(v, bool):
+        _fail(op, name, "True or False", repr(v))

@@ -25,6 +25,7 @@ The float64 path runs twice, on its native kernels and on the pure torch path
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -33,10 +34,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from .. import oracle
+from ..impls import eager
 from ..impls.eager import deep_norm
 from ..oracle import geglu, swiglu
 from ..oracle.deep_norm import affine_sublayer
 from ..oracle.assessment import assess
+from ..oracle.bounds_norms import moved_rho
 from ..oracle.error_model import lowest_bit
 from ..oracle.formats import E4M3, fmt
 
@@ -46,7 +49,7 @@ from .strategies import PROFILES, cases, cotangents
 
 
 def agree(op, name, f64, mp, bound, where=None):
-    bound = np.broadcast_to(bound, mp.shape)
+    bound = np.broadcast_to(np.where(bound == -np.inf, np.inf, bound), mp.shape)  # -inf: no claim at all (``assess``)
     if where is not None:  # batch_norm: padded positions are not part of the op
         where = np.broadcast_to(where, mp.shape)
         f64, mp, bound = f64[where], mp[where], bound[where]
@@ -319,3 +322,55 @@ def test_bad_scale_is_a_clear_value_error(op, scale):
     args = oracle.OPS[op].sample(torch.float32)
     with pytest.raises(ValueError, match=f"^{op}: scale must be a positive finite float"):
         oracle.forward(op, **{**args, "scale": scale})
+
+
+@pytest.mark.parametrize("got, ok", [(-0.0, True), (-math.inf, True), (1.0, True)])
+def test_an_infinite_exact_value_outside_the_contract_is_not_claimed(got, ok):
+    """A gated norm's y = r s past float64's range on a row whose x^2 overflows float64: the bound
+    -inf claims nothing there (a float64 kernel's rho underflows to 0 and gives -0.0); the same
+    element under a bound of +inf must still be the exact -inf."""
+    actual, exact = torch.tensor([got], dtype=torch.float64), np.array([-np.inf])
+    assert assess("y", actual, exact, np.array([-np.inf]), torch.float64).ok == ok
+    assert assess("y", actual, exact, np.array([np.inf]), torch.float64).ok == (got == -math.inf)
+
+
+@given(st.integers(1, 64), st.floats(1e-12, 1.0), st.floats(1e-6, 1e-2), st.integers(0, 2 ** 16))
+def test_moved_rows_move_rho_by_at_most_moved_rho(n, eps, size, seed):
+    """Rows moved by at most delta_i each change rho = 1 / sqrt(mean(s^2) + eps) by at most
+    ``moved_rho`` relative, whichever way each moves; for rounded rows that is u_s (1 + O(u_s))."""
+    rng = np.random.default_rng(seed)
+    s = rng.standard_normal((4, n)) * 10.0 ** rng.uniform(-3, 3, (4, 1))
+    delta = size * np.abs(s) * rng.uniform(0, 1, s.shape) + size * rng.uniform(0, 1, s.shape)
+    moved = s + delta * rng.choice([-1.0, 1.0], s.shape)
+    rho = 1 / np.sqrt(np.mean(s * s, axis=-1, keepdims=True) + eps)
+    rho_moved = 1 / np.sqrt(np.mean(moved * moved, axis=-1, keepdims=True) + eps)
+    assert np.all(np.abs(rho_moved / rho - 1) <= moved_rho(rho, delta) * (1 + 1e-9))
+    assert np.allclose(moved_rho(rho, 2.0 ** -11 * np.abs(s)), 2.0 ** -11 * np.sqrt(1 - eps * rho * rho),
+                       rtol=2.0 ** -10)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(norm_before_gate=1), "norm_before_gate must be True or False, got 1"),
+    (dict(norm_before_gate="yes"), "norm_before_gate must be True or False, got 'yes'"),
+    (dict(z=torch.zeros(2, 3)), "z must be of shape"),
+])
+def test_gated_norm_bad_input_is_a_clear_value_error(change, message):
+    args = {**dict(x=torch.ones(2, 4), z=torch.ones(2, 4), weight=torch.ones(4), eps=1e-5, norm_before_gate=True),
+            **change}
+    with pytest.raises(ValueError, match=f"^rms_norm_gated: {re.escape(message)}"):
+        oracle.forward("rms_norm_gated", **args)
+    if "norm_before_gate" in change:  # normcert's own kernels say the same
+        with pytest.raises(ValueError, match=f"^rms_norm_gated: {re.escape(message)}"):
+            eager.rms_norm_gated(**args)
+
+
+def test_gated_norm_may_give_nan_where_r_is_below_lam_beside_an_infinite_gate():
+    """Gate after, z = +inf: y = r * inf is +inf exactly, but r = 1.4e-7 rounds to a float16
+    subnormal, which a correct kernel may flush: 0 * inf = NaN is allowed there, and only there."""
+    args = dict(x=torch.tensor([[1.0, 1e-7, 1.0]], dtype=torch.float16),
+                z=torch.tensor([[math.inf, math.inf, 1.0]], dtype=torch.float16),
+                weight=torch.ones(3, dtype=torch.float16), eps=1e-6, norm_before_gate=True)
+    (y,) = oracle.forward("rms_norm_gated", **args)
+    assert np.isinf(y[0, :2]).all()
+    assert oracle.OPS["rms_norm_gated"].indeterminate(args).tolist() == [[False, True, False]]
+    assert not oracle.OPS["rms_norm_gated"].indeterminate({**args, "norm_before_gate": False}).any()

@@ -338,6 +338,50 @@ def add_rms_y_from_narrowed_stream(x, residual, weight, eps):
     return rms_formula(up(s.to(x.dtype)), up(weight), eps).to(x.dtype), s.to(residual.dtype)
 
 
+# ------------------------------------------------------------------ rms_norm_gated bugs
+def _gated(x, z, weight, eps, norm_before_gate, gate_of=lambda x, z: z):
+    """The gated norm in the compute format, gated by silu(gate_of(x, z))."""
+    s = F.silu(up(gate_of(x, z)))
+    if norm_before_gate:
+        return (rms_formula(up(x), up(weight, x), eps) * s).to(x.dtype)
+    return rms_formula(up(x) * s, up(weight, x), eps).to(x.dtype)
+
+
+@bug("rms_norm_gated", "accuracy", "extremes", "gradients")
+def gated_silu_of_x(x, z, weight, eps, norm_before_gate):
+    """silu applied to x where the gate z is meant (a swapped argument of a fused kernel)."""
+    return _gated(x, z, weight, eps, norm_before_gate, gate_of=lambda x, z: x)
+
+
+@bug("rms_norm_gated", "accuracy", "extremes", "gradients")
+def gated_order_ignored(x, z, weight, eps, norm_before_gate):
+    """Always gate before normalising (Mamba-2's default), whatever ``norm_before_gate`` says."""
+    return _gated(x, z, weight, eps, False)
+
+
+class _GatedNoDz(torch.autograd.Function):
+    """Right forward, dx and dweight; the backward forgets z's path: dz = 0."""
+
+    @staticmethod
+    def forward(ctx, x, z, weight, eps, norm_before_gate):
+        ctx.save_for_backward(x, z, weight)
+        ctx.eps, ctx.norm_before_gate = eps, norm_before_gate
+        return _gated(x, z, weight, eps, norm_before_gate)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, z, weight = ctx.saved_tensors
+        with torch.enable_grad():
+            xl, wl = x.detach().requires_grad_(), weight.detach().requires_grad_()
+            dx, dw = torch.autograd.grad(_gated(xl, z, wl, ctx.eps, ctx.norm_before_gate), (xl, wl), dy)
+        return dx, torch.zeros_like(z), dw, None, None
+
+
+@bug("rms_norm_gated", "gradients")
+def gated_no_dz(x, z, weight, eps, norm_before_gate):
+    return _GatedNoDz.apply(x, z, weight, eps, norm_before_gate)
+
+
 # ------------------------------------------------------------------ add_layer_norm bugs
 @bug("add_layer_norm", "accuracy", "extremes", "fusion")
 def add_ln_mean_of_x_alone(x, residual, weight, bias, eps):
@@ -707,6 +751,40 @@ def rms_float64_inside(x, weight, eps):
 
 rms_compiled_llama = correct("rms_norm")(compiled_at_first_call(rms_llama_order, dynamic=True))
 rms_compiled_llama.__name__ = "rms_compiled_llama"  # its own test id and replay target, not the eager one's
+
+
+def _gated_vllm_forward(x, z, weight, eps, norm_before_gate):
+    """vLLM's RMSNormGated order: gate first in fp32 (x silu(z)); or normalise, round w x rho to
+    x.dtype, then multiply by silu(z) in fp32 and round again."""
+    if not norm_before_gate:
+        return _gated(x, z, weight, eps, False)
+    xf = up(x)
+    return (up((xf * _rms(xf, eps) * up(weight, x)).to(x.dtype)) * F.silu(up(z))).to(x.dtype)
+
+
+class _GatedVllmOrder(torch.autograd.Function):
+    """vLLM's forward order (an inference kernel) with a training kernel's backward, all in fp32.
+    (Autograd through its rounding of r would round r's cotangent dy silu(z) to x.dtype, which
+    overflows float16 where silu(z) is large: no correct backward does that.)"""
+
+    @staticmethod
+    def forward(ctx, x, z, weight, eps, norm_before_gate):
+        ctx.save_for_backward(x, z, weight)
+        ctx.eps, ctx.norm_before_gate = eps, norm_before_gate
+        return _gated_vllm_forward(x, z, weight, eps, norm_before_gate)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, z, weight = ctx.saved_tensors
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_() for t in (x, z, weight)]
+            grads = torch.autograd.grad(_gated(*leaves, ctx.eps, ctx.norm_before_gate), leaves, dy)
+        return (*grads, None, None)
+
+
+@correct("rms_norm_gated")
+def gated_vllm_order(x, z, weight, eps, norm_before_gate):
+    return _GatedVllmOrder.apply(x, z, weight, eps, norm_before_gate)
 
 
 @correct("rms_norm_fp8")
