@@ -43,7 +43,7 @@ def dsilu(B, g):
 NEGLIGIBLE = -2200.0  # below it, e**g times any two finite doubles rounds to 0 in float64
 
 
-def risky(g, *_):
+def _risky(g, *_):
     """Where float64 loses the formula: e**g underflows (g < -600), or g is near-subnormal.
 
     Except for g < NEGLIGIBLE: there every product the oracle forms, silu(g) * u * d and
@@ -57,11 +57,11 @@ def risky(g, *_):
 
 
 def forward(B, gate, up):
-    return (B.pointwise(lambda B, g, u: silu(B, g) * u, gate, up, risky=risky),)
+    return (B.pointwise(lambda B, g, u: silu(B, g) * u, gate, up, risky=_risky),)
 
 
 def vjp(B, cot, gate, up):
     (dy,) = cot
-    return {"gate": B.pointwise(lambda B, g, u, d: d * (u * dsilu(B, g)), gate, up, dy, risky=risky),
-            "up": B.pointwise(lambda B, g, d: d * silu(B, g), gate, dy, risky=risky)}
+    return {"gate": B.pointwise(lambda B, g, u, d: d * (u * dsilu(B, g)), gate, up, dy, risky=_risky),
+            "up": B.pointwise(lambda B, g, d: d * silu(B, g), gate, dy, risky=_risky)}
 

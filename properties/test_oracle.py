@@ -374,3 +374,20 @@ def test_gated_norm_may_give_nan_where_r_is_below_lam_beside_an_infinite_gate():
     assert np.isinf(y[0, :2]).all()
     assert oracle.OPS["rms_norm_gated"].indeterminate(args).tolist() == [[False, True, False]]
     assert not oracle.OPS["rms_norm_gated"].indeterminate({**args, "norm_before_gate": False}).any()
+
+
+@pytest.mark.parametrize("norm_before_gate", [True, False])
+def test_gated_norm_far_negative_gates_agree_with_mpmath(norm_before_gate):
+    """Gates below -708 (sigma(z) subnormal or 0 in float64) beside huge and tiny x and a tiny eps: the float64 path redoes the products that matter and keeps float64's zero for the rest
+    (``rms_norm_gated._gate_risky``); it must agree with mpmath to its own bound."""
+    z = torch.tensor([[-700.0, -750.0, -800.0, -1500.0, -3000.0, 1.0]], dtype=torch.float64)
+    args = dict(x=torch.tensor([[1e300, 1e-300, 1e200, 1e300, 1e300, 1e-200]], dtype=torch.float64), z=z,
+                weight=torch.full((6,), 3.0, dtype=torch.float64), eps=1e-300, norm_before_gate=norm_before_gate)
+    rec = oracle.OPS["rms_norm_gated"]
+    f64, mp = oracle.forward("rms_norm_gated", **args), oracle.forward("rms_norm_gated", path="mpmath", **args)
+    agree("rms_norm_gated", "y", f64[0], mp[0], rec.forward_bound(args, mp, kernel=False)[0])
+    cot = (torch.full((1, 6), 1e3, dtype=torch.float64),)
+    g64, gmp = oracle.vjp("rms_norm_gated", cot, **args), oracle.vjp("rms_norm_gated", cot, path="mpmath", **args)
+    bounds = rec.grad_bound(args, cot, gmp)
+    for k in g64:
+        agree("rms_norm_gated", "d" + k, g64[k], gmp[k], bounds[k])
