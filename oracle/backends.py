@@ -35,6 +35,8 @@ Interface (``a`` has rows along the last axis; results keep that axis as 1):
     B.row_peak(a)         max_i |a_i| of every row, as a float64 ndarray (NaN
                           where the row has a NaN)
     B.exp                 elementwise
+    B.exp_times(t, *f)    e**t times the factors f, elementwise, with nothing under- or overflowing
+                          before the result (F64 scales e**t by a power of two: ``exp_times``)
     B.ncdf(a), B.npdf(a)  the standard normal CDF Phi(a) = erfc(-a / sqrt 2) / 2 and density
                           phi(a) = e**(-a**2 / 2) / sqrt(2 pi), elementwise
     B.sigmoid_cubic(a, c1, c3)
@@ -43,14 +45,16 @@ Interface (``a`` has rows along the last axis; results keep that axis as 1):
                           arguments of all three in double-double (``special``)
     B.mul_add_(a, m, b)   a = a * m (+ b), in place on ``a`` (an array the caller
                           owns), m and b broadcast; returns a
-    B.pointwise(fn, *a, risky=None)
+    B.pointwise(fn, *a, risky=None, scaled=False)
                           fn(B, *a) for an elementwise formula fn.  MP evaluates
                           it as is.  F64 evaluates it in float64 and then
                           re-evaluates, exactly (with MP), every element where
                           float64 cannot be trusted: a non-finite input or
                           result, a result within 2**-1000 of 0 or beyond
                           2**1000 (an intermediate may have flushed or
-                          overflowed), or where ``risky`` (a function of the
+                          overflowed; not where ``scaled``: fn forms its result
+                          with no intermediate under- or overflow, e.g. by
+                          ``exp_times``), or where ``risky`` (a function of the
                           float64 inputs) says so.
 
 NaN and ±Inf: rows holding a non-finite value are reduced in plain IEEE

@@ -60,6 +60,8 @@ from .mpmath_backend import MP, MP_PREC
 from .sums import absmax, extremes, rounds_to_hi, sum_bounded, sum_dd, sum_dd_again
 
 SAFE_EXP = 400  # rows whose max |.| lies in [2**-400, 2**400) are never scaled
+LN2 = float(np.log(2.0))
+LN2_HI, LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10  # ln 2 = HI + LO, HI with 32 bits
 
 
 class Float64Exact:
@@ -72,6 +74,25 @@ class Float64Exact:
         return np64(a)
 
     exp = staticmethod(np.exp)
+
+    @staticmethod
+    def exp_times(t, *factors):
+        """e**t times the factors, elementwise, rounded only where the result is formed: e**t =
+        2**k e**r with r = t - k ln 2 in [-ln 2 / 2, ln 2 / 2] formed with ln 2 in two parts
+        (Cody and Waite: k LN2_HI is exact for |k| < 2**20), each factor split as m 2**j (frexp,
+        exact), the mantissas multiplied by e**r, then one ldexp.  So nothing under- or overflows
+        before the result itself (e**-1000 times 10**300 is 10**-134, not 0 * 10**300), and the
+        result is good to a few ulps (e**r, each product and the subnormal rounding of ldexp)."""
+        t = np.asarray(t, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            k = np.clip(np.rint(t / LN2), -2.0 ** 20, 2.0 ** 20)
+            r = (t - k * LN2_HI) - k * LN2_LO
+            mantissa, exponent = np.exp(r), k.astype(np.int64)
+            for f in factors:
+                m, j = np.frexp(np.asarray(f, dtype=np.float64))
+                mantissa, exponent = mantissa * m, exponent + j
+            return np.ldexp(mantissa, np.clip(exponent, -2 ** 30, 2 ** 30).astype(np.int32))
+
     ncdf = staticmethod(special.ncdf)
     npdf = staticmethod(special.npdf)
     sigmoid_cubic = staticmethod(special.sigmoid_cubic)
@@ -88,12 +109,14 @@ class Float64Exact:
     def row_peak(self, a):
         return sums.row_peak(a)
 
-    def pointwise(self, fn, *arrays, risky=None):
+    def pointwise(self, fn, *arrays, risky=None, scaled=False):
         arrays = np.broadcast_arrays(*[np64(a) for a in arrays])
         with np.errstate(all="ignore"):
             out = np.array(fn(self, *arrays), dtype=np.float64)
             mag = np.abs(out)
-            redo = ~np.isfinite(out) | (mag > 2.0 ** 1000) | ((mag < 2.0 ** -1000) & (out != 0))
+            redo = ~np.isfinite(out)
+            if not scaled:
+                redo |= (mag > 2.0 ** 1000) | ((mag < 2.0 ** -1000) & (out != 0))
             for a in arrays:
                 redo |= ~np.isfinite(a)
             if risky is not None:

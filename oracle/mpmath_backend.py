@@ -32,6 +32,12 @@ class MPExact:
         a = np.asarray(a, dtype=object)
         return np.array([float(v) for v in a.reshape(-1)], dtype=np.float64).reshape(a.shape)
 
+    def exp_times(self, t, *factors):
+        out = self.exp(t)
+        for f in factors:
+            out = out * np.asarray(f, dtype=object)
+        return out
+
     def exp(self, a):
         return _elementwise(mpmath.exp, a)
 
@@ -57,7 +63,7 @@ class MPExact:
     def scaled_sum(self, a, b):
         return a + b, 1
 
-    def pointwise(self, fn, *arrays, risky=None):
+    def pointwise(self, fn, *arrays, risky=None, scaled=False):
         return fn(self, *arrays)
 
     def row_peak(self, a):

@@ -15,38 +15,39 @@ rms_norm at the rows it normalises):
     not norm_before_gate:   (dg, dw) = rms_norm's VJP at g for the cotangent dy
                             dx = dg s,   dz = dg x silu'(z)
 
-silu'(z) = sigma(z) (1 + z (1 - sigma(z))).  Where x s overflows float64 (x and z near its largest
+silu'(z) = sigma(z) (1 + z (1 - sigma(z))).  s and s' are formed with the products they enter
+(``silu_times``, ``dsilu_times``: e**z scaled, so a gate at -1000 beside x = 1e300 is not lost to
+float64's underflow).  Where x s overflows float64 (x and z near its largest
 value), the rows are scaled first (``_gated_rows``: rms_norm is scale invariant); where dy s may,
-the cotangent is (``_shrink``: the VJP is linear in it).  The float64 path forms s (and g = x s) once per
-element, redoing exactly (mpmath) every element where float64 cannot be trusted (``_gate_risky``);
-its own error is a few u_64 of s, which ``bounds_gated_norm`` adds to the model's ORACLE.
+the cotangent is (``_shrink``: the VJP is linear in it).  The float64 path forms each product once per element
+(``pointwise(..., scaled=True)``: only a non-finite input or result is redone exactly); its own error is a few u_64 of s, which ``bounds_gated_norm`` adds to the model's ORACLE.
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
 from . import rms_norm
-from .swiglu import dsilu, silu
 
 
 SHRINK = 2.0 ** -1030  # |x silu(z)| < 2**2048: scaled by it, below 2**1018 (a subnormal power of two: exact)
-LOG_NEGLIGIBLE = -1080 * math.log(2)  # a product below e**LOG_NEGLIGIBLE = 2**-1080 rounds to 0 in float64
 
 
-def _gate_risky(z, *factors):
-    """Where float64 cannot be trusted for silu(z) (or silu'(z)) times ``factors``, elementwise.
+def silu_times(B, z, *factors):
+    """silu(z) times the factors, elementwise: e**t z / (1 + e**-|z|) with t = min(z, 0), the product
+    of e**t, z and the factors formed by ``B.exp_times``: nothing under- or overflows before the
+    result (float64's e**-1000 is 0, but e**-1000 times x = 1e300 is 1e-134); only 1 + e**-|z|, in
+    [1, 2], divides it.  At +-inf the IEEE values of the formula: silu(+inf) = +inf, silu(-inf) = NaN."""
+    t = np.where(z < 0, z, 0.0)
+    return B.exp_times(t, z, *factors) / (1 + B.exp(-abs(z)))
 
-    For z >= -708, e**-z is finite and sigma(z) normal: float64's formula holds (a result near
-    float64's subnormals is redone by ``pointwise`` anyway).  Below, sigma(z) is subnormal or 0;
-    there |silu(z)| and |silu'(z)| are at most 2 |z| e**z, and where that times the factors is
-    below 2**-1080, the product's correctly rounded value is the zero of its sign that float64's
-    sigma = 0 gives.  The rest is redone exactly (as ``swiglu.risky``, whose fixed -2200 serves
-    any factors; these factors are known, and a float16 gate at -1000 need not cost mpmath time)."""
-    with np.errstate(all="ignore"):
-        log_mag = z + np.log(2 * np.abs(z)) + sum(np.log(np.abs(f)) for f in factors)
-        return (z < -708) & ~(log_mag < LOG_NEGLIGIBLE) | ((z != 0) & (np.abs(z) < 2.0 ** -900))
+
+def dsilu_times(B, z, *factors):
+    """silu'(z) = sigma(z) (1 + z (1 - sigma(z))) times the factors, elementwise: with a = e**-|z| it
+    is e**t (1 + a + z) / (1 + a)**2 for z < 0 (t = z) and (1 + a + z a) / (1 + a)**2 for z >= 0
+    (t = 0), the products formed as ``silu_times``'s; NaN at +-inf, as the formula's IEEE value."""
+    a = B.exp(-abs(z))
+    t = np.where(z < 0, z, 0.0)
+    return B.exp_times(t, np.where(z < 0, 1 + a + z, 1 + a + z * a), *factors) / ((1 + a) * (1 + a))
 
 
 def _gated_rows(B, x, z, eps):
@@ -55,20 +56,19 @@ def _gated_rows(B, x, z, eps):
     invariant, rms_norm(c g, c^2 eps) = rms_norm(g, eps), and its gradient with respect to g is c
     times the one at c g.  (c^2 eps underflows to 0; on such a row mean(g^2) > 2**2048 / n, so eps
     changed rho by less than 2**-2000 relative.)"""
-    g = B.pointwise(lambda B, a, b: a * silu(B, b), x, z, risky=lambda a, b: _gate_risky(b, a))
+    g = B.pointwise(lambda B, a, b: silu_times(B, b, a), x, z, scaled=True)
     g64, x64, z64 = B.to_float64(g), B.to_float64(x), B.to_float64(z)
     over = (np.isinf(g64) & np.isfinite(x64) & np.isfinite(z64)).any(axis=-1, keepdims=True)
     if not over.any():
         return g, eps, 1.0
     c = np.where(over, SHRINK, 1.0)
-    return (B.pointwise(lambda B, a, b, k: a * silu(B, b) * k, x, z, c, risky=lambda a, b, k: _gate_risky(b, a, k)),
-            eps * c * c, c)
+    return B.pointwise(lambda B, a, b, k: silu_times(B, b, a, k), x, z, c, scaled=True), eps * c * c, c
 
 
 def forward(B, x, z, weight, eps, norm_before_gate):
     if norm_before_gate:
         (r,) = rms_norm.forward(B, x, weight, eps)
-        return (B.pointwise(lambda B, a, b: a * silu(B, b), r, z, risky=lambda a, b: _gate_risky(b, a)),)
+        return (B.pointwise(lambda B, a, b: silu_times(B, b, a), r, z, scaled=True),)
     g, eps_g, _ = _gated_rows(B, x, z, eps)
     return rms_norm.forward(B, g, weight, eps_g)
 
@@ -85,15 +85,13 @@ def vjp(B, cot, x, z, weight, eps, norm_before_gate):
     (dy,) = cot
     if norm_before_gate:
         k = _shrink(B, dy)
-        gated = B.pointwise(lambda B, d, b: d * k * silu(B, b), dy, z, risky=lambda d, b: _gate_risky(b, d, k))
-        grads = rms_norm.vjp(B, (gated,), x, weight, eps)
+        grads = rms_norm.vjp(B, (B.pointwise(lambda B, d, b: silu_times(B, b, d, k), dy, z, scaled=True),), x, weight, eps)
         (r,) = rms_norm.forward(B, x, weight, eps)
-        dz = B.pointwise(lambda B, d, a, b: d * a * dsilu(B, b), dy, r, z, risky=lambda d, a, b: _gate_risky(b, d, a))
+        dz = B.pointwise(lambda B, d, a, b: dsilu_times(B, b, d, a), dy, r, z, scaled=True)
         return {"x": grads["x"] / k, "z": dz, "weight": grads["weight"] / k}
     g, eps_g, c = _gated_rows(B, x, z, eps)
     grads = rms_norm.vjp(B, (dy,), g, weight, eps_g)
     dg = grads["x"]  # the gradient at c g: c dg is the one at g, formed last in each product (no underflow)
-    return {"x": B.pointwise(lambda B, d, b, k: d * silu(B, b) * k, dg, z, c, risky=lambda d, b, k: _gate_risky(b, d, k)),
-            "z": B.pointwise(lambda B, d, a, b, k: d * a * dsilu(B, b) * k, dg, x, z, c,
-                             risky=lambda d, a, b, k: _gate_risky(b, d, a, k)),
+    return {"x": B.pointwise(lambda B, d, b, k: silu_times(B, b, d, k), dg, z, c, scaled=True),
+            "z": B.pointwise(lambda B, d, a, b, k: dsilu_times(B, b, d, a, k), dg, x, z, c, scaled=True),
             "weight": grads["weight"]}

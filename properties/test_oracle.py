@@ -27,6 +27,8 @@ from __future__ import annotations
 import math
 import re
 
+import mpmath
+
 import numpy as np
 import pytest
 import torch
@@ -40,6 +42,8 @@ from ..oracle import geglu, swiglu
 from ..oracle.deep_norm import affine_sublayer
 from ..oracle.assessment import assess
 from ..oracle.bounds_norms import moved_rho
+from ..oracle.float64_backend import F64
+from ..oracle.mpmath_backend import MP
 from ..oracle.error_model import lowest_bit
 from ..oracle.formats import E4M3, fmt
 
@@ -391,3 +395,15 @@ def test_gated_norm_far_negative_gates_agree_with_mpmath(norm_before_gate):
     bounds = rec.grad_bound(args, cot, gmp)
     for k in g64:
         agree("rms_norm_gated", "d" + k, g64[k], gmp[k], bounds[k])
+
+
+def test_exp_times_forms_the_product_before_rounding():
+    """e**t times factors on float64 with nothing lost to an intermediate under- or overflow
+    (float64's own e**-1000 is 0; times 1e300 the product is 1e-134), against mpmath."""
+    t = np.array([-1000.0, -745.5, -1.0, 0.0, 3.0, 700.0, -2000.0])
+    f = np.array([1e300, 1e200, 2.0, 5.0, 1e-300, 1e-300, 1e300])
+    got = F64.exp_times(t, f, t)
+    with mpmath.workprec(256):
+        want = MP.to_float64(MP.exp_times(MP.array(t), MP.array(f), MP.array(t)))
+    assert np.all(np.abs(got - want) <= 4 * 2.0 ** -53 * np.abs(want)), (got, want)
+    assert got[0] != 0 and np.exp(t[0]) * f[0] == 0  # what the plain float64 product loses
