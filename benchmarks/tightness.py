@@ -105,8 +105,8 @@ def measure(impl, case, family: str, cell: Cell) -> None:
     args = case.oracle_args()
     if family == "accuracy":
         outs = rec.call_outputs(impl.fn, dict(args))
-        for name, (a, e, b) in zip(rec.outputs, oracle_assessments(outs, case, where=valid_positions(case))):
-            cell.add(impl.id, a, e, b, rec.out_dtype(name, case.tensors), rec.quantised_dtype(name) is not None)
+        for a, e, b in oracle_assessments(outs, case, where=valid_positions(case)):
+            cell.add(impl.id, a, e, b, rec.out_dtype(a.name, args), rec.is_quantised(a.name))
         return
     _, leaves = fresh_leaves(case)
     names = list(leaves)

@@ -24,7 +24,8 @@ from . import conventions
 from .domain import Domain, DomainError, parse
 
 BACKENDS = ("eager", "compiled", "triton", "case-study", "plugin")
-MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "triton_norms", "triton_gated_norm", "triton_swiglu", "triton_geglu",
+MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "triton_norms", "triton_gated_norm",
+                                                 "triton_dynamic_quant", "triton_swiglu", "triton_geglu",
                                                  "case_studies"))
 
 

@@ -136,9 +136,9 @@ def adapt(convention: str, op, fn: Callable) -> Callable:
                     raise ConventionViolation(f"@inplace: {n} bytes of {name}'s storage outside its view were "
                                               f"written (the caller's data around the view)")
         else:
-            shape = op.out_shape(tuple(main.shape))
-            rows = dict(zip(op.row_inputs, args))  # an output's dtype is its row input's (residual_out's)
-            bufs = [poisoned(shape, op.out_dtype(name, rows), main.device) for name in op.outputs]
+            named = dict(zip((a.name for a in op.args), args))  # in call order: a row input, a qdtype
+            bufs = [poisoned(shape, op.out_dtype(name, named), main.device)
+                    for name, shape in zip(op.outputs, op.out_shapes(tuple(main.shape)))]
             if convention == "out":
                 _returns(fn(*bufs, *args, **kwargs), None, convention)
             else:

@@ -13,6 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..oracle.dynamic_quant import MIN_SCALE, QDTYPES, qmax
 from ..oracle.kinds import APPROXIMATE
 from ..oracle.validate import boolean, one_of, positive
 
@@ -84,6 +85,35 @@ def add_rms_norm_fp8(x, residual, weight, eps, scale):
     positive("add_rms_norm_fp8", "scale", scale)
     s = up(x) + up(residual)
     return to_e4m3(rms_formula(s, up(weight, x), eps) / scale), s.to(residual.dtype)
+
+
+def quantise_rows(op, v, qdtype, scale_ub):
+    """(y, scales) of rows v (in the compute format): scale = max(min(amax |v|, scale_ub) / q,
+    1 / (512 q)) per row, NaN kept, stored in float32; y = Q(v / the stored scale), Q saturating
+    round to nearest even (float8_e4m3fn: ``to_e4m3``; int8: torch.round, then clamp)."""
+    one_of(op, "qdtype", qdtype, tuple(QDTYPES))
+    if scale_ub is not None:
+        positive(op, "scale_ub", scale_ub)
+    q = qmax(qdtype)
+    amax = v.abs().amax(-1, keepdim=True)  # amax propagates NaN
+    if scale_ub is not None:
+        amax = amax.clamp(max=scale_ub)
+    scales = (amax / q).clamp(min=MIN_SCALE / q).float()
+    t = v / scales.to(v.dtype)
+    if qdtype == "int8":
+        return torch.round(t).clamp(-128, 127).to(torch.int8), scales[..., 0]
+    return to_e4m3(t), scales[..., 0]
+
+
+def rms_norm_dynamic_quant(x, weight, eps, qdtype, scale_ub):
+    """SGLang's order: v = x rho w in the compute format, y = Q(v / scale)."""
+    return quantise_rows("rms_norm_dynamic_quant", rms_formula(up(x), up(weight, x), eps), qdtype, scale_ub)
+
+
+def add_rms_norm_dynamic_quant(x, residual, weight, eps, qdtype, scale_ub):
+    s = up(x) + up(residual)
+    y, scales = quantise_rows("add_rms_norm_dynamic_quant", rms_formula(s, up(weight, x), eps), qdtype, scale_ub)
+    return y, scales, s.to(residual.dtype)
 
 
 def layer_norm(x, weight, bias, eps):
@@ -162,6 +192,8 @@ IMPLS = [
     make("rms_norm_gated", "eager", "eager", rms_norm_gated),
     make("rms_norm_fp8", "eager", "eager", rms_norm_fp8),
     make("add_rms_norm_fp8", "eager", "eager", add_rms_norm_fp8),
+    make("rms_norm_dynamic_quant", "eager", "eager", rms_norm_dynamic_quant),
+    make("add_rms_norm_dynamic_quant", "eager", "eager", add_rms_norm_dynamic_quant),
     make("layer_norm", "eager", "eager", layer_norm),
     make("add_layer_norm", "eager", "eager", add_layer_norm),
     make("batch_norm", "eager", "eager", batch_norm),

@@ -44,6 +44,13 @@ environment lists what was corrected.  The gaps (Triton 3.7.1):
     (``interpreter_probes.float8_mismatches``) converts all 256 patterns and the rounding
     cases of every value.  Correction: ``interpreter_fp8`` (nearest even, saturating, as a
     GPU's ``cvt.rn.satfinite`` and torch's cast).
+``int8``
+    Its float → signed integer conversion is numpy's ``astype``, which wraps what is out of range
+    (200.0 → -56, +inf → 0); a GPU's ``cvt.rzi`` truncates toward zero and *saturates* (200.0 →
+    127, +inf → 127, -inf → -128) and gives 0 for NaN.  The probe (``interpreter_probes.int8_mismatches``)
+    converts the rounding and range cases.  Correction: ``_correct_int8`` converts as a GPU does
+    (a kernel that rounds with ``rint`` and clamps first, as normcert's do, never sees the difference;
+    one that relies on the saturation would be wrongly rejected without it).
 """
 from __future__ import annotations
 
@@ -73,7 +80,8 @@ def install() -> list[str]:
     for name, probe, correct in (("float scalars", probes.float_probe, _correct_floats),
                                  ("libdevice", probes.libdevice_probe, _correct_libdevice),
                                  ("bfloat16", probes.bfloat16_probe, interpreter_bf16.install),
-                                 ("float8_e4m3fn", probes.float8_probe, interpreter_fp8.install)):
+                                 ("float8_e4m3fn", probes.float8_probe, interpreter_fp8.install),
+                                 ("int8", probes.int8_probe, _correct_int8)):
         if not _runs(probe):
             correct()
             made.append(name if _runs(probe) else f"{name} (not corrected)")
@@ -122,6 +130,29 @@ def _correct_floats() -> None:
         return convert(arg)
 
     interpreter._implicit_cvt = implicit_cvt
+
+
+def _correct_int8() -> None:
+    import triton.language as tl  # noqa: PLC0415
+    from triton.runtime import interpreter  # noqa: PLC0415
+
+    from .interpreter_bf16 import widen  # noqa: PLC0415
+
+    builder = interpreter.InterpreterBuilder
+    cast = builder.create_fp_to_si
+
+    def create_fp_to_si(self, src, dst_type):
+        s = src.dtype.scalar
+        if s not in (tl.float16, tl.bfloat16, tl.float32, tl.float64):
+            return cast(self, src, dst_type)
+        target = interpreter._get_np_dtype(dst_type)
+        info = np.iinfo(target)
+        value = widen(src.data) if s == tl.bfloat16 else src.data.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            ints = np.where(np.isnan(value), 0, np.clip(np.trunc(value), info.min, info.max))
+        return interpreter.TensorHandle(ints.astype(target), dst_type.scalar)
+
+    builder.create_fp_to_si = create_fp_to_si
 
 
 class _Globals:

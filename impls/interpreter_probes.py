@@ -230,3 +230,27 @@ def float8_mismatches(device: str = "cpu") -> list[str]:
 
 def float8_probe() -> bool:
     return not float8_mismatches()
+
+
+INT8_CASES = (0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.9, 127.0, 127.5, 128.0, 200.0, 1e30, float("inf"), -127.9, -128.0,
+              -128.5, -129.0, -300.0, -1e30, float("-inf"), float("nan"))
+
+
+def int8_mismatches(device: str = "cpu") -> list[str]:
+    """One line per way the fp32 -> int8 conversion differs from a GPU's (``cvt.rzi.s8.f32``:
+    toward zero, saturating to [-128, 127], NaN to 0) on ``device`` (empty: none)."""
+
+    def converting():
+        src = torch.tensor(INT8_CASES, dtype=torch.float32)
+        out = torch.empty(src.shape, dtype=torch.int8, device=device)
+        with np.errstate(invalid="ignore"):  # numpy's cast of NaN and inf, on a bare interpreter: quietly
+            _launch(_convert, src.numel(), src.to(device), out)
+        v = src.double().numpy()
+        want = torch.from_numpy(np.where(np.isnan(v), 0, np.clip(np.trunc(v), -128, 127)).astype(np.int8))
+        return _differ("fp32 → int8", lambda k: repr(src[k].item()), out.cpu(), want)
+
+    return _check("fp32 → int8", converting)
+
+
+def int8_probe() -> bool:
+    return not int8_mismatches()

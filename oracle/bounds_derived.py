@@ -48,12 +48,12 @@ def _summed(args, main, residual, cotangent=0.0):
 
 
 def fused_forward(base, main: str, residual: str):
-    """The forward bound of base fused with the residual add (module docstring); base takes the
-    rows it normalises as ``rows=``."""
+    """The forward bound of base fused with the residual add (module docstring): base's bounds, then
+    residual_out's; base takes the rows it normalises as ``rows=`` (other keywords go to it)."""
 
-    def bound(args, exact, kernel=True):
-        (y_bound,) = base(args, exact, kernel, rows=_summed(args, main, residual))
-        return y_bound, np.zeros_like(exact[1])
+    def bound(args, exact, kernel=True, **kw):
+        *base_bounds, = base(args, exact, kernel, rows=_summed(args, main, residual), **kw)
+        return (*base_bounds, np.zeros_like(exact[-1]))
 
     return bound
 

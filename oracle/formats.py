@@ -1,4 +1,4 @@
-"""Floating-point formats of the four dtypes normcert certifies, and of float8_e4m3fn outputs.
+"""Floating-point formats of the four dtypes normcert certifies, and of float8_e4m3fn and int8 outputs.
 
 A format with ``p`` significand bits (hidden bit included) and minimum normal
 exponent ``emin`` has
@@ -99,6 +99,37 @@ class Format:
         return np.clip(r, -self.max, self.max) if self.saturates else r  # clip keeps NaN
 
 
+@dataclass(frozen=True)
+class IntegerFormat:
+    """A signed integer output format (int8 quantisation), with the ``Format`` methods the
+    assessment uses: values are the integers in [lo, hi]; rounding is to nearest, ties to even,
+    and saturating (past hi, +inf included, hi; below lo, lo); NaN has no integer, so it stays
+    NaN here and a claim about it is the caller's (``bounds_quant``: none)."""
+
+    name: str
+    lo: int
+    hi: int
+    saturates: bool = True
+
+    @property
+    def max(self) -> float:
+        return float(self.hi)
+
+    def ulp(self, v: np.ndarray) -> np.ndarray:
+        return np.ones(np.shape(v))
+
+    def rank(self, v: np.ndarray) -> np.ndarray:
+        return np.asarray(v, dtype=np.float64)
+
+    def rounding_interval(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """[q - 1/2, q + 1/2], open-ended at the saturating ends lo and hi."""
+        q = np.asarray(q, dtype=np.float64)
+        return np.where(q <= self.lo, -np.inf, q - 0.5), np.where(q >= self.hi, np.inf, q + 0.5)
+
+    def round(self, v: np.ndarray) -> np.ndarray:
+        return np.clip(np.rint(np.asarray(v, dtype=np.float64)), self.lo, self.hi)  # rint: ties to even; clip keeps NaN
+
+
 FORMATS: dict[torch.dtype, Format] = {
     torch.float64: Format("float64", 53, -1022, 1023),
     torch.float32: Format("float32", 24, -126, 127),
@@ -106,14 +137,16 @@ FORMATS: dict[torch.dtype, Format] = {
     torch.bfloat16: Format("bfloat16", 8, -126, 127),
 }
 E4M3 = Format("float8_e4m3fn", 4, -6, 8, largest=448.0, saturates=True)
-OUTPUT_FORMATS: dict[torch.dtype, Format] = {**FORMATS, torch.float8_e4m3fn: E4M3}  # what an output may be
+INT8 = IntegerFormat("int8", -128, 127)
+OUTPUT_FORMATS: dict[torch.dtype, Format | IntegerFormat] = {**FORMATS, torch.float8_e4m3fn: E4M3,
+                                                             torch.int8: INT8}  # what an output may be
 DTYPES = tuple(FORMATS)
 DTYPE_NAMES = {d: f.name for d, f in FORMATS.items()}
 BY_NAME = {f.name: d for d, f in FORMATS.items()}
 
 
-def fmt(dtype: torch.dtype) -> Format:
-    """The format of a certified dtype, or of an output-only one (float8_e4m3fn)."""
+def fmt(dtype: torch.dtype) -> Format | IntegerFormat:
+    """The format of a certified dtype, or of an output-only one (float8_e4m3fn, int8)."""
     return OUTPUT_FORMATS[dtype]
 
 

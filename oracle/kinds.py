@@ -20,7 +20,7 @@ with an argument it does through its ``Kind``, here and nowhere else:
               "rows" x.shape (a *row input*: it shares x's rows); "leading" x.shape[:-1];
               "vector" (n,); "matrix" (n, n); None: a scalar.  ``properties.fitting`` reshapes by it,
               and a domain's ``params=`` casts the "vector" tensors (weight, bias, a sublayer's bias)
-    may_be_none  None is a value of the kind (a mask: every position valid)
+    may_be_none  None is a value of the kind (a mask: every position valid; scale_ub: no bound)
 
 The kinds (the first row input of an op, of kind "rows", is its *main* tensor: its dtype, device and rows
 define a case):
@@ -42,6 +42,10 @@ define a case):
              divided by it before it is rounded to its quantised format)
     flag     True or False: a switch between two forms of the op (the gated norm's
              norm_before_gate), drawn both ways
+    qdtype   the name of the format an output is quantised to, one of ``dynamic_quant.QDTYPES``:
+             "float8_e4m3fn" or "int8" (the output's dtype follows it: ``record.Out.dtype_arg``)
+    scale_ub None (no bound) or a positive finite float: the largest row peak a dynamic scale is
+             taken of (rows past it saturate)
 """
 from __future__ import annotations
 
@@ -52,10 +56,12 @@ from typing import Callable, Protocol
 import numpy as np
 
 from . import validate as v
+from .dynamic_quant import QDTYPES
 from .formats import to_float64
 
 APPROXIMATE = ("none", "tanh")
 LAYERS = (1, 6, 12, 24, 100)  # DeepNorm depths drawn: alpha = (2N)^(1/4)
+SCALE_UBS = (None, None, 0.5, 2.0, 16.0, 1000.0)  # a dynamic scale's bound: none, or below to far above a row's peak
 
 
 class Drawing(Protocol):
@@ -102,6 +108,8 @@ class Kind:
             return None if value is None else value.detach().cpu().numpy().astype(bool)
         if self.tensor:
             return B.array(to_float64(value))
+        if value is None:  # a scalar that may be None (scale_ub: no bound)
+            return None
         return value if isinstance(value, (str, bool)) else float(value)
 
 
@@ -157,6 +165,12 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("scale", check=_scalar_check(v.positive),
          sample=lambda normal, rows, width: 1 / 64,
          draw=lambda d, arg: d.quantisation_scale(), shape=None),
+    Kind("qdtype", check=lambda op, name, value, x: v.one_of(op, name, value, tuple(QDTYPES)),
+         sample=lambda normal, rows, width: "float8_e4m3fn",
+         draw=lambda d, arg: d.choose(list(QDTYPES), arg.name), shape=None),
+    Kind("scale_ub", check=lambda op, name, value, x: value is None or v.positive(op, name, value),
+         sample=lambda normal, rows, width: None,
+         draw=lambda d, arg: d.choose(list(SCALE_UBS), arg.name), shape=None, may_be_none=True),
     Kind("flag", check=_scalar_check(v.boolean),
          sample=lambda normal, rows, width: False,
          draw=lambda d, arg: d.choose([False, True], arg.name), shape=None),

@@ -6,13 +6,15 @@ weight and bias may be None (ones, zeros); batch_norm takes ``mask=`` by keyword
 deep_norm takes its sublayer as a callable (the suite's affine one); GELU's form
 (``approximate``, "none" or "tanh") is the last argument of geglu and gelu_and_mul;
 the FP8 ops take the static scale last, after eps, and return float8_e4m3fn; the gated RMSNorm
-takes its gate z after x and ``norm_before_gate`` (a bool) last; a fused op's
+takes its gate z after x and ``norm_before_gate`` (a bool) last; the dynamically quantised norms take
+``qdtype`` and ``scale_ub`` last and return (y, scales[, residual_out]); a fused op's
 residual may be kept in float32 while x is float16 or bfloat16, and its residual_out is then float32.
 
 Derived forms take their oracle and bounds from their base op's by factory (``fused``,
 ``quantised``, ``halves`` and ``bounds_derived``): add_rms_norm is rms_norm fused with the residual
 add, rms_norm_fp8 is rms_norm quantised, add_rms_norm_fp8 is rms_norm_fp8 fused with the residual
-add, add_layer_norm is layer_norm fused with it, silu_and_mul and gelu_and_mul are swiglu and
+add, add_layer_norm is layer_norm fused with it, rms_norm_dynamic_quant is rms_norm quantised with
+its own per-row scales and add_rms_norm_dynamic_quant that fused with the residual add, silu_and_mul and gelu_and_mul are swiglu and
 geglu on the two halves of x.  Each factory is
 given the derived op's own signature (a fused or quantised op's weight is required where
 rms_norm's is optional); the argument names it needs come from the records.
@@ -21,8 +23,9 @@ from __future__ import annotations
 
 import torch
 
-from . import (batch_norm, bounds_derived, bounds_gated, bounds_gated_norm, bounds_norms, deep_norm, fused, geglu,
-               gemma_rms_norm, halves, layer_norm, quantised, rms_norm, rms_norm_gated, swiglu)
+from . import (batch_norm, bounds_derived, bounds_gated, bounds_gated_norm, bounds_norms, bounds_quant, deep_norm,
+               dynamic_quant, fused, geglu, gemma_rms_norm, halves, layer_norm, quantised, rms_norm, rms_norm_gated,
+               swiglu)
 from .record import Arg, Op, Out
 
 X, RESIDUAL, WEIGHT, BIAS, EPS = Arg("x", "rows"), Arg("residual", "stream"), Arg("weight", "weight"), \
@@ -33,6 +36,9 @@ SCALE = Arg("scale", "scale")
 Y, RESIDUAL_OUT = Out("y"), Out("residual_out", like="residual", rounded=True)  # x + residual, rounded once
 Y_FP8 = Out("y", dtype=torch.float8_e4m3fn, quantised=True)
 WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS = Arg("weight", "weight", optional=True), Arg("bias", "bias", optional=True)
+QDTYPE, SCALE_UB = Arg("qdtype", "qdtype"), Arg("scale_ub", "scale_ub")
+Y_DYNAMIC = Out("y", dtype_arg="qdtype", quantised=True, scale="scales")  # divided by the kernel's own scale
+SCALES = Out("scales", dtype=torch.float32, shape="leading")  # one per row, float32
 
 
 def _on_halves(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
@@ -72,12 +78,26 @@ def _quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
               rowwise=base.rowwise, scale_invariant=base.scale_invariant)
 
 
+def _dynamic_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
+    """base with its first output quantised with a scale per row it computes (``oracle.dynamic_quant``):
+    outputs (y in the qdtype argument's format, the scales, base's others); an inference op."""
+    main = args[0].name
+    qdtype = next(a.name for a in args if a.kind == "qdtype")
+    scale_ub = next(a.name for a in args if a.kind == "scale_ub")
+    return Op(name, args, (Y_DYNAMIC, SCALES, *base.outs[1:]), (), dynamic_quant.forward(base.forward, qdtype, scale_ub),
+              None, bounds_quant.dynamic(base.forward_bound, main, qdtype), None, call=call,
+              rowwise=base.rowwise, scale_invariant=base.scale_invariant)
+
+
 RMS_NORM = Op("rms_norm", (X, WEIGHTLESS_WEIGHT, EPS), (Y,), ("x", "weight"),
               rms_norm.forward, rms_norm.vjp, bounds_norms.rms_norm_fwd, bounds_norms.rms_norm_bwd,
               call=lambda fn, a: fn(a["x"], a["weight"], a["eps"]),
               rowwise=True, scale_invariant=True, headwise=True)
 ADD_RMS_NORM = _fused("add_rms_norm", RMS_NORM, (X, RESIDUAL, WEIGHT, EPS),
                       call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"]))
+RMS_NORM_DYNAMIC_QUANT = _dynamic_quantised(
+    "rms_norm_dynamic_quant", RMS_NORM, (X, WEIGHT, EPS, QDTYPE, SCALE_UB),
+    call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["qdtype"], a["scale_ub"]))
 RMS_NORM_FP8 = _quantised("rms_norm_fp8", RMS_NORM, (X, WEIGHT, EPS, SCALE),
                           call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["scale"]))
 LAYER_NORM = Op("layer_norm", (X, WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS, EPS), (Y,), ("x", "weight", "bias"),
@@ -111,6 +131,9 @@ OPS: dict[str, Op] = {
         RMS_NORM_FP8,
         _fused("add_rms_norm_fp8", RMS_NORM_FP8, (X, RESIDUAL, WEIGHT, EPS, SCALE),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["scale"])),
+        RMS_NORM_DYNAMIC_QUANT,
+        _fused("add_rms_norm_dynamic_quant", RMS_NORM_DYNAMIC_QUANT, (X, RESIDUAL, WEIGHT, EPS, QDTYPE, SCALE_UB),
+               call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["qdtype"], a["scale_ub"])),
         LAYER_NORM,
         _fused("add_layer_norm", LAYER_NORM, (X, RESIDUAL, WEIGHT, BIAS, EPS),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["bias"], a["eps"])),

@@ -8,7 +8,7 @@ consumer (validation, strategies, probe, gradcheck, replay, benchmarks, the
 properties) loops over records and reads these fields; none of them names an op.
 
 Argument kinds (``kinds.KINDS``: rows, stream, weight, bias, matrix, vector, mask, eps, alpha,
-approximate, scale, flag) are records too: how an argument is checked, sampled, drawn and given to the
+approximate, scale, flag, qdtype, scale_ub) are records too: how an argument is checked, sampled, drawn and given to the
 oracle is its kind's, in ``kinds`` alone.  An ``optional`` argument may be passed as None (a
 weightless call, as vLLM, quack and Llama-4's QK-norm make it): it then means its kind's identity,
 a weight of ones or a bias of zeros, and gets no gradient.
@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 
 from . import validate as v
+from .dynamic_quant import QDTYPES
 from .kinds import KINDS
 
 
@@ -45,11 +46,21 @@ class Out:
     like:       the input whose dtype it has when ``dtype`` is None (None: the main tensor), as
                 residual_out has the residual stream's
     rounded:    defined as the exact value rounded (nearest even) to its dtype: checked bit for bit
-    quantised:  an output of a fixed narrow ``dtype`` (float8_e4m3fn): the exact value v rounded once
+    quantised:  an output of a narrow ``dtype`` (float8_e4m3fn, int8): the exact value v rounded once
                 to it (nearest even, saturating: ``formats``).  The oracle gives v; the forward bound
                 B is on the kernel's value *before* that last rounding, and a kernel's output must
                 lie in [RNE(v - B), RNE(v + B)]: one of the two neighbours of v where B reaches past
                 a midpoint, bit-exact elsewhere (``assessment.assess``)
+    dtype_arg:  the argument (of kind "qdtype") whose value names the output's dtype, where the caller
+                chooses it (None: ``dtype`` or ``like`` decides)
+    shape:      "rows", the op's output shape (``Op.out_shape``), or "leading": one value per row,
+                x.shape[:-1] (a per-row scale)
+    scale:      the output holding the scale, one per row, that this quantised output was divided by
+                before its rounding, computed by the kernel (``dynamic_quant``).  The oracle's value is
+                v / S for the exact scale S, and its bound allows any scale within the scale's bound
+                (so two calls compare); the accuracy check divides v by the kernel's own scale instead
+                (``Op.forward_bound(..., kernel_scale=)``, ``bounds_quant``): y to the step against
+                the scale it was divided by
     """
 
     name: str
@@ -57,10 +68,19 @@ class Out:
     like: str | None = None
     rounded: bool = False
     quantised: bool = False
+    dtype_arg: str | None = None
+    shape: str = "rows"
+    scale: str | None = None
 
     def __post_init__(self):
-        if self.quantised and self.dtype is None:
+        if self.quantised and self.dtype is None and self.dtype_arg is None:
             raise ValueError(f"Out {self.name}: a quantised output names the dtype it is quantised to")
+        if self.dtype_arg is not None and (self.dtype is not None or self.like is not None):
+            raise ValueError(f"Out {self.name}: its dtype is its argument {self.dtype_arg}'s, not dtype or like")
+        if self.shape not in ("rows", "leading"):
+            raise ValueError(f"Out {self.name}: shape must be rows or leading, got {self.shape!r}")
+        if self.scale is not None and not self.quantised:
+            raise ValueError(f"Out {self.name}: only a quantised output is divided by a scale")
         if self.quantised and self.rounded:
             raise ValueError(f"Out {self.name}: quantised (to the step) or rounded (bit for bit), not both")
         if self.like is not None and self.dtype is not None:
@@ -123,6 +143,14 @@ class Op:
             raise ValueError(f"Op {self.name}: an output's dtype follows {strays[0]!r}, which is not a tensor argument")
         if self.quantised and not self.rowwise:
             raise ValueError(f"Op {self.name}: a quantised output's oracle resolves rows one at a time; rowwise only")
+        kinds = {a.name: a.kind for a in self.args}
+        bad = [o.dtype_arg for o in self.outs if o.dtype_arg is not None and kinds.get(o.dtype_arg) != "qdtype"]
+        if bad:
+            raise ValueError(f"Op {self.name}: an output's dtype follows {bad[0]!r}, which is not a qdtype argument")
+        shapes = {o.name: o.shape for o in self.outs}
+        scales = [o.scale for o in self.outs if o.scale is not None]
+        if len(scales) > 1 or any(shapes.get(s) != "leading" for s in scales):
+            raise ValueError(f"Op {self.name}: at most one output is divided by a scale, an output of shape leading")
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -140,14 +168,25 @@ class Op:
         return tuple(o.name for o in self.outs if o.quantised)
 
     def quantised_dtype(self, name: str) -> torch.dtype | None:
-        """The fixed dtype output ``name`` is quantised to, or None (it is not quantised)."""
+        """The fixed dtype output ``name`` is quantised to, or None (it is not quantised, or the
+        caller chooses its dtype: ``Out.dtype_arg``)."""
         return next((o.dtype for o in self.outs if o.name == name and o.quantised), None)
 
-    def out_dtype(self, name: str, tensors: dict) -> torch.dtype:
-        """The dtype of output ``name`` of a call on ``tensors`` (by name; the main tensor and the
-        one the output follows, ``Out.like``, suffice)."""
+    def is_quantised(self, name: str) -> bool:
+        return name in self.quantised
+
+    @property
+    def scaled(self) -> dict[str, str]:
+        """{output: the output holding the scale it was divided by} (``Out.scale``)."""
+        return {o.name: o.scale for o in self.outs if o.scale is not None}
+
+    def out_dtype(self, name: str, args: dict) -> torch.dtype:
+        """The dtype of output ``name`` of a call on ``args`` (by name; the main tensor, the one the
+        output follows, ``Out.like``, and a qdtype it names, ``Out.dtype_arg``, suffice)."""
         o = next(o for o in self.outs if o.name == name)
-        return o.dtype or tensors[o.like or self.main].dtype
+        if o.dtype_arg is not None:
+            return QDTYPES[args[o.dtype_arg]]
+        return o.dtype or args[o.like or self.main].dtype
 
     @property
     def tensors(self) -> tuple[str, ...]:
@@ -187,7 +226,13 @@ class Op:
         return out if isinstance(out, tuple) else (out,)
 
     def out_shape(self, shape: tuple) -> tuple:
+        """The shape of the op's row outputs for a main tensor of ``shape`` (half as wide for halves)."""
         return tuple(shape[:-1]) + (shape[-1] // 2,) if self.halves else tuple(shape)
+
+    def out_shapes(self, shape: tuple) -> tuple[tuple, ...]:
+        """Each output's shape, in order: ``out_shape``, or its leading dims for a per-row output."""
+        rows = self.out_shape(shape)
+        return tuple(rows[:-1] if o.shape == "leading" else rows for o in self.outs)
 
     def check(self, args: dict) -> None:
         """ValueError naming the op and the argument unless ``args`` fit the signature."""

@@ -12,6 +12,8 @@ import numpy as np
 
 from .. import oracle
 from ..oracle import assessment
+from ..oracle.bounds_quant import rescaled
+from ..oracle.formats import to_float64
 
 from .case import Case
 
@@ -45,15 +47,24 @@ class Worst:
 
 def oracle_assessments(outs, case: Case, where=None, label=""):
     """Each output's ``(assessment, exact, bound)`` against the oracle under the error model's bound
-    (``benchmarks/tightness.py`` reads the bounds themselves)."""
+    (``benchmarks/tightness.py`` reads the bounds themselves).  An output divided by the kernel's
+    own scale (``record.Out.scale``) is checked against v over that scale, after the scale itself."""
     args = case.oracle_args()
-    exact = oracle.forward(case.op, **args)
+    exact = list(oracle.forward(case.op, **args))
     rec = case.record
-    bounds = rec.forward_bound(args, exact)
+    kw, order = {}, list(range(len(rec.outputs)))
+    for name, scale in rec.scaled.items():  # at most one (``record.Op``)
+        i, j = rec.outputs.index(name), rec.outputs.index(scale)
+        kw["kernel_scale"] = to_float64(outs[j])
+        order = [j] + [k for k in order if k != j]
+    bounds = rec.forward_bound(args, tuple(exact), **kw)
+    for name in rec.scaled:
+        exact[i] = rescaled(exact[i], exact[j], kw["kernel_scale"])
     nan_ok = rec.indeterminate(args) if rec.indeterminate else None
-    for name, o, e, b in zip(rec.outputs, outs, exact, bounds):
-        yield assessment.assess(label + name, o, e, b, rec.out_dtype(name, case.tensors), where=where, nan_ok=nan_ok,
-                                quantised=rec.quantised_dtype(name) is not None), e, b
+    for k in order:
+        name, e, b = rec.outputs[k], exact[k], bounds[k]
+        yield assessment.assess(label + name, outs[k], e, b, rec.out_dtype(name, args), where=_fit(where, e),
+                                nan_ok=nan_ok, quantised=rec.is_quantised(name)), e, b
 
 
 def check_against_oracle(outs, case: Case, worst: Worst, where=None, label="") -> None:
@@ -68,11 +79,19 @@ def check_pair(label: str, name: str, actual, other, tol, case: Case, worst: Wor
     bounding how far apart the two may be before any rounding to a quantised format
     (``assessment.pair_reference``)."""
     rec = case.record
-    quantised = rec.quantised_dtype(name) is not None
+    quantised = rec.is_quantised(name)
     ref, bound = assessment.pair_reference(other, tol, quantised)
-    a = assessment.assess(label, actual, ref, bound, rec.out_dtype(name, case.tensors), where=where,
-                           quantised=quantised)
+    a = assessment.assess(label, actual, ref, bound, rec.out_dtype(name, case.oracle_args()),
+                          where=_fit(where, ref), quantised=quantised)
     record_assessment(a, case, worst)
+
+
+def _fit(where, exact):
+    """A mask of the row outputs' shape (or a keepdims one) for an output of any shape: a per-row
+    output (one value per row, ``record.Out.shape``) takes its leading dims."""
+    if where is None or np.ndim(where) == np.ndim(exact):
+        return where
+    return np.asarray(where)[..., 0]
 
 
 def record_assessment(a: assessment.Assessment, case: Case, worst: Worst) -> None:

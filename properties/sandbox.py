@@ -68,7 +68,7 @@ def check_fresh(impl, case: Case, names, outs) -> None:
 
 
 def expected_shapes(case: Case):
-    return [case.record.out_shape(tuple(case.main.shape))] * len(case.record.outputs)
+    return list(case.record.out_shapes(tuple(case.main.shape)))
 
 
 class Worker:
@@ -246,9 +246,9 @@ def invoke(session, impl, case: Case) -> tuple[torch.Tensor, ...]:
     for name, o, shape in zip(info.outputs, outs, expected_shapes(case)):
         if tuple(o.shape) != shape:
             raise ContractViolation(f"{impl.id} returned {name} of shape {tuple(o.shape)}, expected {shape}")
-        if o.dtype != info.out_dtype(name, case.tensors):
+        if o.dtype != info.out_dtype(name, args):
             raise ContractViolation(f"{impl.id} returned {name} of dtype {o.dtype}, "
-                                    f"expected {info.out_dtype(name, case.tensors)}")
+                                    f"expected {info.out_dtype(name, args)}")
         if o.device != device:
             raise ContractViolation(f"{impl.id} returned {name} on {o.device}, expected {device}")
     check_unmutated(impl, case, before)

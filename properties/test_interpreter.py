@@ -27,15 +27,15 @@ from ..impls import registry  # noqa: E402
 from . import probes, runner  # noqa: E402
 from .families import BY_NAME  # noqa: E402
 
-GAPS = ["float scalars", "libdevice", "bfloat16", "float8_e4m3fn"]
+GAPS = ["float scalars", "libdevice", "bfloat16", "float8_e4m3fn", "int8"]
 
 CHECK = """
 import os, json
 os.environ["TRITON_INTERPRET"] = "1"
 from normcert.impls import interpreter, interpreter_probes as p
-probes = (p.float_probe, p.libdevice_probe, p.bfloat16_probe, p.float8_probe)
+probes = (p.float_probe, p.libdevice_probe, p.bfloat16_probe, p.float8_probe, p.int8_probe)
 before = [interpreter._runs(f) for f in probes]
-listed = p.bfloat16_mismatches() + p.float8_mismatches()
+listed = p.bfloat16_mismatches() + p.float8_mismatches() + p.int8_mismatches()
 made = interpreter.install()
 after = [interpreter._runs(f) for f in probes]
 print(json.dumps({"before": before, "listed": listed, "made": made, "after": after}))
@@ -53,14 +53,14 @@ def fresh_interpreter():
 
 def test_the_interpreters_gaps_and_their_corrections(fresh_interpreter):
     got = fresh_interpreter
-    assert (got["before"], got["made"], got["after"]) == ([False] * 4, GAPS, [True] * 4)
+    assert (got["before"], got["made"], got["after"]) == ([False] * 5, GAPS, [True] * 5)
 
 
 def test_the_bfloat16_probe_lists_each_defect(fresh_interpreter):
     """The defects of the issue, each named by the probe on a bare interpreter (Triton 3.7.1)."""
     listed = "\n".join(fresh_interpreter["listed"])
     for what in ("bf16 → fp32", "fp32 → bf16", "bf16 + bf16", "bf16 × bf16", "bf16 < bf16", "get_bf16",
-                 "tl.dot(bf16, bf16)", "e4m3fn → fp32", "fp32 → e4m3fn"):
+                 "tl.dot(bf16, bf16)", "e4m3fn → fp32", "fp32 → e4m3fn", "fp32 → int8"):
         assert what in listed, listed
 
 
@@ -79,6 +79,7 @@ def test_the_probe_kernels_on_the_device(normcert_session):
 
     assert interpreter_probes.bfloat16_mismatches(normcert_session.device) == []
     assert interpreter_probes.float8_mismatches(normcert_session.device) == []
+    assert interpreter_probes.int8_mismatches(normcert_session.device) == []
 
 
 def test_e4m3fn_encoding_is_torchs_cast():

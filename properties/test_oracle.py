@@ -42,6 +42,7 @@ from ..oracle import geglu, swiglu
 from ..oracle.deep_norm import affine_sublayer
 from ..oracle.assessment import assess
 from ..oracle.bounds_norms import moved_rho
+from ..oracle.bounds_quant import rescaled
 from ..oracle.float64_backend import F64
 from ..oracle.mpmath_backend import MP
 from ..oracle.error_model import lowest_bit
@@ -407,3 +408,48 @@ def test_exp_times_forms_the_product_before_rounding():
         want = MP.to_float64(MP.exp_times(MP.array(t), MP.array(f), MP.array(t)))
     assert np.all(np.abs(got - want) <= 4 * 2.0 ** -53 * np.abs(want)), (got, want)
     assert got[0] != 0 and np.exp(t[0]) * f[0] == 0  # what the plain float64 product loses
+
+
+DQ = dict(x=torch.ones(2, 4), weight=torch.ones(4), eps=1e-5, qdtype="int8", scale_ub=None)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(qdtype="float8_e5m2"), "qdtype must be one of 'float8_e4m3fn', 'int8', got 'float8_e5m2'"),
+    (dict(qdtype=None), "qdtype must be one of 'float8_e4m3fn', 'int8', got None"),
+    (dict(scale_ub=0.0), "scale_ub must be a positive finite float, got 0.0"),
+    (dict(scale_ub=-1.0), "scale_ub must be a positive finite float, got -1.0"),
+    (dict(scale_ub=math.inf), "scale_ub must be a positive finite float, got inf"),
+    (dict(scale_ub=math.nan), "scale_ub must be a positive finite float, got nan"),
+])
+@pytest.mark.parametrize("op", ["rms_norm_dynamic_quant", "add_rms_norm_dynamic_quant"])
+def test_dynamic_quant_bad_input_is_a_clear_value_error(op, change, message):
+    """From the oracle and from each of normcert's own kernels of the op."""
+    args = {**DQ, **({"residual": torch.zeros(2, 4)} if op.startswith("add") else {}), **change}
+    with pytest.raises(ValueError, match=f"^{op}: {re.escape(message)}"):
+        oracle.forward(op, **args)
+    from ..impls import registry
+    for impl in (i for i in registry() if i.op == op and i.backend in ("eager", "triton")):
+        with pytest.raises(ValueError, match=f"^{op}: {re.escape(message)}"):
+            oracle.OPS[op].call(impl.fn, args)
+
+
+def test_dynamic_quant_y_is_checked_against_the_kernels_own_scale():
+    """y is judged against the scale the kernel reports, the scale against the exact one: a kernel
+    whose scale is 2x off (e4m3fnuz's 224 for e4m3fn) but whose y is Q(v / that scale) fails on its
+    scale alone; one that reports the exact scale but quantises with another fails on y."""
+    rec = oracle.OPS["rms_norm_dynamic_quant"]
+    x = torch.linspace(-3, 3, 64, dtype=torch.float64).reshape(1, 64).float()
+    args = dict(x=x, weight=torch.ones(64), eps=1e-5, qdtype="float8_e4m3fn", scale_ub=None)
+    y, scale = oracle.forward("rms_norm_dynamic_quant", **args)
+
+    def verdicts(used, reported):
+        q = torch.from_numpy(E4M3.round(y * scale[..., None] / used)).to(torch.float8_e4m3fn)
+        kernel_scale = np.asarray([np.float32(reported)], np.float64)
+        y_bound, scale_bound = rec.forward_bound(args, (y, scale), kernel_scale=kernel_scale)
+        return (assess("scales", torch.tensor(kernel_scale, dtype=torch.float32), scale, scale_bound,
+                       torch.float32).ok,
+                assess("y", q, rescaled(y, scale, kernel_scale), y_bound, torch.float8_e4m3fn, quantised=True).ok)
+
+    assert verdicts(np.float32(scale), scale) == (True, True)
+    assert verdicts(np.float32(2 * scale), 2 * scale) == (False, True)
+    assert verdicts(np.float32(2 * scale), scale) == (True, False)

@@ -6,7 +6,7 @@ registry's G of the same name, else eager; one that declares it leaves out the s
 is passed over):
 
     residual_out == RNE_dtype(x + r)                       bit for bit (dtype: the residual stream's)
-    |y_fused - G(residual_out)| <= bound_F(x, r) + bound_G(s) + |exact_F - exact_G(s)|
+    |y_fused - G(residual_out)| <= bound_F(x, r) + bound_G(s) + |exact_F - exact_G(s)|   (each of G's outputs)
 
 Where the residual stream is float32 and x is not, G runs on the float32 residual_out (its
 weight widened to float32, exactly), as the next layer of such a model does.
@@ -48,9 +48,9 @@ def partner(session, impl, dtype=None):
 
 def check_fusion(session, impl, case, worst):
     rec = case.record
-    y, res = invoke(session, impl, case)
+    *ys, res = invoke(session, impl, case)  # G's outputs, then residual_out (``ops._fused``)
     args = case.oracle_args()
-    exact_y, exact_res = oracle.forward(case.op, **args)
+    *exact_ys, exact_res = oracle.forward(case.op, **args)
     a = assessment.assess("residual_out", res, exact_res, np.zeros_like(exact_res),
                           rec.out_dtype("residual_out", case.tensors))
     record_assessment(a, case, worst)
@@ -58,14 +58,15 @@ def check_fusion(session, impl, case, worst):
     unfused = Case(g.name, {k: res.detach().clone() if k == g.main else _widened(case.tensors[k], res.dtype)
                             for k in g.tensors}, {k: case.scalars[k] for k in g.scalars}, dict(case.notes))
     other = partner(session, impl, res.dtype)
-    (y_u,) = invoke(session, other, unfused)
+    ys_u = invoke(session, other, unfused)
     g_args = unfused.oracle_args()
     exact_u = oracle.forward(g.name, **g_args)
-    with np.errstate(all="ignore"):
-        tol = (rec.forward_bound(args, (exact_y, exact_res))[0] + g.forward_bound(g_args, exact_u)[0]
-               + np.abs(exact_y - exact_u[0]))
-    check_pair(f"y vs {other.id}(residual_out)", "y", y, y_u, tol, case, worst,
-               where=~bounds_derived.sum_overflows(args["x"], args["residual"]))
+    bounds, bounds_u = rec.forward_bound(args, (*exact_ys, exact_res)), g.forward_bound(g_args, exact_u)
+    for k, name in enumerate(g.outputs):
+        with np.errstate(all="ignore"):
+            tol = bounds[k] + bounds_u[k] + np.abs(exact_ys[k] - exact_u[k])
+        check_pair(f"{name} vs {other.id}(residual_out)", name, ys[k], ys_u[k], tol, case, worst,
+                   where=~bounds_derived.sum_overflows(args["x"], args["residual"]))
 
 
 def _widened(t, dtype):

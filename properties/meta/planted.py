@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ...impls.compiled import compiled_at_first_call
 from ...impls.eager import _or, layer_norm, rms_formula, to_e4m3, up
+from ...oracle.dynamic_quant import MIN_SCALE, qmax
 from ...impls.eager import rms_norm as eager_rms_norm
 
 from .expect import batch_size_bug, bucket_bug, bug, correct
@@ -380,6 +381,72 @@ class _GatedNoDz(torch.autograd.Function):
 @bug("rms_norm_gated", "gradients")
 def gated_no_dz(x, z, weight, eps, norm_before_gate):
     return _GatedNoDz.apply(x, z, weight, eps, norm_before_gate)
+
+
+# ------------------------------------------------------------------ rms_norm_dynamic_quant bugs
+def _dq(x, weight, eps, qdtype, scale_ub, q=None, peak_of=None, cast=None, divide=True, floor=True):
+    """The eager dynamic quantisation with one thing changed: qmax ``q``, the rows the peak is
+    taken of (``peak_of(x, v)``), the conversion ``cast(t, qdtype)``, a product for the division,
+    no floor."""
+    v = rms_formula(up(x), up(weight, x), eps)
+    q = qmax(qdtype) if q is None else q
+    amax = (v if peak_of is None else peak_of(up(x), v)).abs().amax(-1, keepdim=True)
+    if scale_ub is not None:
+        amax = amax.clamp(max=scale_ub)
+    scale = (amax / q).clamp(min=MIN_SCALE / q if floor else 0.0).float()
+    t = v / scale if divide else v * scale
+    return (cast or _to_q)(t, qdtype), scale[..., 0]
+
+
+def _to_q(t, qdtype):
+    return torch.round(t).clamp(-128, 127).to(torch.int8) if qdtype == "int8" else to_e4m3(t)
+
+
+@bug("rms_norm_dynamic_quant", "accuracy", "extremes")
+def dq_scale_from_x(x, weight, eps, qdtype, scale_ub):
+    """The scale from the unnormalised x's peak, not rms_norm(x) w's."""
+    return _dq(x, weight, eps, qdtype, scale_ub, peak_of=lambda x, v: x)
+
+
+@bug("rms_norm_dynamic_quant", "accuracy", "extremes")
+def dq_fp8_max_224(x, weight, eps, qdtype, scale_ub):
+    """e4m3fnuz's largest value, 224, for an e4m3fn output: every scale 2x too large (sglang#30900)."""
+    return _dq(x, weight, eps, qdtype, scale_ub, q=224.0 if qdtype == "float8_e4m3fn" else None)
+
+
+@bug("rms_norm_dynamic_quant", "accuracy", "extremes")
+def dq_bf16_before_cast(x, weight, eps, qdtype, scale_ub):
+    """v / scale rounded to bfloat16, then to the quantised format: two roundings (flashinfer#4167)."""
+    return _dq(x, weight, eps, qdtype, scale_ub, cast=lambda t, qd: _to_q(t.to(torch.bfloat16).float(), qd))
+
+
+@bug("rms_norm_dynamic_quant", "accuracy", "extremes")
+def dq_times_scale(x, weight, eps, qdtype, scale_ub):
+    """y = Q(v * scale) where the contract is v / scale (flashinfer#3758, vLLM#55643)."""
+    return _dq(x, weight, eps, qdtype, scale_ub, divide=False)
+
+
+@bug("rms_norm_dynamic_quant", "accuracy", "extremes")
+def dq_int8_truncated(x, weight, eps, qdtype, scale_ub):
+    """int8 by a float -> int conversion, which truncates toward zero, instead of rounding."""
+    def cast(t, qd):
+        return t.clamp(-128, 127).to(torch.int8) if qd == "int8" else to_e4m3(t)
+    return _dq(x, weight, eps, qdtype, scale_ub, cast=cast)
+
+
+@bug("rms_norm_dynamic_quant", "extremes")
+def dq_no_scale_floor(x, weight, eps, qdtype, scale_ub):
+    """No floor on the scale: an all-zero row gets scale 0 and y = 0 / 0."""
+    return _dq(x, weight, eps, qdtype, scale_ub, floor=False)
+
+
+@bug("add_rms_norm_dynamic_quant", "accuracy", "extremes", "fusion")
+def add_dq_scale_before_add(x, residual, weight, eps, qdtype, scale_ub):
+    """y and residual_out of s = x + residual, but the scale taken of rms_norm(x) w, before the add."""
+    s = up(x) + up(residual)
+    v = rms_formula(s, up(weight, x), eps)
+    _, scale = _dq(x, weight, eps, qdtype, scale_ub)
+    return _to_q(v / scale[..., None], qdtype), scale, s.to(residual.dtype)
 
 
 # ------------------------------------------------------------------ add_layer_norm bugs
@@ -785,6 +852,28 @@ class _GatedVllmOrder(torch.autograd.Function):
 @correct("rms_norm_gated")
 def gated_vllm_order(x, z, weight, eps, norm_before_gate):
     return _GatedVllmOrder.apply(x, z, weight, eps, norm_before_gate)
+
+
+@correct("rms_norm_dynamic_quant")
+def dq_vllm_order(x, weight, eps, qdtype, scale_ub):
+    """vLLM's order: x rho rounded to x.dtype, times the weight and rounded again (v in x.dtype);
+    the peak of that; y = v times the reciprocal of the float32 scale."""
+    xf = up(x)
+    v = up((up((xf * _rms(xf, eps)).to(x.dtype), x) * up(weight, x)).to(x.dtype), x)
+    q = qmax(qdtype)
+    amax = v.abs().amax(-1, keepdim=True)
+    if scale_ub is not None:
+        amax = amax.clamp(max=scale_ub)
+    scale = (amax / q).clamp(min=MIN_SCALE / q).float()
+    return _to_q(v * (1 / scale), qdtype), scale[..., 0]
+
+
+@correct("add_rms_norm_dynamic_quant")
+def add_dq_unfused(x, residual, weight, eps, qdtype, scale_ub):
+    """The sum rounded to the residual stream's dtype first, then rms_norm_dynamic_quant of it."""
+    s = (up(x) + up(residual)).to(residual.dtype)
+    y, scale = _dq(s, weight, eps, qdtype, scale_ub)
+    return y, scale, s
 
 
 @correct("rms_norm_fp8")

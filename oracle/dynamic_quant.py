@@ -1,0 +1,64 @@
+"""An op quantised with a scale per row that it computes itself (dynamic per-token quantisation),
+from the op it quantises: vLLM's ``rms_norm_dynamic_per_token_quant`` (f = rms_norm) and its fused
+form with the residual add, SGLang's fused add + RMSNorm + per-token quant.
+
+Per row r, with v = f(args)[0] (the exact real value) and q = qdtype's largest value:
+
+    A_r      = max_i |v_ri|
+    scale_r  = max(min(A_r, scale_ub) / q, MIN_SCALE / q),   MIN_SCALE = 1 / 512
+    y_ri     = Q(v_ri / scale_r)
+    op(args, qdtype, scale_ub) = (y, scale, f's other outputs)
+
+qdtype, by name (``QDTYPES``): "float8_e4m3fn" (q = 448; Q rounds to nearest even and saturates
+at +-448, ``formats.E4M3``) or "int8" (q = 127; Q rounds to the nearest integer, ties to even, and
+saturates to [-128, 127], ``formats.INT8``).  scale_ub: None (no bound) or a positive finite float:
+rows whose amax passes it saturate.  The floor MIN_SCALE / q (vLLM's ``min_scaling_factor``,
+1 / (448 * 512) for float8) keeps an all-zero row's scale positive: its y is 0, not 0 / 0.  The
+scales are float32, one per row (x.shape[:-1]), as vLLM and SGLang return them.
+
+NaN policy: a row where v has NaN (f's NaN policy: a NaN or inf in the row) has scale NaN (the max
+propagates it); float8 keeps NaN in y, int8 has no NaN and no claim is made on y there.
+
+The oracle's outputs are v / scale (before Q: consumers round, as for the static FP8 ops) and the
+exact scale, each rounded once to float64.  The accuracy check divides v by the kernel's own scale
+instead (``record.Out.scale``, ``bounds_quant``): a kernel computes its scale from its own rounded
+v, within its bound of the exact one but not equal to it, and y is then Q(v / its scale); checked
+against Q(v / exact scale) a correct kernel would fail wherever the two straddle a midpoint of Q.
+The scale itself is checked against the exact scale under its bound.  No backward: these are
+inference ops.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .formats import fmt
+
+QDTYPES = {"float8_e4m3fn": torch.float8_e4m3fn, "int8": torch.int8}
+MIN_SCALE = 1 / 512  # times 1 / q: the floor of a row's scale
+
+
+def qmax(qdtype: str) -> float:
+    """The largest value of the quantised format named ``qdtype``."""
+    return fmt(QDTYPES[qdtype]).max
+
+
+def scales(peak: np.ndarray, qdtype: str, scale_ub: float | None) -> np.ndarray:
+    """scale = max(min(A, scale_ub) / q, MIN_SCALE / q) per row from the rows' peaks A (float64)."""
+    q = qmax(qdtype)
+    with np.errstate(all="ignore"):
+        capped = peak if scale_ub is None else np.where(peak > scale_ub, scale_ub, peak)  # NaN stays NaN
+        return np.where(np.isnan(capped), np.nan, np.maximum(capped / q, MIN_SCALE / q))
+
+
+def forward(base, qdtype: str, scale_ub: str):
+    """The dynamically quantised forward from base's, ``base(B, **args) -> outputs``:
+    (v / scale, scale, base's other outputs)."""
+
+    def quantised(B, **args):
+        rest = {k: v for k, v in args.items() if k not in (qdtype, scale_ub)}
+        first, *others = base(B, **rest)
+        scale = scales(B.row_peak(first)[..., 0], args[qdtype], args[scale_ub])
+        return (first / B.array(scale)[..., None], B.array(scale), *others)
+
+    return quantised
