@@ -280,3 +280,15 @@ def test_a_backward_that_writes_over_dy_is_named(session):
     """Its gradients are right; the failure must say what is wrong: dy was overwritten (Liger's in_place=True)."""
     prop, message = _first_failure(session, _impl("rms_norm", planted.rms_backward_over_dy), {"gradients"}, 10)
     assert prop == "gradients" and "its backward wrote into the incoming gradient of 'y'" in message, message
+
+
+def test_a_per_row_output_is_compared_row_by_row_for_batch_invariance(session):
+    """rms_norm_dynamic_quant's scales hold one value per row: batch invariance compares them row by
+    row.  Taken as one row of the whole batch, a batch-invariant kernel's scales "differed" (every
+    seed warned on normcert's Triton kernel, whose tile depends on the row length alone)."""
+    from ...impls import triton_dynamic_quant  # noqa: PLC0415 - imports triton (the run has set up its interpreter)
+
+    impl = make("rms_norm_dynamic_quant", "triton", "triton", triton_dynamic_quant.rms_norm_dynamic_quant)
+    session.bitwise = True
+    res = _run(session, BY_NAME["batch-invariance"], impl, torch.float32)
+    assert res.outcome == "pass", res.message
