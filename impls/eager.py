@@ -13,8 +13,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..oracle.dynamic_quant import MIN_SCALE, QDTYPES, qmax
-from ..oracle.kinds import APPROXIMATE
+from ..oracle.dynamic_quant import MIN_SCALE, qmax
+from ..oracle.kinds import APPROXIMATE, KINDS
 from ..oracle.validate import boolean, one_of, positive
 
 from . import make
@@ -87,22 +87,30 @@ def add_rms_norm_fp8(x, residual, weight, eps, scale):
     return to_e4m3(rms_formula(s, up(weight, x), eps) / scale), s.to(residual.dtype)
 
 
-def quantise_rows(op, v, qdtype, scale_ub):
-    """(y, scales) of rows v (in the compute format): scale = max(min(amax |v|, scale_ub) / q,
-    1 / (512 q)) per row, NaN kept, stored in float32; y = Q(v / the stored scale), Q saturating
-    round to nearest even (float8_e4m3fn: ``to_e4m3``; int8: torch.round, then clamp)."""
-    one_of(op, "qdtype", qdtype, tuple(QDTYPES))
-    if scale_ub is not None:
-        positive(op, "scale_ub", scale_ub)
-    q = qmax(qdtype)
-    amax = v.abs().amax(-1, keepdim=True)  # amax propagates NaN
+def row_scales(rows, scale_ub, q, floor):
+    """max(min(amax |rows|, scale_ub) / q, floor) per row (keepdim), NaN kept (amax and clamp
+    propagate it), stored in float32."""
+    amax = rows.abs().amax(-1, keepdim=True)
     if scale_ub is not None:
         amax = amax.clamp(max=scale_ub)
-    scales = (amax / q).clamp(min=MIN_SCALE / q).float()
-    t = v / scales.to(v.dtype)
-    if qdtype == "int8":
-        return torch.round(t).clamp(-128, 127).to(torch.int8), scales[..., 0]
-    return to_e4m3(t), scales[..., 0]
+    return (amax / q).clamp(min=floor).float()
+
+
+def to_qdtype(t, qdtype):
+    """t rounded once to the quantised format named ``qdtype``, saturating: ``to_e4m3``, or the
+    nearest integer (torch.round: ties to even) clamped to int8's [-128, 127]."""
+    return torch.round(t).clamp(-128, 127).to(torch.int8) if qdtype == "int8" else to_e4m3(t)
+
+
+def quantise_rows(op, v, qdtype, scale_ub):
+    """(y, scales) of rows v (in the compute format): scale = max(min(amax |v|, scale_ub) / q,
+    1 / (512 q)) per row (``row_scales``); y = Q(v / the stored scale) (``to_qdtype``).  The
+    arguments are checked by their kinds."""
+    KINDS["qdtype"].check(op, "qdtype", qdtype, v)
+    KINDS["scale_ub"].check(op, "scale_ub", scale_ub, v)
+    q = qmax(qdtype)
+    scales = row_scales(v, scale_ub, q, MIN_SCALE / q)
+    return to_qdtype(v / scales.to(v.dtype), qdtype), scales[..., 0]
 
 
 def rms_norm_dynamic_quant(x, weight, eps, qdtype, scale_ub):

@@ -23,7 +23,7 @@ import triton.language as tl
 from triton.language.extra.libdevice import rint
 
 from ..oracle.dynamic_quant import MIN_SCALE, QDTYPES, qmax
-from ..oracle.validate import one_of, positive
+from ..oracle.kinds import KINDS
 
 from . import make
 from .triton_norms import as_rows, compute_dtype, div_rn, rsqrt_rn, scalar, tile, tile_ptrs
@@ -86,9 +86,8 @@ def _dynamic_quant_kernel(
 def _checked(op, x, qdtype, scale_ub):
     """ValueError naming a bad qdtype or scale_ub; float64 x is not supported (no single-rounding
     float64 -> float8_e4m3fn conversion on a GPU)."""
-    one_of(op, "qdtype", qdtype, tuple(QDTYPES))
-    if scale_ub is not None:
-        positive(op, "scale_ub", scale_ub)
+    KINDS["qdtype"].check(op, "qdtype", qdtype, x)
+    KINDS["scale_ub"].check(op, "scale_ub", scale_ub, x)
     if x.dtype == torch.float64:
         raise NotImplementedError(f"{op}: float64 input (no single-rounding float64 -> {qdtype} conversion)")
 

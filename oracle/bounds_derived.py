@@ -52,8 +52,7 @@ def fused_forward(base, main: str, residual: str):
     residual_out's; base takes the rows it normalises as ``rows=`` (other keywords go to it)."""
 
     def bound(args, exact, kernel=True, **kw):
-        *base_bounds, = base(args, exact, kernel, rows=_summed(args, main, residual), **kw)
-        return (*base_bounds, np.zeros_like(exact[-1]))
+        return (*base(args, exact, kernel, rows=_summed(args, main, residual), **kw), np.zeros_like(exact[-1]))
 
     return bound
 

@@ -17,10 +17,11 @@ rms_norm at the rows it normalises):
 
 silu'(z) = sigma(z) (1 + z (1 - sigma(z))).  s and s' are formed with the products they enter
 (``silu_times``, ``dsilu_times``: e**z scaled, so a gate at -1000 beside x = 1e300 is not lost to
-float64's underflow).  Where x s overflows float64 (x and z near its largest
-value), the rows are scaled first (``_gated_rows``: rms_norm is scale invariant); where dy s may,
-the cotangent is (``_shrink``: the VJP is linear in it).  The float64 path forms each product once per element
-(``pointwise(..., scaled=True)``: only a non-finite input or result is redone exactly); its own error is a few u_64 of s, which ``bounds_gated_norm`` adds to the model's ORACLE.
+float64's underflow).  Where x s overflows float64 (x and z near its largest value), the rows are
+scaled first (``_gated_rows``: rms_norm is scale invariant); where dy s may, the cotangent is
+(``_shrink``: the VJP is linear in it).  The float64 path forms each product once per element
+(``pointwise(..., scaled=True)``: only a non-finite input or result is redone exactly); its own
+error is a few u_64 of s, which ``bounds_gated_norm`` adds to the model's ORACLE.
 """
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ def vjp(B, cot, x, z, weight, eps, norm_before_gate):
     (dy,) = cot
     if norm_before_gate:
         k = _shrink(B, dy)
-        grads = rms_norm.vjp(B, (B.pointwise(lambda B, d, b: silu_times(B, b, d, k), dy, z, scaled=True),), x, weight, eps)
+        gated = B.pointwise(lambda B, d, b: silu_times(B, b, d, k), dy, z, scaled=True)  # k dy s
+        grads = rms_norm.vjp(B, (gated,), x, weight, eps)
         (r,) = rms_norm.forward(B, x, weight, eps)
         dz = B.pointwise(lambda B, d, a, b: dsilu_times(B, b, d, a), dy, r, z, scaled=True)
         return {"x": grads["x"] / k, "z": dz, "weight": grads["weight"] / k}

@@ -52,14 +52,12 @@ def oracle_assessments(outs, case: Case, where=None, label=""):
     args = case.oracle_args()
     exact = list(oracle.forward(case.op, **args))
     rec = case.record
-    kw, order = {}, list(range(len(rec.outputs)))
-    for name, scale in rec.scaled.items():  # at most one (``record.Op``)
-        i, j = rec.outputs.index(name), rec.outputs.index(scale)
-        kw["kernel_scale"] = to_float64(outs[j])
-        order = [j] + [k for k in order if k != j]
+    pairs = [(rec.outputs.index(n), rec.outputs.index(s)) for n, s in rec.scaled.items()]  # at most one
+    kw = {"kernel_scale": to_float64(outs[j]) for _, j in pairs}
     bounds = rec.forward_bound(args, tuple(exact), **kw)
-    for name in rec.scaled:
+    for i, j in pairs:
         exact[i] = rescaled(exact[i], exact[j], kw["kernel_scale"])
+    order = [j for _, j in pairs] + [k for k in range(len(rec.outputs)) if k not in {j for _, j in pairs}]
     nan_ok = rec.indeterminate(args) if rec.indeterminate else None
     for k in order:
         name, e, b = rec.outputs[k], exact[k], bounds[k]

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ...impls.compiled import compiled_at_first_call
-from ...impls.eager import _or, layer_norm, rms_formula, to_e4m3, up
+from ...impls.eager import _or, layer_norm, rms_formula, row_scales, to_e4m3, to_qdtype, up
 from ...oracle.dynamic_quant import MIN_SCALE, qmax
 from ...impls.eager import rms_norm as eager_rms_norm
 
@@ -360,46 +360,40 @@ def gated_order_ignored(x, z, weight, eps, norm_before_gate):
     return _gated(x, z, weight, eps, False)
 
 
-class _GatedNoDz(torch.autograd.Function):
-    """Right forward, dx and dweight; the backward forgets z's path: dz = 0."""
+class _GatedFp32Backward(torch.autograd.Function):
+    """``forward_fn``'s forward with the gated norm's backward in fp32 (autograd through ``_gated``);
+    ``drop_dz``: z's gradient 0, the dz path forgotten."""
 
     @staticmethod
-    def forward(ctx, x, z, weight, eps, norm_before_gate):
+    def forward(ctx, x, z, weight, eps, norm_before_gate, forward_fn, drop_dz):
         ctx.save_for_backward(x, z, weight)
-        ctx.eps, ctx.norm_before_gate = eps, norm_before_gate
-        return _gated(x, z, weight, eps, norm_before_gate)
+        ctx.eps, ctx.norm_before_gate, ctx.drop_dz = eps, norm_before_gate, drop_dz
+        return forward_fn(x, z, weight, eps, norm_before_gate)
 
     @staticmethod
     def backward(ctx, dy):
         x, z, weight = ctx.saved_tensors
         with torch.enable_grad():
-            xl, wl = x.detach().requires_grad_(), weight.detach().requires_grad_()
-            dx, dw = torch.autograd.grad(_gated(xl, z, wl, ctx.eps, ctx.norm_before_gate), (xl, wl), dy)
-        return dx, torch.zeros_like(z), dw, None, None
+            leaves = [t.detach().requires_grad_() for t in (x, z, weight)]
+            dx, dz, dw = torch.autograd.grad(_gated(*leaves, ctx.eps, ctx.norm_before_gate), leaves, dy)
+        return dx, torch.zeros_like(z) if ctx.drop_dz else dz, dw, None, None, None, None
 
 
 @bug("rms_norm_gated", "gradients")
 def gated_no_dz(x, z, weight, eps, norm_before_gate):
-    return _GatedNoDz.apply(x, z, weight, eps, norm_before_gate)
+    """Right forward, dx and dweight; the backward forgets z's path: dz = 0."""
+    return _GatedFp32Backward.apply(x, z, weight, eps, norm_before_gate, _gated, True)
 
 
 # ------------------------------------------------------------------ rms_norm_dynamic_quant bugs
-def _dq(x, weight, eps, qdtype, scale_ub, q=None, peak_of=None, cast=None, divide=True, floor=True):
+def _dq(x, weight, eps, qdtype, scale_ub, q=None, peak_of=None, cast=to_qdtype, divide=True, floor=True):
     """The eager dynamic quantisation with one thing changed: qmax ``q``, the rows the peak is
     taken of (``peak_of(x, v)``), the conversion ``cast(t, qdtype)``, a product for the division,
     no floor."""
     v = rms_formula(up(x), up(weight, x), eps)
     q = qmax(qdtype) if q is None else q
-    amax = (v if peak_of is None else peak_of(up(x), v)).abs().amax(-1, keepdim=True)
-    if scale_ub is not None:
-        amax = amax.clamp(max=scale_ub)
-    scale = (amax / q).clamp(min=MIN_SCALE / q if floor else 0.0).float()
-    t = v / scale if divide else v * scale
-    return (cast or _to_q)(t, qdtype), scale[..., 0]
-
-
-def _to_q(t, qdtype):
-    return torch.round(t).clamp(-128, 127).to(torch.int8) if qdtype == "int8" else to_e4m3(t)
+    scale = row_scales(v if peak_of is None else peak_of(up(x), v), scale_ub, q, MIN_SCALE / q if floor else 0.0)
+    return cast(v / scale if divide else v * scale, qdtype), scale[..., 0]
 
 
 @bug("rms_norm_dynamic_quant", "accuracy", "extremes")
@@ -417,7 +411,7 @@ def dq_fp8_max_224(x, weight, eps, qdtype, scale_ub):
 @bug("rms_norm_dynamic_quant", "accuracy", "extremes")
 def dq_bf16_before_cast(x, weight, eps, qdtype, scale_ub):
     """v / scale rounded to bfloat16, then to the quantised format: two roundings (flashinfer#4167)."""
-    return _dq(x, weight, eps, qdtype, scale_ub, cast=lambda t, qd: _to_q(t.to(torch.bfloat16).float(), qd))
+    return _dq(x, weight, eps, qdtype, scale_ub, cast=lambda t, qd: to_qdtype(t.to(torch.bfloat16).float(), qd))
 
 
 @bug("rms_norm_dynamic_quant", "accuracy", "extremes")
@@ -430,7 +424,7 @@ def dq_times_scale(x, weight, eps, qdtype, scale_ub):
 def dq_int8_truncated(x, weight, eps, qdtype, scale_ub):
     """int8 by a float -> int conversion, which truncates toward zero, instead of rounding."""
     def cast(t, qd):
-        return t.clamp(-128, 127).to(torch.int8) if qd == "int8" else to_e4m3(t)
+        return t.clamp(-128, 127).to(torch.int8) if qd == "int8" else to_qdtype(t, qd)
     return _dq(x, weight, eps, qdtype, scale_ub, cast=cast)
 
 
@@ -446,7 +440,7 @@ def add_dq_scale_before_add(x, residual, weight, eps, qdtype, scale_ub):
     s = up(x) + up(residual)
     v = rms_formula(s, up(weight, x), eps)
     _, scale = _dq(x, weight, eps, qdtype, scale_ub)
-    return _to_q(v / scale[..., None], qdtype), scale, s.to(residual.dtype)
+    return to_qdtype(v / scale[..., None], qdtype), scale, s.to(residual.dtype)
 
 
 # ------------------------------------------------------------------ add_layer_norm bugs
@@ -829,29 +823,12 @@ def _gated_vllm_forward(x, z, weight, eps, norm_before_gate):
     return (up((xf * _rms(xf, eps) * up(weight, x)).to(x.dtype)) * F.silu(up(z))).to(x.dtype)
 
 
-class _GatedVllmOrder(torch.autograd.Function):
+@correct("rms_norm_gated")
+def gated_vllm_order(x, z, weight, eps, norm_before_gate):
     """vLLM's forward order (an inference kernel) with a training kernel's backward, all in fp32.
     (Autograd through its rounding of r would round r's cotangent dy silu(z) to x.dtype, which
     overflows float16 where silu(z) is large: no correct backward does that.)"""
-
-    @staticmethod
-    def forward(ctx, x, z, weight, eps, norm_before_gate):
-        ctx.save_for_backward(x, z, weight)
-        ctx.eps, ctx.norm_before_gate = eps, norm_before_gate
-        return _gated_vllm_forward(x, z, weight, eps, norm_before_gate)
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, z, weight = ctx.saved_tensors
-        with torch.enable_grad():
-            leaves = [t.detach().requires_grad_() for t in (x, z, weight)]
-            grads = torch.autograd.grad(_gated(*leaves, ctx.eps, ctx.norm_before_gate), leaves, dy)
-        return (*grads, None, None)
-
-
-@correct("rms_norm_gated")
-def gated_vllm_order(x, z, weight, eps, norm_before_gate):
-    return _GatedVllmOrder.apply(x, z, weight, eps, norm_before_gate)
+    return _GatedFp32Backward.apply(x, z, weight, eps, norm_before_gate, _gated_vllm_forward, False)
 
 
 @correct("rms_norm_dynamic_quant")
@@ -861,11 +838,8 @@ def dq_vllm_order(x, weight, eps, qdtype, scale_ub):
     xf = up(x)
     v = up((up((xf * _rms(xf, eps)).to(x.dtype), x) * up(weight, x)).to(x.dtype), x)
     q = qmax(qdtype)
-    amax = v.abs().amax(-1, keepdim=True)
-    if scale_ub is not None:
-        amax = amax.clamp(max=scale_ub)
-    scale = (amax / q).clamp(min=MIN_SCALE / q).float()
-    return _to_q(v * (1 / scale), qdtype), scale[..., 0]
+    scale = row_scales(v, scale_ub, q, MIN_SCALE / q)
+    return to_qdtype(v * (1 / scale), qdtype), scale[..., 0]
 
 
 @correct("add_rms_norm_dynamic_quant")
