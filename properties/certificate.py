@@ -147,15 +147,21 @@ def _configs(session, impl) -> dict:
     return {"configs": list(forcing.names), "configs_ran_on": where}
 
 
+def implementations(session) -> dict:
+    """The certificate's ``implementations``: each kernel the run checks on its device (one
+    registered for another, e.g. the compiled kernels on CPU, is not run there, so not listed)."""
+    return {i.id: {"op": i.op, "backend": i.backend, "target": i.target, "convention": i.convention or "out-of-place",
+                   "expected_failure": i.expected_failure, "domain": i.domain.spec() or "all",
+                   "certified_on": i.domain.describe(), **_configs(session, i),
+                   "agrees_with": i.agrees_with.id if i.agrees_with is not None else None}
+            for i in session.impls if session.device in i.devices}
+
+
 def build(session, results: list[dict], config, run: dict) -> dict:
     """The certificate of ``session``'s run; ``results`` as gathered from every worker;
     ``run`` = {"run", "verdict", "pytest_exit_status", "deselected", "crashed", "scope", "not_run"}."""
     rows = [_row(r) for r in results]
-    impls = {i.id: {"op": i.op, "backend": i.backend, "target": i.target, "convention": i.convention or "out-of-place",
-                    "expected_failure": i.expected_failure, "domain": i.domain.spec() or "all",
-                    "certified_on": i.domain.describe(), **_configs(session, i),
-                    "agrees_with": i.agrees_with.id if i.agrees_with is not None else None}
-             for i in session.impls}
+    impls = implementations(session)
     return {"run": run["run"], "schema": SCHEMA, "verdict": run["verdict"],
             "pytest_exit_status": run["pytest_exit_status"], "deselected": run["deselected"],
             "crashed": run["crashed"], "scope": run["scope"], "not_run": run["not_run"],

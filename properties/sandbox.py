@@ -13,6 +13,7 @@ first argument; the module holds no run state.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import weakref
 
@@ -71,6 +72,28 @@ def expected_shapes(case: Case):
     return list(case.record.out_shapes(tuple(case.main.shape)))
 
 
+RECOMPILE_LIMIT = 4096
+"""Dynamo's recompile limits in the kernel thread.  torch.compile recompiles a function for each new
+guard (dtype, rank, a None weight, a stride, grad mode) and, past ``recompile_limit`` (8 in torch
+2.13) compilations of one function, silently runs the rest of its calls *eagerly*.  A model sees a
+handful of signatures; normcert's draws show a compiled kernel dozens (rms_norm's accuracy family
+alone: 8 by its 24th call), so under the default a compiled kernel would be certified on code that
+did not run.  Raised for the calls normcert makes, and a call that still reaches it fails instead
+of falling back (``fail_on_recompile_limit_hit``)."""
+
+
+def compile_every_call() -> None:
+    """In this thread (Dynamo's config is per thread): every call of a torch.compiled kernel runs
+    compiled code, or fails saying why (``RECOMPILE_LIMIT``).  Where Dynamo is not loaded yet
+    (importing it costs about 1.3 s, which a run of a kernel that does not compile never pays), a
+    kernel's first compilation loads it and this call's limit is the default; it is set before the next."""
+    config = getattr(sys.modules.get("torch._dynamo"), "config", None)
+    if config is None:
+        return
+    config.recompile_limit = config.accumulated_recompile_limit = RECOMPILE_LIMIT
+    config.fail_on_recompile_limit_hit = True
+
+
 class Worker:
     """One long-lived daemon thread that runs a session's kernel calls (``Session.worker``);
     abandoned when a call hangs in it, told to end when the session is collected.
@@ -92,6 +115,7 @@ class Worker:
                 fn, done = tasks.get()
                 if fn is None:
                     return  # retired
+                compile_every_call()
                 fn()  # never raises: kernel_code's call() keeps the exception
                 done.set()
                 del fn, done  # else the finished call's arguments live until the next call
@@ -186,6 +210,10 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
         raise NotSupported(f"{impl.id} refused this case: {box['text']}", box["text"])
     if issubclass(error, KeyboardInterrupt):
         raise KeyboardInterrupt
+    if error.__name__ == "FailOnRecompileLimitHit":
+        raise ContractViolation(f"{impl.id}{what}: torch.compile recompiled it {RECOMPILE_LIMIT} times, normcert's "
+                                f"limit; past it Dynamo would run its eager code, which is not what is certified "
+                                f"(declare a narrower domain, --normcert-domain)")
     raise ContractViolation(f"{impl.id}{what} raised {error.__name__}: {box['text']}")
 
 

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 from ..impls import make, plugin
-from .certificate import check_failures_dir, check_writable, to_json
+from .certificate import check_failures_dir, check_writable, implementations, to_json
 from .case import Case
 from .replay import save_failure
 
@@ -187,3 +187,12 @@ def test_replay_refuses_normcert_names_outside_the_registry_and_the_planted_bugs
     path = save_failure(impl, "accuracy", case, directory=str(tmp_path)).split()[-1]
     refused = _run(["-m", "normcert", "replay", path, "--kernel-timeout", "5"], tmp_path)
     assert refused.returncode == 4 and f"pass --impl rms_norm={target}" in refused.stderr, refused.stderr
+
+
+def test_a_kernel_registered_for_another_device_is_not_in_the_certificate(normcert_session):
+    """The registry's compiled kernels are registered for GPU runs: a CPU run does not list them (nor
+    their declared domains in its headline), a GPU run does."""
+    listed = implementations(normcert_session)
+    assert set(listed) == {i.id for i in normcert_session.impls if normcert_session.device in i.devices}
+    assert "rms_norm:eager" in listed
+    assert ("rms_norm:compiled" in listed) == (normcert_session.device == "cuda")

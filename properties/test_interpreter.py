@@ -164,3 +164,74 @@ def test_a_kernel_under_the_interpreter_gets_the_scaled_many_rows_bucket(normcer
             for i in by}
     assert many["eager"].rows == 65537 and many["triton"].rows == 1025
     assert "scaled from 65537 rows: Triton's interpreter" in many["triton"].label
+
+
+HELPERS = '''
+import triton.language as tl
+from triton.language.extra.libdevice import rint
+
+@{jit}
+def round_half(v):
+    return rint(v * 0.5)
+'''
+CORE_HELPER = '''
+import triton
+import triton.language.core as core
+
+@triton.jit
+def plus_one(v):
+    return core.maximum(v, v) + 1.0
+'''
+KERNEL = '''
+import triton
+import triton.language as tl
+from helpers import round_half
+from core_helper import plus_one
+
+@triton.jit
+def kernel(X, Y, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(Y + i, plus_one(round_half(tl.load(X + i))))
+'''
+ONCE = """
+import os, sys, json
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, sys.argv[1])
+import torch
+from triton.runtime import interpreter as triton_interpreter
+from normcert.impls import interpreter
+patches = []
+original = triton_interpreter._patch_lang
+def counted(fn):
+    patches.append(fn.__name__)
+    return original(fn)
+triton_interpreter._patch_lang = counted
+interpreter.install()
+patches.clear()  # the probes' launches
+import helpers, kernel
+stub = helpers.rint
+x = torch.arange(32, dtype=torch.float32) - 9.0
+y = torch.empty_like(x)
+kernel.kernel[(4,)](x, y, BLOCK=8)
+print(json.dumps({"patches": patches, "y": y.tolist(), "want": (torch.round(x * 0.5) + 1).tolist(),
+                  "restored": helpers.rint is stub}))
+"""
+
+
+def test_a_launch_binds_the_language_once_and_its_helpers_stay_correct(tmp_path):
+    """Triton's interpreter rebinds the language at every helper call; after ``install()`` a launch
+    binds it once (helpers seeing only its modules reuse the binding), a helper in a module that
+    imports ``triton.language.core`` on its own is still bound, a helper's libdevice name is still
+    corrected, the outputs are right, and the launch's end restores the helper's globals."""
+    (tmp_path / "helpers.py").write_text(HELPERS.format(jit="triton.jit").replace("import triton.language",
+                                                                                   "import triton\nimport triton.language"))
+    (tmp_path / "core_helper.py").write_text(CORE_HELPER)
+    (tmp_path / "kernel.py").write_text(KERNEL)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_"))}
+    out = subprocess.run([sys.executable, "-c", ONCE, str(tmp_path)], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["y"] == got["want"] and got["restored"]
+    # the launch once, then plus_one (it sees triton.language.core) once per program; round_half never
+    assert got["patches"] == ["kernel"] + ["plus_one"] * 4

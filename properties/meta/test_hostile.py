@@ -260,3 +260,33 @@ def test_a_finished_call_leaves_no_reference_to_its_inputs(session):
     del x
     gc.collect()
     assert alive() is None
+
+
+def _wrong_when_compiled(x, weight, eps):
+    """Right in eager mode, 2 y once compiled (``torch.compiler.is_compiling``)."""
+    y = hostile._rms(x, weight, eps)
+    return y * 2 if torch.compiler.is_compiling() else y
+
+
+def test_a_compiled_kernel_runs_compiled_on_every_case(session):
+    """Past Dynamo's default recompile_limit (8) a compiled function silently runs its eager code;
+    a kernel compiled per shape (dynamic=False), wrong only when compiled, would then be certified
+    on the cases after its 8th shape.  In normcert's kernel thread every call runs compiled code."""
+    compiled = torch.compile(_wrong_when_compiled, dynamic=False)
+    impl = make("rms_norm", "wrong_when_compiled", "plugin", compiled,
+                target="normcert.properties.meta.test_hostile:_wrong_when_compiled")
+    w = torch.ones(4)
+    for rows in range(1, 12):
+        x = torch.randn(rows, 4)
+        got = sandbox.kernel_code(session, impl, "", lambda: compiled(x, w, 1e-5))
+        assert torch.equal(got, 2 * hostile._rms(x, w, 1e-5)), rows
+
+
+def test_a_kernel_past_the_recompile_limit_fails_saying_why(session, monkeypatch):
+    monkeypatch.setattr(sandbox, "RECOMPILE_LIMIT", 3)
+    compiled = torch.compile(lambda x: x + 1, dynamic=False)
+    impl = make("rms_norm", "recompiles", "plugin", compiled, target="normcert.properties.meta.test_hostile:_impl")
+    with pytest.raises(sandbox.ContractViolation, match="torch.compile recompiled it 3 times, normcert's limit; "
+                                                        "past it Dynamo would run its eager code"):
+        for rows in range(1, 8):
+            sandbox.kernel_code(session, impl, "", lambda: compiled(torch.zeros(rows, 2)))
