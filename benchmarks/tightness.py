@@ -90,11 +90,11 @@ class Cell:
     def __init__(self):
         self.worst, self.kernel, self.ratios, self.cases = 0.0, "", [], 0
 
-    def add(self, kernel: str, a: assessment.Assessment, exact, bound, dtype, quantised: bool = False) -> None:
+    def add(self, kernel: str, a: assessment.Assessment, exact, bound, form, quantised: bool = False) -> None:
         if np.isfinite(a.max_units) and a.max_units >= self.worst:
             self.worst, self.kernel = a.max_units, kernel
         if not quantised:
-            keep = ordinary(np.asarray(exact, dtype=np.float64), np.asarray(bound, dtype=np.float64), fmt(dtype).lam)
+            keep = ordinary(np.asarray(exact, dtype=np.float64), np.asarray(bound, dtype=np.float64), form.lam)
             self.ratios.append((np.asarray(bound)[keep] / np.abs(np.asarray(exact)[keep])).ravel())
 
 
@@ -106,7 +106,7 @@ def measure(impl, case, family: str, cell: Cell) -> None:
     if family == "accuracy":
         outs = rec.call_outputs(impl.fn, dict(args))
         for a, e, b in oracle_assessments(outs, case, where=valid_positions(case)):
-            cell.add(impl.id, a, e, b, rec.out_dtype(a.name, args), rec.is_quantised(a.name))
+            cell.add(impl.id, a, e, b, rec.out_format(a.name, args), rec.is_quantised(a.name, args))
         return
     _, leaves = fresh_leaves(case)
     names = list(leaves)
@@ -118,7 +118,8 @@ def measure(impl, case, family: str, cell: Cell) -> None:
     bounds = rec.grad_bound(args, cot, exact)
     for k, g in zip(names, grads):
         if g is not None:
-            cell.add(impl.id, assessment.assess("d" + k, g, exact[k], bounds[k], g.dtype), exact[k], bounds[k], g.dtype)
+            a = assessment.assess("d" + k, g, exact[k], bounds[k], g.dtype)
+            cell.add(impl.id, a, exact[k], bounds[k], fmt(g.dtype))
 
 
 def main() -> None:

@@ -25,7 +25,8 @@ from .domain import Domain, DomainError, parse
 
 BACKENDS = ("eager", "compiled", "triton", "case-study", "plugin")
 MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "triton_norms", "triton_gated_norm",
-                                                 "triton_dynamic_quant", "triton_swiglu", "triton_geglu",
+                                                 "triton_dynamic_quant", "triton_group_quant", "triton_swiglu",
+                                                 "triton_geglu",
                                                  "case_studies"))
 
 

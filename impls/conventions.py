@@ -138,7 +138,7 @@ def adapt(convention: str, op, fn: Callable) -> Callable:
         else:
             named = dict(zip((a.name for a in op.args), args))  # in call order: a row input, a qdtype
             bufs = [poisoned(shape, op.out_dtype(name, named), main.device)
-                    for name, shape in zip(op.outputs, op.out_shapes(tuple(main.shape)))]
+                    for name, shape in zip(op.outputs, op.out_shapes(tuple(main.shape), named))]
             if convention == "out":
                 _returns(fn(*bufs, *args, **kwargs), None, convention)
             else:

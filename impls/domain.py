@@ -35,6 +35,7 @@ say what was fitted.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 from ..oracle.formats import DTYPE_NAMES
@@ -67,10 +68,12 @@ class Domain:
     def admits_dtype(self, dtype_name: str) -> bool:
         return self.dtypes is None or dtype_name in self.dtypes
 
-    def width(self, n: int, halves: bool = False) -> int:
+    def width(self, n: int, halves: bool = False, op_multiple: int = 1) -> int:
         """The row length a case of length ``n`` is fitted to: n rounded up to the multiple (and to
-        an even length for a halves op), capped at the largest such length <= max_width."""
-        step = self.width_multiple * (2 if halves and self.width_multiple % 2 else 1)
+        an even length for a halves op, to a multiple of the op's own ``op_multiple`` for a
+        per-group op), capped at the largest such length <= max_width."""
+        step = math.lcm(self.width_multiple, op_multiple)
+        step *= 2 if halves and step % 2 else 1
         fitted = max(step, -(-n // step) * step)
         if self.max_width is not None:
             fitted = min(fitted, self.max_width // step * step)

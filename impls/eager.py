@@ -124,6 +124,39 @@ def add_rms_norm_dynamic_quant(x, residual, weight, eps, qdtype, scale_ub):
     return y, scales, s.to(residual.dtype)
 
 
+def pow2_up(s):
+    """Each positive s rounded up to a power of two, exactly (frexp: 2**e where the mantissa is not
+    already 1/2), for UE8M0 scales; NaN stays NaN."""
+    m, e = torch.frexp(s)
+    return torch.where((m == 0.5) | s.isnan(), s, torch.ldexp(torch.ones_like(s), e))
+
+
+def scales_in(scales, layout):
+    """A (..., groups) tensor of scales laid out as ``layout`` says: contiguous ("row_major"), or
+    groups first in memory ("column_major": a (groups, ...) buffer seen through movedim)."""
+    if layout == "row_major":
+        return scales.contiguous()
+    return scales.movedim(-1, 0).contiguous().movedim(0, -1)
+
+
+def rms_norm_group_quant(x, weight, eps, group, scale_format, layout):
+    """v = x rho w in the compute format; per group of ``group`` elements of a row, scale =
+    max(amax |v| / 448, 1 / (512 * 448)) (rounded up to a power of two for "ue8m0"), stored in
+    float32; y = e4m3(v / scale).  The arguments are checked by their kinds."""
+    op = "rms_norm_group_quant"
+    for name, value in (("group", group), ("scale_format", scale_format), ("layout", layout)):
+        KINDS[name].check(op, name, value, x)
+    v = rms_formula(up(x), up(weight, x), eps)
+    n = v.shape[-1]
+    g = v.unflatten(-1, (n // group, group))
+    q = qmax("float8_e4m3fn")
+    scales = (g.abs().amax(-1) / q).clamp(min=MIN_SCALE / q).float()
+    if scale_format == "ue8m0":
+        scales = pow2_up(scales)
+    y = to_e4m3(g / scales[..., None].to(v.dtype)).flatten(-2)
+    return y, scales_in(scales, layout)
+
+
 def layer_norm(x, weight, bias, eps):
     """Centered two-pass ops, not F.layer_norm: its CPU backward forms dx from the
     uncentered x (b*x + c), which cancels on rows with |mean| >> std (see the
@@ -202,6 +235,7 @@ IMPLS = [
     make("add_rms_norm_fp8", "eager", "eager", add_rms_norm_fp8),
     make("rms_norm_dynamic_quant", "eager", "eager", rms_norm_dynamic_quant),
     make("add_rms_norm_dynamic_quant", "eager", "eager", add_rms_norm_dynamic_quant),
+    make("rms_norm_group_quant", "eager", "eager", rms_norm_group_quant),
     make("layer_norm", "eager", "eager", layer_norm),
     make("add_layer_norm", "eager", "eager", add_layer_norm),
     make("batch_norm", "eager", "eager", batch_norm),

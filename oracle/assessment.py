@@ -28,7 +28,12 @@ class Assessment:
     checked: int = 0  # ... of this many claimed finite ones
 
 
-def pair_reference(y0: torch.Tensor, tol: np.ndarray, quantised: bool = False):
+def _format(dtype_or_format):
+    """The format an output is checked in: a dtype's (``formats.fmt``) or one given (``formats.UE8M0``)."""
+    return fmt(dtype_or_format) if isinstance(dtype_or_format, torch.dtype) else dtype_or_format
+
+
+def pair_reference(y0: torch.Tensor, tol: np.ndarray, quantised: bool = False, form=None):
     """(reference, bound) for checking an output y1 against another kernel output y0 that is
     within ``tol`` of it before any rounding: ``assess(name, y1, reference, bound, ...)``.
 
@@ -39,7 +44,7 @@ def pair_reference(y0: torch.Tensor, tol: np.ndarray, quantised: bool = False):
     r = to_float64(y0)
     if not quantised:
         return r, tol
-    f = fmt(y0.dtype)
+    f = _format(form if form is not None else y0.dtype)
     lo, hi = f.rounding_interval(r)
     lo, hi = np.maximum(lo, -2 * f.max), np.minimum(hi, 2 * f.max)
     with np.errstate(all="ignore"):
@@ -54,9 +59,10 @@ def _needed(f, a, e):
         return np.maximum(np.maximum(lo - e, e - hi), 0.0)
 
 
-def assess(name: str, actual: torch.Tensor, exact: np.ndarray, bound: np.ndarray, dtype: torch.dtype,
+def assess(name: str, actual: torch.Tensor, exact: np.ndarray, bound: np.ndarray, dtype,
            where: np.ndarray | None = None, nan_ok: np.ndarray | None = None, quantised: bool = False) -> Assessment:
-    """Check one output: NaN must be NaN, ±inf the same inf, finite within bound.
+    """Check one output: NaN must be NaN, ±inf the same inf, finite within bound.  ``dtype``: the
+    output's dtype, or the format it is stored in where that is not a dtype's (UE8M0 scales).
 
     An inf is accepted where a value within the bound reaches the largest finite number of the
     output dtype with that sign (e + bound >= max for +inf, e - bound <= -max for -inf): that is
@@ -75,7 +81,7 @@ def assess(name: str, actual: torch.Tensor, exact: np.ndarray, bound: np.ndarray
     distance from e over the bound; its ulps are steps of ``dtype`` from RNE(e); and it counts
     the outputs equal to RNE(e), bit-exact.
     """
-    f = fmt(dtype)
+    f = _format(dtype)
     a = to_float64(actual).reshape(exact.shape)
     e = exact
     sel = np.ones(e.shape, bool) if where is None else np.broadcast_to(where, e.shape)

@@ -25,17 +25,26 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .dynamic_quant import QDTYPES, qmax
+from .dynamic_quant import QDTYPES, per_element, qmax, rounded_scale
+from .formats import UE8M0
 from .error_model import ORACLE, Context
 from .formats import FORMATS, IntegerFormat, fmt
 
 U_32 = FORMATS[torch.float32].u  # the scales are stored in float32
 
 
+def spread(scale, like) -> np.ndarray:
+    """A scale per row (shape like.shape[:-1]) or per group of a row (like.shape[:-1] + (G,)) as one
+    value per element of ``like``."""
+    scale = np.asarray(scale, dtype=np.float64)
+    return per_element(scale, np.shape(like)[-1]) if scale.ndim == np.ndim(like) else scale[..., None]
+
+
 def rescaled(y, scale, kernel_scale):
-    """w = v / s_k from the oracle's y = v / S and S: the exact value over the kernel's own scale."""
+    """w = v / s_k from the oracle's y = v / S and S (the scale y was divided by, rounded where its
+    format rounds): the exact value over the kernel's own scale."""
     with np.errstate(all="ignore"):
-        return y * np.asarray(scale)[..., None] / np.asarray(kernel_scale, dtype=np.float64)[..., None]
+        return y * spread(scale, y) / spread(kernel_scale, y)
 
 
 def dynamic(base, main: str, qdtype: str):
@@ -61,6 +70,46 @@ def dynamic(base, main: str, qdtype: str):
             no_claim = ~(np.isfinite(s) & (s > 0))
             if isinstance(fmt(QDTYPES[args[qdtype]]), IntegerFormat):
                 no_claim = no_claim | np.isnan(v)
+            y_bound = np.where(no_claim, -np.inf, np.where(np.isnan(y_bound), np.inf, y_bound))
+        return (y_bound, scale_bound, *rest)
+
+    return bound
+
+
+def per_group(base, main: str, qdtype: str, group: str, scale_format: str):
+    """The bounds of base quantised per group of ``args[group]`` elements of a row to ``qdtype``
+    (a format name), its scales stored as ``args[scale_format]`` says (``dynamic_quant.group_forward``).
+    As ``dynamic`` with a group for a row: the scale's bound B_s on its value before any rounding
+    (the oracle's), max over the group of B_v / q + (2 u_c + u_32 + ORACLE) S; for "ue8m0" the
+    kernel's scale is that value rounded up to a power of two (checked to the step), so the scales
+    a correct kernel may divide by lie in [P(S - B_s), P(S + B_s)] (P: UE8M0's rounding), and
+    against the exact scale y's bound allows any of them:
+    B_v / s_lo + (2 u_c + ORACLE) |w| + |v| max(1 / s_lo - 1 / S_P, 1 / S_P - 1 / s_hi), S_P = P(S)."""
+    q = qmax(qdtype)
+
+    def bound(args, exact, kernel=True, kernel_scale=None, **kw):
+        ctx = Context(args[main].dtype, kernel=kernel)
+        y, scale, form = exact[0], exact[1], args[scale_format]
+        n, g = y.shape[-1], int(args[group])
+        with np.errstate(all="ignore"):
+            used = rounded_scale(scale, form)
+            v = y * spread(used, y)
+            v_bound, *rest = base(args, (v, *exact[2:]), kernel, **kw)
+            grouped = np.where(np.isnan(v_bound), np.inf, v_bound).reshape(v_bound.shape[:-1] + (n // g, g))
+            peak_err = np.max(grouped, axis=-1, initial=0.0)
+            scale_bound = peak_err / q + (2 * ctx.uc + (U_32 if kernel else 0.0) + ORACLE) * scale
+            if kernel_scale is None:
+                lo, hi = scale - scale_bound, scale + scale_bound
+                if form == "ue8m0":
+                    lo, hi = UE8M0.round(np.where(lo > 0, lo, 0.0)), UE8M0.round(hi)
+                s, s_lo, s_hi = spread(used, y), spread(np.where(lo > 0, lo, 0.0), y), spread(hi, y)
+                w = v / s
+                y_bound = v_bound / s_lo + (2 * ctx.uc + ORACLE) * np.abs(w) + \
+                    np.abs(v) * np.maximum(1 / s_lo - 1 / s, 1 / s - 1 / s_hi)
+            else:
+                s = spread(kernel_scale, y)
+                y_bound = v_bound / s + (2 * ctx.uc + ORACLE) * np.abs(v / s)
+            no_claim = ~(np.isfinite(s) & (s > 0))
             y_bound = np.where(no_claim, -np.inf, np.where(np.isnan(y_bound), np.inf, y_bound))
         return (y_bound, scale_bound, *rest)
 

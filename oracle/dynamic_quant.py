@@ -9,6 +9,11 @@ Per row r, with v = f(args)[0] (the exact real value) and q = qdtype's largest v
     y_ri     = Q(v_ri / scale_r)
     op(args, qdtype, scale_ub) = (y, scale, f's other outputs)
 
+Per group (``group_forward``, vLLM's ``rms_norm_per_block_quant``, DeepSeek's 1 x 128 activations,
+OCP MX): the same with a group of ``group`` consecutive elements of a row for the row, no scale_ub,
+and the scale stored as "float32" (as above) or "ue8m0": P(max(A_g / q, MIN_SCALE / q)), P rounding
+up to a power of two (``formats.UE8M0``), so that no group's peak saturates.
+
 qdtype, by name (``QDTYPES``): "float8_e4m3fn" (q = 448; Q rounds to nearest even and saturates
 at +-448, ``formats.E4M3``) or "int8" (q = 127; Q rounds to the nearest integer, ties to even, and
 saturates to [-128, 127], ``formats.INT8``).  scale_ub: None (no bound) or a positive finite float:
@@ -32,10 +37,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .formats import fmt
+from .formats import UE8M0, fmt
 
 QDTYPES = {"float8_e4m3fn": torch.float8_e4m3fn, "int8": torch.int8}
 MIN_SCALE = 1 / 512  # times 1 / q: the floor of a row's scale
+SCALE_FORMATS = ("float32", "ue8m0")  # a group's scale as computed, or rounded up to a power of two
 
 
 def qmax(qdtype: str) -> float:
@@ -49,6 +55,35 @@ def scales(peak: np.ndarray, qdtype: str, scale_ub: float | None) -> np.ndarray:
     with np.errstate(all="ignore"):
         capped = peak if scale_ub is None else np.where(peak > scale_ub, scale_ub, peak)  # NaN stays NaN
         return np.where(np.isnan(capped), np.nan, np.maximum(capped / q, MIN_SCALE / q))
+
+
+def per_element(scale: np.ndarray, n: int) -> np.ndarray:
+    """A scale per group of a row (shape (..., G)) repeated over its n / G elements: (..., n)."""
+    scale = np.asarray(scale)
+    return np.repeat(scale, n // scale.shape[-1], axis=-1) if scale.shape[-1] else scale
+
+
+def rounded_scale(scale: np.ndarray, scale_format: str) -> np.ndarray:
+    """The scale y was divided by: the oracle's scale, rounded up to a power of two for "ue8m0"."""
+    return UE8M0.round(scale) if scale_format == "ue8m0" else np.asarray(scale)
+
+
+def group_forward(base, qdtype: str, group: str, scale_format: str, layout: str):
+    """``base(B, **args)`` quantised per group of ``args[group]`` consecutive elements of a row
+    (``rms_norm_group_quant``): (v / scale, scale before its rounding (per group, (..., n / group)),
+    base's other outputs), with q = qdtype's largest value (qdtype: a fixed format name); the
+    scales' memory layout (``args[layout]``) is the calling contract's, not the values'."""
+
+    def quantised(B, **args):
+        rest = {k: v for k, v in args.items() if k not in (group, scale_format, layout)}
+        first, *others = base(B, **rest)
+        n, g = first.shape[-1], int(args[group])
+        peak = B.row_peak(first.reshape(first.shape[:-1] + (n // g, g)))[..., 0]
+        scale = scales(peak, qdtype, None)  # for ue8m0: before its rounding up
+        divisor = per_element(rounded_scale(scale, args[scale_format]), n)
+        return (first / B.array(divisor), B.array(scale), *others)
+
+    return quantised
 
 
 def forward(base, qdtype: str, scale_ub: str):

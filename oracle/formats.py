@@ -130,6 +130,61 @@ class IntegerFormat:
         return np.clip(np.rint(np.asarray(v, dtype=np.float64)), self.lo, self.hi)  # rint: ties to even; clip keeps NaN
 
 
+@dataclass(frozen=True)
+class PowerOfTwoFormat:
+    """UE8M0, the OCP MX block-scale format: an 8-bit biased exponent, no sign, no significand, so
+    its values are the powers of two 2**k, k in [emin, emax] (stored here in float32, whose range
+    holds them all).  A block scale is rounded *up* into it, so that the block's peak never
+    saturates after the division (``round``: 2**ceil(log2 v)); ``rounding_interval`` is then
+    (2**(k-1), 2**k] for 2**k (closed here, as for the other formats: a tie counts on both sides),
+    and empty ([inf, -inf]) for a value that is not a power of two: no real rounds to it.  With
+    these methods a scale stored in UE8M0 is assessed as a quantised output (``assessment.assess``)."""
+
+    name: str = "ue8m0"
+    emin: int = -127
+    emax: int = 127
+    saturates: bool = True
+
+    @property
+    def max(self) -> float:
+        return 2.0 ** self.emax
+
+    def _exponent(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(k, is a power of two in range) for each v (k meaningless where not)."""
+        v = np.asarray(v, dtype=np.float64)
+        m, e = np.frexp(np.where(np.isfinite(v) & (v > 0), v, 1.0))
+        k = e - 1
+        return k, np.isfinite(v) & (v > 0) & (m == 0.5) & (k >= self.emin) & (k <= self.emax)
+
+    def ulp(self, v: np.ndarray) -> np.ndarray:
+        return np.abs(np.asarray(v, dtype=np.float64))  # the step above 2**k is 2**k
+
+    def rank(self, v: np.ndarray) -> np.ndarray:
+        """log2 v (steps of the format count exponents; a value that is not a power of two lies
+        between two ranks), 0 where v is not a positive finite number."""
+        v = np.asarray(v, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            return np.where(np.isfinite(v) & (v > 0), np.log2(np.where(v > 0, v, 1.0)), 0.0)
+
+    def rounding_interval(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        q = np.asarray(q, dtype=np.float64)
+        k, ok = self._exponent(q)
+        lo = np.where(k == self.emin, 0.0, np.ldexp(1.0, k - 1))  # everything below the least rounds up to it
+        hi = np.where(k == self.emax, np.inf, q)  # and everything past the largest saturates to it
+        nan = np.isnan(q)
+        return np.where(ok, lo, np.where(nan, np.nan, np.inf)), np.where(ok, hi, np.where(nan, np.nan, -np.inf))
+
+    def round(self, v: np.ndarray) -> np.ndarray:
+        """2**ceil(log2 v), clamped to [2**emin, 2**emax]; NaN stays NaN (v >= 0: a scale)."""
+        v = np.asarray(v, dtype=np.float64)
+        m, e = np.frexp(np.where(np.isfinite(v) & (v > 0), v, 1.0))
+        k = np.where(m == 0.5, e - 1, e)
+        r = np.ldexp(1.0, np.clip(k, self.emin, self.emax))
+        r = np.where(v > 0, r, 2.0 ** self.emin)
+        r = np.where(np.isposinf(v), self.max, r)
+        return np.where(np.isnan(v), np.nan, r)
+
+
 FORMATS: dict[torch.dtype, Format] = {
     torch.float64: Format("float64", 53, -1022, 1023),
     torch.float32: Format("float32", 24, -126, 127),
@@ -138,6 +193,7 @@ FORMATS: dict[torch.dtype, Format] = {
 }
 E4M3 = Format("float8_e4m3fn", 4, -6, 8, largest=448.0, saturates=True)
 INT8 = IntegerFormat("int8", -128, 127)
+UE8M0 = PowerOfTwoFormat()
 OUTPUT_FORMATS: dict[torch.dtype, Format | IntegerFormat] = {**FORMATS, torch.float8_e4m3fn: E4M3,
                                                              torch.int8: INT8}  # what an output may be
 DTYPES = tuple(FORMATS)

@@ -46,6 +46,14 @@ define a case):
              "float8_e4m3fn" or "int8" (the output's dtype follows it: ``record.Out.dtype_arg``)
     scale_ub None (no bound) or a positive finite float: the largest row peak a dynamic scale is
              taken of (rows past it saturate)
+    group    a positive integer dividing the row length: consecutive elements of a row that share
+             a quantisation scale, one of GROUPS when drawn (the op's ``width_multiple`` makes
+             every one of them divide the rows drawn)
+    scale_format  how a group's scale is stored, one of ``dynamic_quant.SCALE_FORMATS``: "float32"
+             (as computed) or "ue8m0" (rounded up to a power of two, OCP MX)
+    layout   the memory layout of a per-group scale output, one of SCALE_LAYOUTS: "row_major" (a
+             contiguous (rows, groups) tensor) or "column_major" (the same shape, stored groups first,
+             as DeepGEMM reads it)
 """
 from __future__ import annotations
 
@@ -56,12 +64,14 @@ from typing import Callable, Protocol
 import numpy as np
 
 from . import validate as v
-from .dynamic_quant import QDTYPES
+from .dynamic_quant import QDTYPES, SCALE_FORMATS
 from .formats import to_float64
 
 APPROXIMATE = ("none", "tanh")
 LAYERS = (1, 6, 12, 24, 100)  # DeepNorm depths drawn: alpha = (2N)^(1/4)
-SCALE_UBS = (None, None, 0.5, 2.0, 16.0, 1000.0)  # a dynamic scale's bound: none, or below to far above a row's peak
+SCALE_UBS = (None, None, 0.5, 2.0, 16.0, 1000.0)
+GROUPS = (32, 64, 128)  # DeepSeek's 1 x 128, vLLM's per-block 64 / 128, OCP MX's 32
+SCALE_LAYOUTS = ("row_major", "column_major")  # a dynamic scale's bound: none, or below to far above a row's peak
 
 
 class Drawing(Protocol):
@@ -171,6 +181,15 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("scale_ub", check=lambda op, name, value, x: value is None or v.positive(op, name, value),
          sample=lambda normal, rows, width: None,
          draw=lambda d, arg: d.choose(list(SCALE_UBS), arg.name), shape=None, may_be_none=True),
+    Kind("group", check=lambda op, name, value, x: v.group_size(op, name, value, x.shape[-1]),
+         sample=lambda normal, rows, width: GROUPS[0],
+         draw=lambda d, arg: d.choose(list(GROUPS), arg.name), shape=None),
+    Kind("scale_format", check=lambda op, name, value, x: v.one_of(op, name, value, SCALE_FORMATS),
+         sample=lambda normal, rows, width: "float32",
+         draw=lambda d, arg: d.choose(list(SCALE_FORMATS), arg.name), shape=None),
+    Kind("layout", check=lambda op, name, value, x: v.one_of(op, name, value, SCALE_LAYOUTS),
+         sample=lambda normal, rows, width: "row_major",
+         draw=lambda d, arg: d.choose(list(SCALE_LAYOUTS), arg.name), shape=None),
     Kind("flag", check=_scalar_check(v.boolean),
          sample=lambda normal, rows, width: False,
          draw=lambda d, arg: d.choose([False, True], arg.name), shape=None),

@@ -26,6 +26,7 @@ import torch
 from . import (batch_norm, bounds_derived, bounds_gated, bounds_gated_norm, bounds_norms, bounds_quant, deep_norm,
                dynamic_quant, fused, geglu, gemma_rms_norm, halves, layer_norm, quantised, rms_norm, rms_norm_gated,
                swiglu)
+from .kinds import GROUPS
 from .record import Arg, Op, Out
 
 X, RESIDUAL, WEIGHT, BIAS, EPS = Arg("x", "rows"), Arg("residual", "stream"), Arg("weight", "weight"), \
@@ -39,6 +40,10 @@ WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS = Arg("weight", "weight", optional=True), Arg
 QDTYPE, SCALE_UB = Arg("qdtype", "qdtype"), Arg("scale_ub", "scale_ub")
 Y_DYNAMIC = Out("y", dtype_arg="qdtype", quantised=True, scale="scales")  # divided by the kernel's own scale
 SCALES = Out("scales", dtype=torch.float32, shape="leading")  # one per row, float32
+GROUP, SCALE_FORMAT, LAYOUT = Arg("group", "group"), Arg("scale_format", "scale_format"), Arg("layout", "layout")
+Y_GROUP = Out("y", dtype=torch.float8_e4m3fn, quantised=True, scale="scales")  # divided by its group's scale
+GROUP_SCALES = Out("scales", dtype=torch.float32, shape="groups", group_arg="group", format_arg="scale_format",
+                   layout_arg="layout")  # one per group, float32 holding a float32 or UE8M0 value
 
 
 def _on_halves(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
@@ -89,6 +94,18 @@ def _dynamic_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
               rowwise=base.rowwise, scale_invariant=base.scale_invariant)
 
 
+def _group_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
+    """base with its first output quantised to float8_e4m3fn with a scale per group of a row it
+    computes (``oracle.dynamic_quant.group_forward``): outputs (y, the scales, base's others); rows
+    a multiple of the largest group drawn; an inference op."""
+    main = args[0].name
+    group, form, layout = (next(a.name for a in args if a.kind == k) for k in ("group", "scale_format", "layout"))
+    return Op(name, args, (Y_GROUP, GROUP_SCALES, *base.outs[1:]), (),
+              dynamic_quant.group_forward(base.forward, "float8_e4m3fn", group, form, layout), None,
+              bounds_quant.per_group(base.forward_bound, main, "float8_e4m3fn", group, form), None, call=call,
+              rowwise=base.rowwise, scale_invariant=base.scale_invariant, width_multiple=max(GROUPS))
+
+
 RMS_NORM = Op("rms_norm", (X, WEIGHTLESS_WEIGHT, EPS), (Y,), ("x", "weight"),
               rms_norm.forward, rms_norm.vjp, bounds_norms.rms_norm_fwd, bounds_norms.rms_norm_bwd,
               call=lambda fn, a: fn(a["x"], a["weight"], a["eps"]),
@@ -98,6 +115,9 @@ ADD_RMS_NORM = _fused("add_rms_norm", RMS_NORM, (X, RESIDUAL, WEIGHT, EPS),
 RMS_NORM_DYNAMIC_QUANT = _dynamic_quantised(
     "rms_norm_dynamic_quant", RMS_NORM, (X, WEIGHT, EPS, QDTYPE, SCALE_UB),
     call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["qdtype"], a["scale_ub"]))
+RMS_NORM_GROUP_QUANT = _group_quantised(
+    "rms_norm_group_quant", RMS_NORM, (X, WEIGHT, EPS, GROUP, SCALE_FORMAT, LAYOUT),
+    call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["group"], a["scale_format"], a["layout"]))
 RMS_NORM_FP8 = _quantised("rms_norm_fp8", RMS_NORM, (X, WEIGHT, EPS, SCALE),
                           call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["scale"]))
 LAYER_NORM = Op("layer_norm", (X, WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS, EPS), (Y,), ("x", "weight", "bias"),
@@ -134,6 +154,7 @@ OPS: dict[str, Op] = {
         RMS_NORM_DYNAMIC_QUANT,
         _fused("add_rms_norm_dynamic_quant", RMS_NORM_DYNAMIC_QUANT, (X, RESIDUAL, WEIGHT, EPS, QDTYPE, SCALE_UB),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["qdtype"], a["scale_ub"])),
+        RMS_NORM_GROUP_QUANT,
         LAYER_NORM,
         _fused("add_layer_norm", LAYER_NORM, (X, RESIDUAL, WEIGHT, BIAS, EPS),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["bias"], a["eps"])),

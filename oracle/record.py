@@ -8,7 +8,7 @@ consumer (validation, strategies, probe, gradcheck, replay, benchmarks, the
 properties) loops over records and reads these fields; none of them names an op.
 
 Argument kinds (``kinds.KINDS``: rows, stream, weight, bias, matrix, vector, mask, eps, alpha,
-approximate, scale, flag, qdtype, scale_ub) are records too: how an argument is checked, sampled, drawn and given to the
+approximate, scale, flag, qdtype, scale_ub, group, scale_format, layout) are records too: how an argument is checked, sampled, drawn and given to the
 oracle is its kind's, in ``kinds`` alone.  An ``optional`` argument may be passed as None (a
 weightless call, as vLLM, quack and Llama-4's QK-norm make it): it then means its kind's identity,
 a weight of ones or a bias of zeros, and gets no gradient.
@@ -22,7 +22,8 @@ import torch
 
 from . import validate as v
 from .dynamic_quant import QDTYPES
-from .kinds import KINDS
+from .formats import UE8M0, fmt
+from .kinds import GROUPS, KINDS
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,16 @@ class Out:
                 a midpoint, bit-exact elsewhere (``assessment.assess``)
     dtype_arg:  the argument (of kind "qdtype") whose value names the output's dtype, where the caller
                 chooses it (None: ``dtype`` or ``like`` decides)
-    shape:      "rows", the op's output shape (``Op.out_shape``), or "leading": one value per row,
-                x.shape[:-1] (a per-row scale)
+    shape:      "rows", the op's output shape (``Op.out_shape``), "leading": one value per row,
+                x.shape[:-1] (a per-row scale), or "groups": one value per group of ``group_arg``
+                consecutive elements of a row, x.shape[:-1] + (n / group,) (a per-group scale)
+    group_arg:  the argument (of kind "group") whose value is the group size of a "groups" output
+    format_arg: the argument (of kind "scale_format") whose value names the number format the output
+                is stored in: "float32" (checked against its bound) or "ue8m0" (a power of two,
+                rounded up: quantised to ``formats.UE8M0``, checked to the step)
+    layout_arg: the argument (of kind "layout") whose value says how the output is laid out in
+                memory: "row_major" (contiguous) or "column_major" (groups first); the calling
+                contract checks its strides (``properties.sandbox``)
     scale:      the output holding the scale, one per row, that this quantised output was divided by
                 before its rounding, computed by the kernel (``dynamic_quant``).  The oracle's value is
                 v / S for the exact scale S, and its bound allows any scale within the scale's bound
@@ -71,14 +80,19 @@ class Out:
     dtype_arg: str | None = None
     shape: str = "rows"
     scale: str | None = None
+    group_arg: str | None = None
+    format_arg: str | None = None
+    layout_arg: str | None = None
 
     def __post_init__(self):
         if self.quantised and self.dtype is None and self.dtype_arg is None:
             raise ValueError(f"Out {self.name}: a quantised output names the dtype it is quantised to")
         if self.dtype_arg is not None and (self.dtype is not None or self.like is not None):
             raise ValueError(f"Out {self.name}: its dtype is its argument {self.dtype_arg}'s, not dtype or like")
-        if self.shape not in ("rows", "leading"):
-            raise ValueError(f"Out {self.name}: shape must be rows or leading, got {self.shape!r}")
+        if self.shape not in ("rows", "leading", "groups"):
+            raise ValueError(f"Out {self.name}: shape must be rows, leading or groups, got {self.shape!r}")
+        if (self.shape == "groups") != (self.group_arg is not None):
+            raise ValueError(f"Out {self.name}: a groups output names its group argument, and only it")
         if self.scale is not None and not self.quantised:
             raise ValueError(f"Out {self.name}: only a quantised output is divided by a scale")
         if self.quantised and self.rounded:
@@ -109,6 +123,8 @@ class Op:
     headwise:    models also apply it per attention head (QK-norm): over the last dim of a
                  (tokens, heads, head_dim) view of a fused QKV projection, one weight of length head_dim
     indeterminate: where an infinite exact output may come back NaN (``bounds_gated``), or None
+    width_multiple: every row drawn is a multiple of this long (the main tensor's x-width; a
+                 per-group op's groups divide it); 1: any length
     centred:     it subtracts its group's mean (a row; batch_norm's: a channel over positions), so
                  offset, near-constant groups are where it breaks (the mean cancels): the accuracy and
                  gradient families schedule them on every run (``strategies.near_constant_buckets``)
@@ -133,6 +149,7 @@ class Op:
     headwise: bool = False
     indeterminate: Callable | None = None
     centred: bool = False
+    width_multiple: int = 1
 
     def __post_init__(self):
         if bool(self.grads) != (self.vjp is not None) or bool(self.grads) != (self.grad_bound is not None):
@@ -149,8 +166,17 @@ class Op:
             raise ValueError(f"Op {self.name}: an output's dtype follows {bad[0]!r}, which is not a qdtype argument")
         shapes = {o.name: o.shape for o in self.outs}
         scales = [o.scale for o in self.outs if o.scale is not None]
-        if len(scales) > 1 or any(shapes.get(s) != "leading" for s in scales):
-            raise ValueError(f"Op {self.name}: at most one output is divided by a scale, an output of shape leading")
+        if len(scales) > 1 or any(shapes.get(s) not in ("leading", "groups") for s in scales):
+            raise ValueError(f"Op {self.name}: at most one output is divided by a scale, an output of shape "
+                             f"leading or groups")
+        for o in self.outs:
+            for trait, kind in (("group_arg", "group"), ("format_arg", "scale_format"), ("layout_arg", "layout")):
+                name = getattr(o, trait)
+                if name is not None and kinds.get(name) != kind:
+                    raise ValueError(f"Op {self.name}: output {o.name}'s {trait} {name!r} is not a {kind} argument")
+        if any(o.group_arg for o in self.outs) and self.width_multiple % max(GROUPS):
+            raise ValueError(f"Op {self.name}: a per-group output needs rows a multiple of every drawn group "
+                             f"size (width_multiple {max(GROUPS)})")
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -172,8 +198,17 @@ class Op:
         caller chooses its dtype: ``Out.dtype_arg``)."""
         return next((o.dtype for o in self.outs if o.name == name and o.quantised), None)
 
-    def is_quantised(self, name: str) -> bool:
-        return name in self.quantised
+    def is_quantised(self, name: str, args: dict | None = None) -> bool:
+        """Is output ``name`` quantised in a call on ``args``: a quantised output, or one stored in
+        the format an argument names (``Out.format_arg``) where that is "ue8m0"."""
+        o = next(o for o in self.outs if o.name == name)
+        return o.quantised or (o.format_arg is not None and args is not None and args[o.format_arg] == "ue8m0")
+
+    def out_format(self, name: str, args: dict):
+        """The number format output ``name`` of a call on ``args`` is checked in: its dtype's, or
+        UE8M0 where its ``format_arg`` says so."""
+        return UE8M0 if self.is_quantised(name, args) and self.quantised_dtype(name) is None and \
+            next(o for o in self.outs if o.name == name).format_arg is not None else fmt(self.out_dtype(name, args))
 
     @property
     def scaled(self) -> dict[str, str]:
@@ -229,10 +264,19 @@ class Op:
         """The shape of the op's row outputs for a main tensor of ``shape`` (half as wide for halves)."""
         return tuple(shape[:-1]) + (shape[-1] // 2,) if self.halves else tuple(shape)
 
-    def out_shapes(self, shape: tuple) -> tuple[tuple, ...]:
-        """Each output's shape, in order: ``out_shape``, or its leading dims for a per-row output."""
+    def out_shapes(self, shape: tuple, args: dict | None = None) -> tuple[tuple, ...]:
+        """Each output's shape, in order: ``out_shape``, its leading dims for a per-row output, and
+        those and n / group for a per-group one (``args``: the call's, by name, for its group)."""
         rows = self.out_shape(shape)
-        return tuple(rows[:-1] if o.shape == "leading" else rows for o in self.outs)
+
+        def one(o):
+            if o.shape == "leading":
+                return rows[:-1]
+            if o.shape == "groups":
+                return rows[:-1] + (rows[-1] // int(args[o.group_arg]),)
+            return rows
+
+        return tuple(one(o) for o in self.outs)
 
     def check(self, args: dict) -> None:
         """ValueError naming the op and the argument unless ``args`` fit the signature."""
@@ -249,7 +293,9 @@ class Op:
         """A small ordinary input, the same for every consumer that needs one (the dtype probe,
         gradcheck, benchmarks): each argument its kind's ``sample`` (``kinds``: standard normal
         rows, weight 1 + N(0, 1/16), no mask, eps = 1e-5, ...), tensors in ``dtype`` on ``device``.
-        ``width`` must be even for ``halves`` ops."""
+        ``width`` must be even for ``halves`` ops; it is rounded up to the op's ``width_multiple``."""
+        step = self.width_multiple * (2 if self.halves else 1)
+        width = max(step, -(-width // step) * step) if self.width_multiple > 1 else width  # a group quant's rows
         gen = torch.Generator().manual_seed(seed)
         normal = lambda *shape: torch.randn(*shape, generator=gen, dtype=torch.float64)  # noqa: E731
         out = {}

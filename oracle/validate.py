@@ -102,3 +102,11 @@ def one_of(op, name, v, choices):
 def boolean(op, name, v):
     if not isinstance(v, bool):
         _fail(op, name, "True or False", repr(v))
+
+
+def group_size(op, name, v, n):
+    """A positive integer that divides the row length n (a quantisation group of consecutive elements)."""
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        _fail(op, name, "a positive integer", repr(v))
+    if n % v:
+        _fail(op, name, f"a divisor of the row length {n}", v)

@@ -56,7 +56,7 @@ def fit(case: Case, domain: Domain) -> Case:
         changed.append(f"rank {r} -> {k}")
 
     n = main.shape[-1]
-    n2 = domain.width(n, rec.halves)
+    n2 = domain.width(n, rec.halves, rec.width_multiple)
     if n2 != n:
         for name, kind in kinds.items():
             v = t.get(name)

@@ -55,14 +55,16 @@ def oracle_assessments(outs, case: Case, where=None, label=""):
     pairs = [(rec.outputs.index(n), rec.outputs.index(s)) for n, s in rec.scaled.items()]  # at most one
     kw = {"kernel_scale": to_float64(outs[j]) for _, j in pairs}
     bounds = rec.forward_bound(args, tuple(exact), **kw)
-    for i, j in pairs:
-        exact[i] = rescaled(exact[i], exact[j], kw["kernel_scale"])
+    for i, j in pairs:  # the scale y was divided by: rounded where the scale's format rounds (UE8M0)
+        name = rec.outputs[j]
+        used = rec.out_format(name, args).round(exact[j]) if rec.is_quantised(name, args) else exact[j]
+        exact[i] = rescaled(exact[i], used, kw["kernel_scale"])
     order = [j for _, j in pairs] + [k for k in range(len(rec.outputs)) if k not in {j for _, j in pairs}]
     nan_ok = rec.indeterminate(args) if rec.indeterminate else None
     for k in order:
         name, e, b = rec.outputs[k], exact[k], bounds[k]
-        yield assessment.assess(label + name, outs[k], e, b, rec.out_dtype(name, args), where=_fit(where, e),
-                                nan_ok=nan_ok, quantised=rec.is_quantised(name)), e, b
+        yield assessment.assess(label + name, outs[k], e, b, rec.out_format(name, args), where=_fit(where, e),
+                                nan_ok=nan_ok, quantised=rec.is_quantised(name, args)), e, b
 
 
 def check_against_oracle(outs, case: Case, worst: Worst, where=None, label="") -> None:
@@ -76,20 +78,23 @@ def check_pair(label: str, name: str, actual, other, tol, case: Case, worst: Wor
     """Output ``name`` of one call (``actual``) within ``tol`` of another call's (``other``), tol
     bounding how far apart the two may be before any rounding to a quantised format
     (``assessment.pair_reference``)."""
-    rec = case.record
-    quantised = rec.is_quantised(name)
-    ref, bound = assessment.pair_reference(other, tol, quantised)
-    a = assessment.assess(label, actual, ref, bound, rec.out_dtype(name, case.oracle_args()),
-                          where=_fit(where, ref), quantised=quantised)
+    rec, args = case.record, case.oracle_args()
+    quantised, form = rec.is_quantised(name, args), rec.out_format(name, args)
+    ref, bound = assessment.pair_reference(other, tol, quantised, form)
+    a = assessment.assess(label, actual, ref, bound, form, where=_fit(where, ref), quantised=quantised)
     record_assessment(a, case, worst)
 
 
 def _fit(where, exact):
     """A mask of the row outputs' shape (or a keepdims one) for an output of any shape: a per-row
-    output (one value per row, ``record.Out.shape``) takes its leading dims."""
-    if where is None or np.ndim(where) == np.ndim(exact):
+    output (one value per row, ``record.Out.shape``) takes its leading dims, a per-group one
+    (rows x groups) a row's mask for each of its groups (a row's mask is the same along it)."""
+    if where is None:
         return where
-    return np.asarray(where)[..., 0]
+    where = np.asarray(where)
+    if where.ndim != np.ndim(exact):
+        return where[..., 0]
+    return where if where.shape[-1] in (1, np.shape(exact)[-1]) else where[..., :1]
 
 
 def record_assessment(a: assessment.Assessment, case: Case, worst: Worst) -> None:

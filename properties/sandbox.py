@@ -69,7 +69,21 @@ def check_fresh(impl, case: Case, names, outs) -> None:
 
 
 def expected_shapes(case: Case):
-    return list(case.record.out_shapes(tuple(case.main.shape)))
+    return list(case.record.out_shapes(tuple(case.main.shape), case.scalars))
+
+
+def check_layouts(impl, case: Case, outs) -> None:
+    """An output whose memory layout an argument declares (``record.Out.layout_arg``: a per-group
+    scale a GEMM reads) is laid out so: "row_major" contiguous, "column_major" contiguous groups
+    first (its last dim outermost), as ``torch.empty(groups, rows).T`` is."""
+    for o, t in zip(case.record.outs, outs):
+        if o.layout_arg is None:
+            continue
+        layout = case.scalars[o.layout_arg]
+        ok = t.movedim(-1, 0).is_contiguous() if layout == "column_major" else t.is_contiguous()
+        if not ok:
+            raise ContractViolation(f"{impl.id} returned {o.name} with strides {tuple(t.stride())} for shape "
+                                    f"{tuple(t.shape)}, expected {layout} ({o.layout_arg}={layout!r})")
 
 
 RECOMPILE_LIMIT = 4096
@@ -279,6 +293,7 @@ def invoke(session, impl, case: Case) -> tuple[torch.Tensor, ...]:
                                     f"expected {info.out_dtype(name, args)}")
         if o.device != device:
             raise ContractViolation(f"{impl.id} returned {name} on {o.device}, expected {device}")
+    check_layouts(impl, case, outs)
     check_unmutated(impl, case, before)
     check_fresh(impl, case, info.outputs, outs)
     check_not_reused(session, impl, info.outputs, outs)

@@ -134,6 +134,12 @@ def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
     def make(name, rows, width, layout=None, note="", heads=0):
         if width > cap:
             width, note = cap, f"width capped at the op's {cap}"
+        m = rec.width_multiple
+        if width % m:  # a per-group op: its groups divide every row
+            wider = -(-width // m) * m
+            if name == "many":  # as many elements, fewer rows
+                rows = max(2, rows * width // wider)
+            width, note = wider, ", ".join(filter(None, (note, f"width rounded up to a multiple of {m}")))
         return Bucket(name, rows, width, layout, _mix(spin, name), note, heads)
 
     odd = _mix(spin, "odd") % len(ODD_WIDTHS)
@@ -284,8 +290,10 @@ def row_lengths(max_n=16384):
 
 
 @st.composite
-def shapes(draw, n=None, max_rank=4, max_elems=MAX_ELEMS, max_n=16384, even=False, min_rows=0):
-    """Rank 1..4; last dim n; total <= max_elems (min_rows permitting).
+def shapes(draw, n=None, max_rank=4, max_elems=MAX_ELEMS, max_n=16384, even=False, min_rows=0, multiple=1):
+    """Rank 1..4; last dim n (a multiple of ``multiple``: rounded up to one, and kept <= max_n
+    where max_n allows one);
+    total <= max_elems (min_rows permitting).
 
     With min_rows = 0 leading dims may be empty; with min_rows >= 1 there are at
     least that many rows (prod(shape[:-1]) >= min_rows <= 8), built directly
@@ -294,6 +302,8 @@ def shapes(draw, n=None, max_rank=4, max_elems=MAX_ELEMS, max_n=16384, even=Fals
     n = draw(row_lengths(max_n)) if n is None else n
     if even:
         n = 2 * max(1, n // 2)
+    if multiple > 1 and n:  # at least one multiple, even past a small max_n (the op's shortest row)
+        n = max(1, min(-(-n // multiple), max_n // multiple)) * multiple
     rank = draw(st.integers(2 if min_rows >= 2 else 1, max_rank))
     lead = []
     budget = max(1, max_elems // n)
@@ -626,7 +636,7 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
         shape, layouts = qk, ("fused_qkv",)
     elif bucket is None:
         shape = draw(shapes(max_elems=max_elems, max_n=min(max_n, rec.max_width), max_rank=rec.max_rank,
-                            even=rec.halves, min_rows=min_rows))
+                            even=rec.halves, min_rows=min_rows, multiple=rec.width_multiple))
     else:
         shape = bucket.shape(rec)
         notes["bucket"] = bucket.label

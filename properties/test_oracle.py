@@ -433,6 +433,29 @@ def test_dynamic_quant_bad_input_is_a_clear_value_error(op, change, message):
             oracle.OPS[op].call(impl.fn, args)
 
 
+GQ = dict(x=torch.ones(2, 128), weight=torch.ones(128), eps=1e-5, group=32, scale_format="ue8m0", layout="row_major")
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(group=0), "group must be a positive integer, got 0"),
+    (dict(group=-32), "group must be a positive integer, got -32"),
+    (dict(group=32.0), "group must be a positive integer, got 32.0"),
+    (dict(group=48), "group must be a divisor of the row length 128, got 48"),
+    (dict(scale_format="e8m0"), "scale_format must be one of 'float32', 'ue8m0', got 'e8m0'"),
+    (dict(layout="transposed"), "layout must be one of 'row_major', 'column_major', got 'transposed'"),
+])
+def test_group_quant_bad_input_is_a_clear_value_error(change, message):
+    """From the oracle and from each of normcert's own kernels of the op (on CPU: Triton under the
+    interpreter)."""
+    op, args = "rms_norm_group_quant", {**GQ, **change}
+    with pytest.raises(ValueError, match=f"^{op}: {re.escape(message)}"):
+        oracle.forward(op, **args)
+    from ..impls import registry
+    for impl in (i for i in registry() if i.op == op and i.backend in ("eager", "triton")):
+        with pytest.raises(ValueError, match=f"^{op}: {re.escape(message)}"):
+            oracle.OPS[op].call(impl.fn, args)
+
+
 def test_dynamic_quant_y_is_checked_against_the_kernels_own_scale():
     """y is judged against the scale the kernel reports, the scale against the exact one: a kernel
     whose scale is 2x off (e4m3fnuz's 224 for e4m3fn) but whose y is Q(v / that scale) fails on its

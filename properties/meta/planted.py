@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ...impls.compiled import compiled_at_first_call
-from ...impls.eager import _or, layer_norm, rms_formula, row_scales, to_e4m3, to_qdtype, up
+from ...impls.eager import _or, layer_norm, pow2_up, rms_formula, row_scales, scales_in, to_e4m3, to_qdtype, up
 from ...oracle.dynamic_quant import MIN_SCALE, qmax
 from ...impls.eager import rms_norm as eager_rms_norm
 
@@ -443,6 +443,62 @@ def add_dq_scale_before_add(x, residual, weight, eps, qdtype, scale_ub):
     return to_qdtype(v / scale[..., None], qdtype), scale, s.to(residual.dtype)
 
 
+# ------------------------------------------------------------------ rms_norm_group_quant bugs
+def _gq(x, weight, eps, group, scale_format, layout, q=448.0, peak_of=None, round_up=pow2_up, per_row=False):
+    """The eager per-group quantisation with one thing changed: qmax ``q``, the values the peaks
+    are taken of (``peak_of(x, v)``), the rounding of a UE8M0 scale, one scale per row."""
+    v = rms_formula(up(x), up(weight, x), eps)
+    n = v.shape[-1]
+    grouped = lambda t: t.unflatten(-1, (n // group, group))  # noqa: E731
+    src = grouped(v if peak_of is None else peak_of(up(x), v))
+    peak = src.abs().amax(-1)
+    if per_row:
+        peak = peak.amax(-1, keepdim=True).expand_as(peak)
+    scales = (peak / q).clamp(min=MIN_SCALE / q).float()
+    if scale_format == "ue8m0":
+        scales = round_up(scales)
+    return to_e4m3(grouped(v) / scales[..., None]).flatten(-2), scales_in(scales, layout)
+
+
+def _pow2_down(s):
+    m, e = torch.frexp(s)
+    return torch.where((m == 0.5) | s.isnan(), s, torch.ldexp(torch.ones_like(s), e - 1))
+
+
+@bug("rms_norm_group_quant", "accuracy", "extremes")
+def gq_ue8m0_rounded_down(x, weight, eps, group, scale_format, layout):
+    """A UE8M0 scale rounded *down* to a power of two: a group's peak over it reaches up to 2 x 448
+    and saturates."""
+    return _gq(x, weight, eps, group, scale_format, layout, round_up=_pow2_down)
+
+
+@bug("rms_norm_group_quant", "accuracy", "extremes")
+def gq_groups_across_rows(x, weight, eps, group, scale_format, layout):
+    """Walks x's memory as if its rows were packed back to back (a kernel indexing row * n + col):
+    for strided or transposed rows its groups take elements of other rows, or the gaps between them."""
+    packed = torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), x.storage_offset())
+    return _gq(packed, weight, eps, group, scale_format, layout)
+
+
+@bug("rms_norm_group_quant", "accuracy", "extremes")
+def gq_scale_per_row(x, weight, eps, group, scale_format, layout):
+    """One scale per row (a per-token kernel's), repeated for each of its groups."""
+    return _gq(x, weight, eps, group, scale_format, layout, per_row=True)
+
+
+@bug("rms_norm_group_quant", "accuracy", "extremes")
+def gq_layout_ignored(x, weight, eps, group, scale_format, layout):
+    """The scales always row-major, whatever ``layout`` asks (a GEMM reading them column-major
+    would read other groups' scales)."""
+    return _gq(x, weight, eps, group, scale_format, "row_major")
+
+
+@bug("rms_norm_group_quant", "accuracy", "extremes")
+def gq_fp8_max_224(x, weight, eps, group, scale_format, layout):
+    """e4m3fnuz's largest value, 224, for an e4m3fn output: every scale 2x too large."""
+    return _gq(x, weight, eps, group, scale_format, layout, q=224.0)
+
+
 # ------------------------------------------------------------------ add_layer_norm bugs
 @bug("add_layer_norm", "accuracy", "extremes", "fusion")
 def add_ln_mean_of_x_alone(x, residual, weight, bias, eps):
@@ -840,6 +896,20 @@ def dq_vllm_order(x, weight, eps, qdtype, scale_ub):
     q = qmax(qdtype)
     scale = row_scales(v, scale_ub, q, MIN_SCALE / q)
     return to_qdtype(v * (1 / scale), qdtype), scale[..., 0]
+
+
+@correct("rms_norm_group_quant")
+def gq_vllm_order(x, weight, eps, group, scale_format, layout):
+    """vLLM's order: v = x rho rounded to x.dtype, times the weight and rounded again; per group,
+    the peak of that; y = v times the reciprocal of the float32 scale."""
+    xf = up(x)
+    v = up((up((xf * _rms(xf, eps)).to(x.dtype), x) * up(weight, x)).to(x.dtype), x)
+    n = v.shape[-1]
+    g = v.unflatten(-1, (n // group, group))
+    scales = (g.abs().amax(-1) / 448.0).clamp(min=MIN_SCALE / 448.0).float()
+    if scale_format == "ue8m0":
+        scales = pow2_up(scales)
+    return to_e4m3(g * (1 / scales[..., None])).flatten(-2), scales_in(scales, layout)
 
 
 @correct("add_rms_norm_dynamic_quant")

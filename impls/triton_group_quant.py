@@ -1,0 +1,96 @@
+"""Triton kernel for RMSNorm with dynamic per-group FP8 quantisation (``rms_norm_group_quant``):
+forward only, as vLLM's ``rms_norm_per_block_quant`` and DeepSeek-style 1 x 128 activation
+quantisation ship it.
+
+The maths is ``oracle/dynamic_quant.py``'s; per row of length n, split into groups of ``group``:
+
+    v     = x rho w,  rho = 1 / sqrt(mean(x^2) + eps)
+    scale = max(max_{i in group} |v_i| / 448, 1 / (512 * 448))     stored in float32, per group;
+            "ue8m0": rounded up to a power of two (the float32 bits: exponent up where the
+            significand is not zero), so that no group's peak saturates
+    y     = e4m3(v / scale)
+
+One program per row: the mean square over column blocks, then BLOCK_G groups at a time as a
+(BLOCK_G, GROUP) tile, each group's peak a row reduction of the tile (a NaN in a group makes its
+scale NaN: counted, as a max may drop it).  y is v divided by the *stored* scale, as the check
+expects.  The scales are written through their strides: (rows, groups) contiguous, or groups first
+("column_major").  float64 x is not supported (no single-rounding float64 -> e4m3 conversion on a GPU).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..oracle.dynamic_quant import MIN_SCALE, qmax
+from ..oracle.kinds import KINDS
+
+from . import make
+from .triton_norms import TILE, as_rows, compute_dtype, div_rn, rsqrt_rn, scalar
+
+
+@triton.jit
+def _group_quant_kernel(
+    X, sxr, sxc, W, EPS, Y, SCALES, ssr, ssg, n, groups, q, min_scale,
+    UE8M0: tl.constexpr, ACC: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    acc = tl.zeros([BLOCK_N], ACC)
+    for c0 in range(0, n, BLOCK_N):
+        col = c0 + tl.arange(0, BLOCK_N)
+        s = tl.load(X + row * sxr + col * sxc, mask=col < n, other=0.0).to(ACC)
+        acc += s * s
+    rstd = rsqrt_rn(div_rn(tl.sum(acc, 0), tl.full([], n, ACC)) + tl.load(EPS))
+    for g0 in range(0, groups, BLOCK_G):
+        g = g0 + tl.arange(0, BLOCK_G)
+        in_groups = g < groups
+        col = g[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
+        m = in_groups[:, None] & (col < n)
+        x = tl.load(X + row * sxr + col * sxc, mask=m, other=0.0).to(ACC)
+        w = tl.load(W + col, mask=m, other=0.0).to(ACC)
+        v = x * rstd * w
+        peak = tl.max(tl.abs(v), 1)
+        nans = tl.sum((v != v).to(tl.int32), 1)
+        scale = tl.maximum(div_rn(peak, tl.full([], q, ACC)), tl.full([], min_scale, ACC)).to(tl.float32)
+        if UE8M0:  # a positive normal float32 rounded up to a power of two, exactly
+            bits = scale.to(tl.int32, bitcast=True)
+            scale = ((bits + 0x7FFFFF) & -0x800000).to(tl.float32, bitcast=True)
+        scale = tl.where(nans > 0, float("nan"), scale)
+        tl.store(SCALES + row * ssr + g * ssg, scale, mask=in_groups)
+        t = div_rn(v, scale.to(ACC)[:, None])
+        y = tl.clamp(t, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL).to(Y.dtype.element_ty)
+        tl.store(Y + row * n + col, y, mask=m)
+
+
+def rms_norm_group_quant(x, weight, eps, group, scale_format, layout):
+    op = "rms_norm_group_quant"
+    for name, value in (("group", group), ("scale_format", scale_format), ("layout", layout)):
+        KINDS[name].check(op, name, value, x)
+    if x.dtype == torch.float64:
+        raise NotImplementedError(f"{op}: float64 input (no single-rounding float64 -> float8_e4m3fn conversion)")
+    if group & (group - 1):
+        raise NotImplementedError(f"{op}: group {group} is not a power of two (a tile's width)")
+    n = x.shape[-1]
+    acc, acc_t = compute_dtype(x.dtype)
+    x2 = as_rows(x, n)
+    rows, groups = x2.shape[0], n // group
+    lead = tuple(x.shape[:-1])
+    y = torch.empty((rows, n), dtype=torch.float8_e4m3fn, device=x.device)
+    if layout == "row_major":
+        scales = torch.empty(lead + (groups,), dtype=torch.float32, device=x.device)
+        ssr, ssg = groups, 1
+    else:  # groups first in memory
+        scales = torch.empty((groups,) + lead, dtype=torch.float32, device=x.device).movedim(0, -1)
+        ssr, ssg = 1, rows
+    if rows * n:
+        block_g = max(1, min(triton.next_power_of_2(groups), TILE // group))
+        q = qmax("float8_e4m3fn")
+        _group_quant_kernel[(rows,)](
+            x2, x2.stride(0), x2.stride(1), weight.contiguous(), scalar(eps, acc_t, x.device), y, scales, ssr, ssg,
+            n, groups, q, MIN_SCALE / q, UE8M0=scale_format == "ue8m0", ACC=acc, GROUP=group, BLOCK_G=block_g,
+            BLOCK_N=min(triton.next_power_of_2(n), TILE))
+    return y.reshape(x.shape), scales
+
+
+IMPLS = [make("rms_norm_group_quant", "triton", "triton", rms_norm_group_quant, devices=("cpu", "cuda"),
+              domain="dtypes=float32,float16,bfloat16")]
