@@ -94,7 +94,7 @@ def _fit(where, exact):
     where = np.asarray(where)
     if where.ndim != np.ndim(exact):
         return where[..., 0]
-    return where if where.shape[-1] in (1, np.shape(exact)[-1]) else where[..., :1]
+    return where if where.ndim == 0 or where.shape[-1] in (1, np.shape(exact)[-1]) else where[..., :1]
 
 
 def record_assessment(a: assessment.Assessment, case: Case, worst: Worst) -> None:

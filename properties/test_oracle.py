@@ -467,7 +467,7 @@ def test_dynamic_quant_y_is_checked_against_the_kernels_own_scale():
 
     def verdicts(used, reported):
         q = torch.from_numpy(E4M3.round(y * scale[..., None] / used)).to(torch.float8_e4m3fn)
-        kernel_scale = np.asarray([np.float32(reported)], np.float64)
+        kernel_scale = np.full(scale.shape, np.float32(reported), np.float64)  # one per row, as a kernel's
         y_bound, scale_bound = rec.forward_bound(args, (y, scale), kernel_scale=kernel_scale)
         return (assess("scales", torch.tensor(kernel_scale, dtype=torch.float32), scale, scale_bound,
                        torch.float32).ok,
