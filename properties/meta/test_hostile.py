@@ -278,8 +278,9 @@ def test_a_compiled_kernel_runs_compiled_on_every_case(session):
     w = torch.ones(4)
     for rows in range(1, 12):
         x = torch.randn(rows, 4)
-        got = sandbox.kernel_code(session, impl, "", lambda: compiled(x, w, 1e-5))
-        assert torch.equal(got, 2 * hostile._rms(x, w, 1e-5)), rows
+        got, eager = sandbox.kernel_code(session, impl, "", lambda: compiled(x, w, 1e-5)), hostile._rms(x, w, 1e-5)
+        # the compiled answer (2 y; inductor's y may differ from eager's in its last bits), not the eager one
+        assert torch.all((got - 2 * eager).abs() < (got - eager).abs()), rows
 
 
 def test_a_kernel_past_the_recompile_limit_fails_saying_why(session, monkeypatch):
