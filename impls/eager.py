@@ -131,6 +131,13 @@ def pow2_up(s):
     return torch.where((m == 0.5) | s.isnan(), s, torch.ldexp(torch.ones_like(s), e))
 
 
+def group_scales(peak, scale_format, q, round_up=pow2_up):
+    """max(peak / q, 1 / (512 q)) per group from the groups' peaks, stored in float32, and for
+    "ue8m0" rounded up to a power of two (``round_up``); NaN kept."""
+    scales = (peak / q).clamp(min=MIN_SCALE / q).float()
+    return round_up(scales) if scale_format == "ue8m0" else scales
+
+
 def scales_in(scales, layout):
     """A (..., groups) tensor of scales laid out as ``layout`` says: contiguous ("row_major"), or
     groups first in memory ("column_major": a (groups, ...) buffer seen through movedim)."""
@@ -149,10 +156,7 @@ def rms_norm_group_quant(x, weight, eps, group, scale_format, layout):
     v = rms_formula(up(x), up(weight, x), eps)
     n = v.shape[-1]
     g = v.unflatten(-1, (n // group, group))
-    q = qmax("float8_e4m3fn")
-    scales = (g.abs().amax(-1) / q).clamp(min=MIN_SCALE / q).float()
-    if scale_format == "ue8m0":
-        scales = pow2_up(scales)
+    scales = group_scales(g.abs().amax(-1), scale_format, qmax("float8_e4m3fn"))
     y = to_e4m3(g / scales[..., None].to(v.dtype)).flatten(-2)
     return y, scales_in(scales, layout)
 

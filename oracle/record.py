@@ -198,17 +198,20 @@ class Op:
         caller chooses its dtype: ``Out.dtype_arg``)."""
         return next((o.dtype for o in self.outs if o.name == name and o.quantised), None)
 
+    def _in_ue8m0(self, name: str, args: dict | None) -> bool:
+        """Is output ``name`` stored in UE8M0 in a call on ``args`` (its ``Out.format_arg`` says so)?"""
+        o = next(o for o in self.outs if o.name == name)
+        return o.format_arg is not None and args is not None and args[o.format_arg] == "ue8m0"
+
     def is_quantised(self, name: str, args: dict | None = None) -> bool:
         """Is output ``name`` quantised in a call on ``args``: a quantised output, or one stored in
         the format an argument names (``Out.format_arg``) where that is "ue8m0"."""
-        o = next(o for o in self.outs if o.name == name)
-        return o.quantised or (o.format_arg is not None and args is not None and args[o.format_arg] == "ue8m0")
+        return name in self.quantised or self._in_ue8m0(name, args)
 
     def out_format(self, name: str, args: dict):
         """The number format output ``name`` of a call on ``args`` is checked in: its dtype's, or
         UE8M0 where its ``format_arg`` says so."""
-        return UE8M0 if self.is_quantised(name, args) and self.quantised_dtype(name) is None and \
-            next(o for o in self.outs if o.name == name).format_arg is not None else fmt(self.out_dtype(name, args))
+        return UE8M0 if self._in_ue8m0(name, args) else fmt(self.out_dtype(name, args))
 
     @property
     def scaled(self) -> dict[str, str]:

@@ -96,16 +96,17 @@ did not run.  Raised for the calls normcert makes, and a call that still reaches
 of falling back (``fail_on_recompile_limit_hit``)."""
 
 
-def compile_every_call() -> None:
+def compile_every_call() -> bool:
     """In this thread (Dynamo's config is per thread): every call of a torch.compiled kernel runs
-    compiled code, or fails saying why (``RECOMPILE_LIMIT``).  Where Dynamo is not loaded yet
-    (importing it costs about 1.3 s, which a run of a kernel that does not compile never pays), a
+    compiled code, or fails saying why (``RECOMPILE_LIMIT``).  False where Dynamo is not loaded yet
+    (importing it costs about 1.3 s, which a run of a kernel that does not compile never pays): a
     kernel's first compilation loads it and this call's limit is the default; it is set before the next."""
     config = getattr(sys.modules.get("torch._dynamo"), "config", None)
     if config is None:
-        return
+        return False
     config.recompile_limit = config.accumulated_recompile_limit = RECOMPILE_LIMIT
     config.fail_on_recompile_limit_hit = True
+    return True
 
 
 class Worker:
@@ -125,11 +126,12 @@ class Worker:
         tasks = queue.SimpleQueue()
 
         def loop():
+            compiling = False  # this thread's Dynamo config is set (once Dynamo is loaded)
             while True:
                 fn, done = tasks.get()
                 if fn is None:
                     return  # retired
-                compile_every_call()
+                compiling = compiling or compile_every_call()
                 fn()  # never raises: kernel_code's call() keeps the exception
                 done.set()
                 del fn, done  # else the finished call's arguments live until the next call

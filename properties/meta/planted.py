@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from ...impls.compiled import compiled_at_first_call
-from ...impls.eager import _or, layer_norm, pow2_up, rms_formula, row_scales, scales_in, to_e4m3, to_qdtype, up
+from ...impls.eager import (_or, group_scales, layer_norm, pow2_up, rms_formula, row_scales, scales_in, to_e4m3,
+                            to_qdtype, up)
 from ...oracle.dynamic_quant import MIN_SCALE, qmax
 from ...impls.eager import rms_norm as eager_rms_norm
 
@@ -454,9 +455,7 @@ def _gq(x, weight, eps, group, scale_format, layout, q=448.0, peak_of=None, roun
     peak = src.abs().amax(-1)
     if per_row:
         peak = peak.amax(-1, keepdim=True).expand_as(peak)
-    scales = (peak / q).clamp(min=MIN_SCALE / q).float()
-    if scale_format == "ue8m0":
-        scales = round_up(scales)
+    scales = group_scales(peak, scale_format, q, round_up)
     return to_e4m3(grouped(v) / scales[..., None]).flatten(-2), scales_in(scales, layout)
 
 
@@ -906,9 +905,7 @@ def gq_vllm_order(x, weight, eps, group, scale_format, layout):
     v = up((up((xf * _rms(xf, eps)).to(x.dtype), x) * up(weight, x)).to(x.dtype), x)
     n = v.shape[-1]
     g = v.unflatten(-1, (n // group, group))
-    scales = (g.abs().amax(-1) / 448.0).clamp(min=MIN_SCALE / 448.0).float()
-    if scale_format == "ue8m0":
-        scales = pow2_up(scales)
+    scales = group_scales(g.abs().amax(-1), scale_format, 448.0)
     return to_e4m3(g * (1 / scales[..., None])).flatten(-2), scales_in(scales, layout)
 
 
