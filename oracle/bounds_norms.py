@@ -138,7 +138,8 @@ def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.
     """dx_i = rho g_i - rho^3 x_i M, M = mean(g x), g = dy w; dw = sum_rows dy x rho.
 
     |d dx_i| <= rho|g_i| (rho_rel + 2u_c) + rho^3 |x_i| (|M| (3 rho_rel + 4 u_c) + gam(n+2) mean|g x|)
-                + 2 u_o |dx_i| + floors, rho_rel = gam(n+1)/2 + (FN_ULPS+2) u_c.
+                + 2 u_o |dx_i| + floors, rho_rel = gam(n+1)/2 + (FN_ULPS+2) u_c, to first order;
+    ``_rms_dx_error`` states it to all orders in the moved parts.
     A kernel may save xhat = x rho in x.dtype (the llama order; SAVED relative error) -- and a
     saved xhat that is subnormal in x.dtype, or flushed, is off by up to lam_x absolutely, not
     relatively.  Where |xhat| < 2 lam_x ("tiny"), xhat enters dw_j = sum_rows dy_j xhat_j (a floor of
@@ -147,17 +148,15 @@ def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.
     the llama order was rejected in float16 on rows of |x| ~ 1e-4 with eps = 0.1 (xhat ~ 3e-5,
     below float16's smallest normal 6.1e-5): dweight 6.3 bounds off.
 
-    Moved inputs and factors, each to first order:
+    Moved inputs and factors:
     rows: a ``NormInput`` (default: x) whose values the kernel may see moved by delta_i
-    (``NormInput.perturbation``; the fused sum rounded, u_s |s_i|): rho moves by ``moved_rho``
-    (added to rho_rel), x_i's own move adds rho^3 |M| delta_i, and M's rho^3 |x_i| mean(|g| delta);
-    its cotangent is added to dx before dx is rounded.  For a rounded sum that is u_s in rho_rel and
-    u_s on each term of M, as before this generalisation.
+    (``NormInput.perturbation``; the fused sum rounded, u_s |s_i|): rho moves by ``moved_rho``,
+    which compounds with rho's own error, R = (1 + rho_rel)(1 + moved_rho) - 1; x_i and M move
+    with the rows.  Its cotangent is added to dx before dx is rounded.
     multiplier: the factor after normalising (default: the weight; gemma_rms_norm's is 1 + weight);
     multiplier_rel: its relative error in the kernel; cotangent_error: a bound on dy's own error (the
     gated norm's dy silu(z)), absolute.  Together g_i is off by e_i = multiplier_rel |g_i| + |w_i|
-    cotangent_error_i, which adds rho e_i + rho^3 |x_i| mean(e |x|) to dx, and dw_j's terms
-    dy_j xhat_j are off by |xhat_j| cotangent_error_j more.
+    cotangent_error_i, and dw_j's terms dy_j xhat_j by |xhat_j| cotangent_error_j.
     """
     ctx = Context(args["x"].dtype)
     rows = NormInput(to_float64(args["x"])) if rows is None else rows
@@ -167,7 +166,7 @@ def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.
     rho, rho_rel = inverse_rms(ctx, x, args["eps"])
     claim = claimable_rows(ctx, x) & rows.claim
     with np.errstate(all="ignore"):
-        rho_rel = rho_rel + moved_rho(rho, delta)
+        rho_rel = (1 + rho_rel) * (1 + moved_rho(rho, delta)) - 1
         g = dy * w
         g_err = multiplier_rel * np.abs(g) + np.abs(w) * cotangent_error
         tiny = np.abs(x * rho) < 2 * ctx.lam_o  # xhat may be saved subnormal, or flushed
@@ -178,31 +177,53 @@ def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.
     return {"x": np.where(claim, dx_err, np.inf), "weight": np.where(claim.all(), dw_err, np.inf)}
 
 
+def moved_product(values, errors):
+    """max |prod(a_k + e_k) - prod(a_k)| over |e_k| <= errors_k: prod(|a_k| + errors_k) - prod|a_k|
+    (expand the product: every term but prod(a_k) holds an e_k, and each is at most its magnitude)."""
+    reach, exact = 1.0, 1.0
+    for a, e in zip(values, errors):
+        reach, exact = reach * (np.abs(a) + e), exact * np.abs(a)
+    return reach - exact
+
+
 def _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, cotangent, tiny):
-    """dx_i = rho g_i - rho^3 x_i M: its terms' errors (the moved rows', delta, and factors', g_err,
-    included), dx's rounding (after the rows' own cotangent is added), the flush floors lam_c, and
-    the floor of a tiny saved xhat (``rms_norm_bwd``)."""
+    """dx_i = rho g_i - rho^3 x_i M, M = mean(g x), for a kernel whose rho is within R = rho_rel,
+    each x_i within delta_i and g_i within e_i = g_err_i, to all orders in them (``moved_product``):
+
+        rho' g'_i            off by  rho (R |g_i| + (1 + R) e_i)
+        M' = mean(g' x')     off by  dM = mean((|g| + e)(|x| + delta) - |g x|) + its rounding,
+                             gam(n+2) + SAVED of mean((|g| + e)(|x| + delta)), and ORACLE's
+        rho'^3 x'_i M'       off by  rho^3 (K (|x_i| + delta_i)(|M| + dM) - |x_i M|),  K = (1 + R)^3 (1 + 4 u_c)
+                             (4 u_c: the products' roundings)
+
+    plus SAVED + 2 u_c on the first product (``rms_norm_bwd``'s llama order), dx's rounding (after the
+    rows' own cotangent is added), the flush floors lam_c, and the floor of a tiny saved xhat."""
     saved = ROUNDINGS * ctx.uo  # intermediates saved in x.dtype for backward
+    reach_x, reach_g = np.abs(x) + delta, np.abs(g) + g_err
     direct = rho * np.abs(g)  # |rho g_i|
-    via_mean = rho ** 3 * np.abs(x)  # |rho^3 x_i|, the factor of M
-    mean_gx, mean_abs_gx = row_mean(g * x), row_mean(np.abs(g * x))
-    dx_err = (direct * (rho_rel + saved + 2 * ctx.uc) + rho * g_err
-              + rho ** 3 * np.abs(mean_gx) * (np.abs(x) * (3 * rho_rel + 4 * ctx.uc) + delta)
-              + via_mean * ((ctx.gam(x.shape[-1] + 2) + saved + ORACLE) * mean_abs_gx
-                            + row_mean(np.abs(g) * delta + g_err * np.abs(x))))
+    mean_gx = np.abs(row_mean(g * x))
+    moved_mean = row_mean(reach_g * reach_x)
+    d_mean = (moved_mean - row_mean(np.abs(g * x))
+              + (ctx.gam(x.shape[-1] + 2) + saved) * moved_mean + ORACLE * row_mean(np.abs(g * x)))
+    k = (1 + rho_rel) ** 3 * (1 + 4 * ctx.uc)
+    dx_err = (rho * (rho_rel * np.abs(g) + (1 + rho_rel) * g_err) + (saved + 2 * ctx.uc) * rho * (1 + rho_rel) * reach_g
+              + rho ** 3 * (k * reach_x * (mean_gx + d_mean) - np.abs(x) * mean_gx))
     # dx = dx_rms + the rows' own cotangent is rounded after the add: its magnitude, not |dx|, sets the rounding
-    dx_err = (dx_err + ctx.round_out(direct + via_mean * np.abs(mean_gx) + np.abs(cotangent))
+    via_mean = rho ** 3 * np.abs(x)  # |rho^3 x_i|, the factor of M
+    dx_err = (dx_err + ctx.round_out(direct + via_mean * mean_gx + np.abs(cotangent))
               + ctx.lam_c * (1 + direct + via_mean))
-    return dx_err + ROUNDINGS * ctx.lam_o * rho ** 2 * (np.abs(mean_gx) * tiny + np.abs(x) * row_mean(np.abs(g) * tiny))
+    return dx_err + ROUNDINGS * ctx.lam_o * rho ** 2 * (mean_gx * tiny + np.abs(x) * row_mean(np.abs(g) * tiny))
 
 
 def _rms_dweight_error(ctx, weight_ctx, x, dy, rho, rho_rel, delta, cotangent_error, tiny, dweight):
-    """dw_j = sum_rows dy_j x_j rho: the sum's error, rho's (its largest rho_rel over the rows), the
-    moved rows' and dy's own (delta, cotangent_error) and a saved xhat's on the terms, dw's rounding,
-    and the floors of flushed terms and of tiny saved xhat."""
-    dw_sum_err, dw_total = row_sum_error(weight_ctx, np.abs(dy * x * rho))
-    return (dw_sum_err + (rho_rel.max(initial=0) + ROUNDINGS * ctx.uo) * dw_total
-            + sum_over_rows(rho * (np.abs(dy) * delta + cotangent_error * np.abs(x)))
+    """dw_j = sum_rows dy_j x_j rho: each term off by ``moved_product`` of its factors (dy within
+    cotangent_error, x within delta, rho within its row's rho_rel), the sum's rounding and a saved
+    xhat's (SAVED) on the terms' largest magnitudes, dw's rounding, and the floors of flushed terms
+    and of tiny saved xhat."""
+    reach = rho * (1 + rho_rel) * (np.abs(dy) + cotangent_error) * (np.abs(x) + delta)
+    dw_sum_err, reach_total = row_sum_error(weight_ctx, reach)
+    return (dw_sum_err + ROUNDINGS * ctx.uo * reach_total
+            + sum_over_rows(moved_product((rho, dy, x), (rho * rho_rel, cotangent_error, delta)))
             + weight_ctx.round_out(np.abs(dweight))
             + weight_ctx.lam_c * x.shape[0] + ROUNDINGS * ctx.lam_o * sum_over_rows(np.abs(dy) * tiny))
 
@@ -231,13 +252,14 @@ def layer_norm_fwd(args, exact, kernel=True, rows=None):
 
 
 def _affine_grads(ctx, args, norm, dy, w):
-    """(dz bound before any downstream map, (dw bound, sum |dy xhat|), (db bound, sum |dy|)) for
-    the normalisation + affine map; dw also carries xhat's error, sum_rows |dy| dxhat, and a saved
-    xhat's roundings."""
+    """(dz bound before any downstream map, (dw bound, sum |dy| (|xhat| + dxhat)), (db bound, sum |dy|))
+    for the normalisation + affine map; dw = sum_rows dy xhat' also carries xhat's error,
+    sum_rows |dy| dxhat, and its sum's and a saved xhat's roundings on the terms' largest
+    magnitudes, |dy| (|xhat| + dxhat)."""
     with np.errstate(all="ignore"):
         dz_err = normalisation_vjp_error(ctx, norm, dy * w)
         weight_ctx, bias_ctx = affine_grad_context(args, "weight"), affine_grad_context(args, "bias")
-        dw_err, dw_total = row_sum_error(weight_ctx, np.abs(dy * norm.xhat))
+        dw_err, dw_total = row_sum_error(weight_ctx, np.abs(dy) * (np.abs(norm.xhat) + norm.dxhat))
         dw_err = dw_err + sum_over_rows(np.abs(dy) * norm.dxhat) + ROUNDINGS * ctx.uo * dw_total
         db_err, db_total = row_sum_error(bias_ctx, np.abs(dy))
     return dz_err, (dw_err, dw_total), (db_err, db_total)
@@ -298,7 +320,8 @@ def batch_norm_bwd(args, cot, exact):
         dx[valid] = (np.where(norm.claim, dx_valid, np.inf).T
                      + ctx.round_out(np.abs(exact["x"].reshape(-1, channels)[valid])))
         by_position = norm.transposed()
-        dw_err, dw_total = row_sum_error(weight_ctx, np.abs(dy[valid] * by_position.xhat))
+        reach = np.abs(by_position.xhat) + by_position.dxhat  # the largest |xhat'| the kernel may hold
+        dw_err, dw_total = row_sum_error(weight_ctx, np.abs(dy[valid]) * reach)
         dw_err = dw_err + sum_over_rows(np.abs(dy[valid]) * by_position.dxhat) + ROUNDINGS * ctx.uo * dw_total
         db_err, _ = row_sum_error(bias_ctx, np.abs(dy[valid]))
         claim = norm.claim.all()
@@ -342,8 +365,9 @@ def deep_norm_fwd(args, exact, kernel=True):
 def deep_norm_bwd(args, cot, exact):
     """dz as layer_norm at z (with z's own perturbation), then dx = alpha dz + dz A.
 
-    |d dx_j| <= |alpha| e_j + sum_i |A_ij| e_i + gam(n+2)(|alpha dz_j| + (|dz| |A|)_j)
-                + u_o (2|alpha dz_j| + (|dz| |A|)_j + |(dz A)_j|) + 2 u_o |dx_j|,   e = bound on dz.
+    |d dx_j| <= |alpha| e_j + sum_i |A_ij| e_i + gam(n+2)(|alpha| r_j + (r |A|)_j)
+                + u_o (2|alpha dz_j| + (|dz| |A|)_j + |(dz A)_j|) + 2 u_o |dx_j|,
+    e = bound on dz, r = |dz| + e (the kernel's dz, whose products and sums round).
     A kernel that holds dz in o (autograd through z stored in o) gets inf where |dz| + e reaches
     omax, and then inf * 0 = NaN through the sublayer: dx of such a row carries no claim (as
     the forward's rows where z overflows; a near-constant row with a small eps has rho |g| past
@@ -359,7 +383,9 @@ def deep_norm_bwd(args, cot, exact):
         g = dy * w
         dz = norm.rho * (g - row_mean(g) - norm.xhat * row_mean(g * norm.xhat))
         dz_abs_a = np.abs(dz) @ np.abs(a)
-        dx = (np.abs(alpha) * dz_err + dz_err @ np.abs(a) + ctx.gam(z.shape[-1] + 2) * (np.abs(alpha * dz) + dz_abs_a)
+        reach = np.abs(dz) + dz_err  # the largest |dz'| the kernel may hold: its sums round on that
+        dx = (np.abs(alpha) * dz_err + dz_err @ np.abs(a)
+              + ctx.gam(z.shape[-1] + 2) * (np.abs(alpha) * reach + reach @ np.abs(a))
               + ctx.uo * (2 * np.abs(alpha * dz) + dz_abs_a + np.abs(dz @ a)) + ctx.round_out(np.abs(exact["x"])))
         dz_fits = np.all(~(np.abs(dz) + dz_err >= ctx.omax), axis=-1, keepdims=True)
     weight_ctx, bias_ctx = affine_grad_context(args, "weight"), affine_grad_context(args, "bias")

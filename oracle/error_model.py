@@ -164,11 +164,14 @@ def normalisation_error(ctx, z, eps, dz=None):
         dmu   = gam(n+1) S1 + mean(dz)                        mean in any order
                 0 on ``exact_mean_rows`` (constant rows whose sum is exact on their own lattice
                 and n a power of two): then d = 0, v = 0, and only rho's own FN_ULPS u_c remain
-        dd_i  = dmu + u_c |d_i| + dz_i                         d = z - mu
+        dd_i  = dmu + dz_i + u_c (|d_i| + dmu + dz_i)          d = z - mu, rounded on its own size
         dv    = gam(2n+4)(sigma^2 + 2 R sigma)                 two-pass, and Welford (~n u kappa var)
               + 2 sigma rms(dz) + 2 (rms(dz) + dmu)^2          second-order: constant rows
         rho_rel = max(sqrt((v+eps)/(max(v-dv,0)+eps)) - 1, 1 - sqrt((v+eps)/(v+dv+eps))) + FN_ULPS u_c
-        dxhat_i = rho (1 + rho_rel) dd_i + |xhat_i| (rho_rel + u_c)
+        dxhat_i = rho T dd_i + |xhat_i| (T - 1),  T = (1 + rho_rel)(1 + u_c)
+
+    Every product of two errors is kept (second order included), so that the bounds built on
+    dxhat (``normalisation_vjp_error``) hold for every xhat' within it however large it is.
     """
     n = z.shape[-1]
     dz = np.zeros_like(z) if dz is None else dz
@@ -182,13 +185,14 @@ def normalisation_error(ctx, z, eps, dz=None):
         big_r = np.sqrt(row_mean(z * z))
         rms_dz = np.sqrt(row_mean(dz * dz))
         dmu = np.where(exact_mean_rows(ctx, z, dz), 0.0, ctx.gam(n + 1) * s1 + row_mean(dz))
-        dd = dmu + ctx.uc * np.abs(d) + dz
+        dd = dmu + dz + ctx.uc * (np.abs(d) + dmu + dz)  # z - mu' rounds on its own magnitude
         dv = ctx.gam(2 * n + 4) * (var + 2 * big_r * sigma) + 2 * sigma * rms_dz + 2 * (rms_dz + dmu) ** 2
         rho_rel_hi = np.sqrt((var + eps) / (np.maximum(var - dv, 0) + eps)) - 1
         rho_rel_lo = 1 - np.sqrt((var + eps) / (var + dv + eps))
         rho_rel = np.maximum(rho_rel_hi, rho_rel_lo) + FN_ULPS * ctx.uc
         xhat = d * rho
-        dxhat = rho * (1 + rho_rel) * dd + np.abs(xhat) * (rho_rel + ctx.uc)
+        times = (1 + rho_rel) * (1 + ctx.uc)  # rho' and the product's rounding
+        dxhat = rho * times * dd + np.abs(xhat) * (times - 1)
     claim = claimable_rows(ctx, z) & np.isfinite(dxhat).all(-1, keepdims=True)
     return Normalisation(xhat, rho, rho_rel, dxhat, claim)
 
@@ -210,21 +214,36 @@ def affine_bound(ctx, norm, w, b, axis=-1):
 
 
 def normalisation_vjp_error(ctx, norm, g):
-    """Bound for dz = rho (g - mean g - xhat mean(g xhat)), g = dy * w.
+    """Bound for dz = rho (g - mean g - xhat mean(g xhat)), g = dy * w, for every kernel whose rho
+    is within rho_rel and whose xhat is within dxhat (``Normalisation``), to all orders in them.
 
-    shadow = rho (|g| + mean|g| + |xhat| mean|g xhat|); the kernel's error is
-    gam(2n+6) shadow (the two reductions and the products) + rho_rel shadow
-    (its rho) + rho (1+rho_rel)(dxhat |mean(g xhat)| + |xhat| mean(|g| dxhat))
-    (its xhat).
+    Write A = g - mean g - xhat M, M = mean(g xhat), so dz = rho A and |rho A_i| <= shadow_i =
+    rho (|g_i| + mean|g| + |xhat_i| mean|g xhat|).  The kernel has rho' = rho (1 + r), |r| <= R
+    = rho_rel, and xhat' = xhat + e, |e_i| <= E_i = dxhat_i; then M' = M + m with
+    |m| = |mean(g e)| <= mbar = mean(|g| E), and
+
+        xhat' M' - xhat M = e M + xhat m + e m,  so  |A' - A| <= E |M| + (|xhat| + E) mbar.
+
+    The last product, E mbar, is second order in xhat's error, but not small where E is not
+    small: a near-constant row whose mean is ulps off has E ~ rho dmu >> 1 (dropping it let an
+    xhat within its bound move dz 1.3 bounds).  The two reductions and the products round
+    A' by at most gam(2n+6) times its own terms' magnitudes, S'_i = |g_i| + mean|g| + (|xhat_i| +
+    E_i) mean(|g| (|xhat| + E)).  Then dz' - dz = rho (1 + r)(fl(A') - A) + rho r A, and
+
+        |dz' - dz| <= rho (1 + R)(gam(2n+6) S' + E |M| + (|xhat| + E) mbar) + (R + ORACLE + 2 u_o) shadow,
+
+    2 u_o shadow for intermediates saved in the output dtype (``ROUNDINGS``).
     """
     n = g.shape[-1]
     with np.errstate(all="ignore"):
-        xhat, rho = norm.xhat, norm.rho
+        xhat, rho, e = norm.xhat, norm.rho, norm.dxhat
         mean_gx = row_mean(g * xhat)
         shadow = rho * (np.abs(g) + row_mean(np.abs(g)) + np.abs(xhat) * row_mean(np.abs(g * xhat)))
-        via_xhat = rho * (1 + norm.rho_rel) * (norm.dxhat * np.abs(mean_gx)
-                                               + np.abs(xhat) * row_mean(np.abs(g) * norm.dxhat))
-        return (ctx.gam(2 * n + 6) + norm.rho_rel + ORACLE + ROUNDINGS * ctx.uo) * shadow + via_xhat
+        reach = np.abs(xhat) + e  # the largest |xhat'| the kernel may hold
+        moved = np.abs(g) + row_mean(np.abs(g)) + reach * row_mean(np.abs(g) * reach)
+        mbar = row_mean(np.abs(g) * e)
+        via_xhat = rho * (1 + norm.rho_rel) * (ctx.gam(2 * n + 6) * moved + e * np.abs(mean_gx) + reach * mbar)
+        return (norm.rho_rel + ORACLE + ROUNDINGS * ctx.uo) * shadow + via_xhat
 
 
 def sum_over_rows(a):

@@ -1,0 +1,84 @@
+"""The error model's gradient bounds hold for every kernel within their own stated parts.
+
+A bound of the form "the kernel's rho is within rho_rel, its xhat within dxhat, so its dx is
+within B" must hold for *every* rho' and xhat' inside those stated parts, not only to first order
+in them: where dxhat is large (a near-constant row, whose mean a correct kernel may get ulps off,
+amplified by rho), the products of two errors are as large as the errors themselves.  Each test
+plays the adversary: it takes the parts the model states, moves them to the ends of their
+intervals in the patterns a kernel can produce (every xhat shifted one way, as a mean error does;
+with and against the cotangent), evaluates the VJP formula exactly (float64, whose own rounding
+is far below a float32 kernel's bound) and asserts the result lies within the stated bound.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ..oracle.bounds_norms import NormInput, rms_norm_bwd
+from ..oracle.error_model import Context, normalisation_error, normalisation_vjp_error, row_mean
+
+
+def _patterns(rng, g):
+    """Sign patterns for moved values: all one way (a mean error), with and against g, random."""
+    ones = np.ones_like(g)
+    return [ones, -ones, np.sign(g), -np.sign(g), rng.choice([-1.0, 1.0], g.shape)]
+
+
+def _rows(rng, n, offset, spread):
+    """Four float32 rows around +-10**offset with a relative spread 10**spread (0: constant)."""
+    mean = rng.choice([-1.0, 1.0], (4, 1)) * 10.0 ** offset
+    z = mean * (1 + (10.0 ** spread if spread > -9 else 0.0) * rng.standard_normal((4, n)))
+    return torch.from_numpy(z).float().double().numpy()  # on float32's lattice, as a kernel reads it
+
+
+@given(st.integers(2, 256), st.floats(0, 4), st.sampled_from([-10, -7, -5, -3, 0]),
+       st.sampled_from([1e-12, 1e-6, 1e-3]), st.integers(0, 2 ** 16))
+def test_centred_vjp_bound_holds_for_every_xhat_and_rho_within_theirs(n, offset, spread, eps, seed):
+    """dz = rho (g - mean g - xhat mean(g xhat)): with the kernel's rho' = rho (1 +- rho_rel) and
+    xhat' = xhat + s dxhat, the exact dz' stays within ``normalisation_vjp_error``."""
+    rng = np.random.default_rng(seed)
+    ctx = Context(torch.float32)
+    z = _rows(rng, n, offset, spread)
+    norm = normalisation_error(ctx, z, eps)
+    g = rng.standard_normal(z.shape)
+    bound = normalisation_vjp_error(ctx, norm, g)
+    claim = np.broadcast_to(norm.claim, z.shape) & np.isfinite(bound)
+    dz = norm.rho * (g - row_mean(g) - norm.xhat * row_mean(g * norm.xhat))
+    for r in (-1.0, 1.0):
+        rho = norm.rho * (1 + r * norm.rho_rel)
+        for s in _patterns(rng, g):
+            xhat = norm.xhat + s * norm.dxhat
+            moved = rho * (g - row_mean(g) - xhat * row_mean(g * xhat))
+            err = np.abs(moved - dz)
+            assert np.all(err[claim] <= bound[claim]), float(np.max(err[claim] / bound[claim]))
+
+
+@given(st.integers(2, 256), st.floats(-2, 2), st.floats(1e-3, 0.6), st.sampled_from([1e-12, 1e-6, 1e-3]),
+       st.integers(0, 2 ** 16))
+def test_rms_vjp_bound_holds_for_every_moved_row_and_rho_within_theirs(n, scale, size, eps, seed):
+    """dx = rho g - rho^3 x mean(g x) on rows the kernel sees moved by up to delta_i (the gated
+    norm's x silu(z) formed in c): with x' = x + s delta, rho' the exact rho of x' and then off by
+    the kernel's own rho error either way, the exact dx' stays within ``rms_norm_bwd``'s bound."""
+    rng = np.random.default_rng(seed)
+    x = torch.from_numpy(rng.standard_normal((4, n)) * 10.0 ** scale).float()
+    delta = size * np.abs(x.double().numpy()) * rng.uniform(0.5, 1, x.shape)
+    dy = torch.from_numpy(rng.standard_normal(x.shape)).float()
+    values, g = x.double().numpy(), dy.double().numpy()
+    args = dict(x=x, weight=None, eps=eps)
+    bound = rms_norm_bwd(args, (dy,), {}, rows=NormInput(values, error=delta))["x"]
+    claim = np.isfinite(bound)
+
+    def dx(rows, rho):
+        return rho * g - rho ** 3 * rows * row_mean(g * rows)
+
+    exact = dx(values, 1 / np.sqrt(row_mean(values * values) + eps))
+    ctx = Context(torch.float32)
+    own = ctx.gam(n + 1) / 2 + 4 * ctx.uc  # rho's own error, as ``inverse_rms`` states it
+    for s in _patterns(rng, g):
+        moved = values + s * delta
+        rho = 1 / np.sqrt(row_mean(moved * moved) + eps)
+        for r in (-1.0, 1.0):
+            err = np.abs(dx(moved, rho * (1 + r * own)) - exact)
+            assert np.all(err[claim] <= bound[claim]), float(np.max(err[claim] / bound[claim]))
