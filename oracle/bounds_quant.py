@@ -48,68 +48,60 @@ def rescaled(y, scale, kernel_scale):
 
 
 def dynamic(base, main: str, qdtype: str):
-    """The bounds (y's, the scale's, the rest) of base dynamically quantised, y's against the exact
-    scale or, given ``kernel_scale`` (one per row), against that; other keywords (a fused form's
-    ``rows=``) go to base."""
-
-    def bound(args, exact, kernel=True, kernel_scale=None, **kw):
-        ctx = Context(args[main].dtype, kernel=kernel)
-        y, scale = exact[0], exact[1]
-        with np.errstate(all="ignore"):
-            v = y * scale[..., None]
-            v_bound, *rest = base(args, (v, *exact[2:]), kernel, **kw)
-            peak_err = np.max(np.where(np.isnan(v_bound), np.inf, v_bound), axis=-1, initial=0.0)
-            scale_bound = peak_err / qmax(args[qdtype]) + (2 * ctx.uc + (U_32 if kernel else 0.0) + ORACLE) * scale
-            if kernel_scale is None:
-                s, sb = scale[..., None], scale_bound[..., None]
-                low = np.where(s > sb, s - sb, 0.0)
-                y_bound = v_bound / low + (2 * ctx.uc + ORACLE) * np.abs(v / s) + np.abs(v) * sb / (s * low)
-            else:
-                s = np.asarray(kernel_scale, dtype=np.float64)[..., None]
-                y_bound = v_bound / s + (2 * ctx.uc + ORACLE) * np.abs(v / s)
-            no_claim = ~(np.isfinite(s) & (s > 0))
-            if isinstance(fmt(QDTYPES[args[qdtype]]), IntegerFormat):
-                no_claim = no_claim | np.isnan(v)
-            y_bound = np.where(no_claim, -np.inf, np.where(np.isnan(y_bound), np.inf, y_bound))
-        return (y_bound, scale_bound, *rest)
-
-    return bound
+    """The bounds (y's, the scale's, the rest) of base dynamically quantised per row to
+    ``args[qdtype]``: ``quantised`` with one group per row, a float32 scale."""
+    return quantised(base, main, lambda args: args[qdtype], None, lambda args: "float32")
 
 
 def per_group(base, main: str, qdtype: str, group: str, scale_format: str):
     """The bounds of base quantised per group of ``args[group]`` elements of a row to ``qdtype``
-    (a format name), its scales stored as ``args[scale_format]`` says (``dynamic_quant.group_forward``).
-    As ``dynamic`` with a group for a row: the scale's bound B_s on its value before any rounding
-    (the oracle's), max over the group of B_v / q + (2 u_c + u_32 + ORACLE) S; for "ue8m0" the
+    (a fixed format name), its scales stored as ``args[scale_format]`` says
+    (``dynamic_quant.group_forward``): ``quantised``."""
+    return quantised(base, main, lambda args: qdtype, lambda args: int(args[group]), lambda args: args[scale_format])
+
+
+def quantised(base, main: str, qdtype_of, group_of, format_of):
+    """The bounds (y's, the scale's, the rest) of base quantised to the format ``qdtype_of(args)``
+    names, one scale per group of ``group_of(args)`` elements of a row (or one per row, where the
+    oracle's scale has one value per row; group_of is then None), y's against the exact scale or,
+    given ``kernel_scale``, against that; other keywords (a fused form's ``rows=``) go to base.
+
+    The scale's bound B_s is on its value before any rounding (the oracle's): max over the group of
+    B_v / q + (2 u_c + u_32 + ORACLE) S (module docstring).  Where ``format_of(args)`` is "ue8m0" the
     kernel's scale is that value rounded up to a power of two (checked to the step), so the scales
-    a correct kernel may divide by lie in [P(S - B_s), P(S + B_s)] (P: UE8M0's rounding), and
-    against the exact scale y's bound allows any of them:
-    B_v / s_lo + (2 u_c + ORACLE) |w| + |v| max(1 / s_lo - 1 / S_P, 1 / S_P - 1 / s_hi), S_P = P(S)."""
-    q = qmax(qdtype)
+    a correct kernel may divide by lie in [P(S - B_s), P(S + B_s)] (P: UE8M0's rounding; the
+    identity for float32), and against the exact scale y's bound allows any of them:
+    B_v / s_lo + (2 u_c + ORACLE) |w| + |v| max(1 / s_lo - 1 / S_P, 1 / S_P - 1 / s_hi), S_P = P(S)
+    (for float32, |v| B_s / (S (S - B_s)))."""
 
     def bound(args, exact, kernel=True, kernel_scale=None, **kw):
         ctx = Context(args[main].dtype, kernel=kernel)
-        y, scale, form = exact[0], exact[1], args[scale_format]
-        n, g = y.shape[-1], int(args[group])
+        y, scale, form, name = exact[0], exact[1], format_of(args), qdtype_of(args)
+        n = y.shape[-1]
         with np.errstate(all="ignore"):
             used = rounded_scale(scale, form)
             v = y * spread(used, y)
             v_bound, *rest = base(args, (v, *exact[2:]), kernel, **kw)
-            grouped = np.where(np.isnan(v_bound), np.inf, v_bound).reshape(v_bound.shape[:-1] + (n // g, g))
-            peak_err = np.max(grouped, axis=-1, initial=0.0)
-            scale_bound = peak_err / q + (2 * ctx.uc + (U_32 if kernel else 0.0) + ORACLE) * scale
+            v_err = np.where(np.isnan(v_bound), np.inf, v_bound)
+            if np.ndim(scale) < np.ndim(y):  # one scale per row (an empty row's: no group to split)
+                peak_err = np.max(v_err, axis=-1, initial=0.0)
+            else:
+                g = group_of(args)
+                peak_err = np.max(v_err.reshape(v_bound.shape[:-1] + (n // g, g)), axis=-1, initial=0.0)
+            scale_bound = peak_err / qmax(name) + (2 * ctx.uc + (U_32 if kernel else 0.0) + ORACLE) * scale
             if kernel_scale is None:
-                lo, hi = scale - scale_bound, scale + scale_bound
+                lo, hi = np.where(scale > scale_bound, scale - scale_bound, 0.0), scale + scale_bound
                 if form == "ue8m0":
-                    lo, hi = UE8M0.round(np.where(lo > 0, lo, 0.0)), UE8M0.round(hi)
-                s, s_lo, s_hi = spread(used, y), spread(np.where(lo > 0, lo, 0.0), y), spread(hi, y)
-                w = v / s
-                y_bound = v_bound / s_lo + (2 * ctx.uc + ORACLE) * np.abs(w) + \
-                    np.abs(v) * np.maximum(1 / s_lo - 1 / s, 1 / s - 1 / s_hi)
+                    lo, hi = UE8M0.round(lo), UE8M0.round(hi)
+                s, s_lo, s_hi = spread(used, y), spread(lo, y), spread(hi, y)
+                y_bound = (v_bound / s_lo + (2 * ctx.uc + ORACLE) * np.abs(v / s)
+                           + np.abs(v) * np.maximum(1 / s_lo - 1 / s, 1 / s - 1 / s_hi))
             else:
                 s = spread(kernel_scale, y)
                 y_bound = v_bound / s + (2 * ctx.uc + ORACLE) * np.abs(v / s)
             no_claim = ~(np.isfinite(s) & (s > 0))
+            if isinstance(fmt(QDTYPES[name]), IntegerFormat):  # int8 has no NaN to give
+                no_claim = no_claim | np.isnan(v)
             y_bound = np.where(no_claim, -np.inf, np.where(np.isnan(y_bound), np.inf, y_bound))
         return (y_bound, scale_bound, *rest)
 
