@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from .error_model import (FN_ULPS, ORACLE, ROUNDINGS, U_64, Context, affine_bound, claimable_rows, normalisation_error,
-                          normalisation_vjp_error, row_mean, row_sum_error, sum_over_rows)
+                          normalisation_vjp_error, row_mean, row_sum_error, signed_reach,
+                          sum_over_rows)
 from .formats import to_float64
 from .kinds import KINDS
 
@@ -191,8 +192,9 @@ def _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, cotangent, tiny):
     each x_i within delta_i and g_i within e_i = g_err_i, to all orders in them (``moved_product``):
 
         rho' g'_i            off by  rho (R |g_i| + (1 + R) e_i)
-        M' = mean(g' x')     off by  dM = mean((|g| + e)(|x| + delta) - |g x|) + its rounding,
-                             gam(n+2) + SAVED of mean((|g| + e)(|x| + delta)), and ORACLE's
+        M' = mean(g' x')     off by  dM = m + (u_c + SAVED) mean((|g| + e)(|x| + delta)) + ORACLE's
+                             + gam(n+2) (signed_reach(g x) + n m) / n,  m = mean((|g| + e)(|x| + delta) - |g x|)
+                             (the products' roundings, then their mean's: ``signed_reach``)
         rho'^3 x'_i M'       off by  rho^3 (K (|x_i| + delta_i)(|M| + dM) - |x_i M|),  K = (1 + R)^3 (1 + 4 u_c)
                              (4 u_c: the products' roundings)
 
@@ -203,8 +205,9 @@ def _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, cotangent, tiny):
     direct = rho * np.abs(g)  # |rho g_i|
     mean_gx = np.abs(row_mean(g * x))
     moved_mean = row_mean(reach_g * reach_x)
-    d_mean = (moved_mean - row_mean(np.abs(g * x))
-              + (ctx.gam(x.shape[-1] + 2) + saved) * moved_mean + ORACLE * row_mean(np.abs(g * x)))
+    moved = moved_mean - row_mean(np.abs(g * x))  # how far the kernel's mean of products may move
+    d_mean = (moved + (ctx.uc + saved) * moved_mean + ORACLE * row_mean(np.abs(g * x))
+              + ctx.gam(x.shape[-1] + 2) * signed_reach(g * x, x.shape[-1] * moved) / max(x.shape[-1], 1))
     k = (1 + rho_rel) ** 3 * (1 + 4 * ctx.uc)
     dx_err = (rho * (rho_rel * np.abs(g) + (1 + rho_rel) * g_err) + (saved + 2 * ctx.uc) * rho * (1 + rho_rel) * reach_g
               + rho ** 3 * (k * reach_x * (mean_gx + d_mean) - np.abs(x) * mean_gx))
@@ -217,13 +220,12 @@ def _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, cotangent, tiny):
 
 def _rms_dweight_error(ctx, weight_ctx, x, dy, rho, rho_rel, delta, cotangent_error, tiny, dweight):
     """dw_j = sum_rows dy_j x_j rho: each term off by ``moved_product`` of its factors (dy within
-    cotangent_error, x within delta, rho within its row's rho_rel), the sum's rounding and a saved
-    xhat's (SAVED) on the terms' largest magnitudes, dw's rounding, and the floors of flushed terms
-    and of tiny saved xhat."""
-    reach = rho * (1 + rho_rel) * (np.abs(dy) + cotangent_error) * (np.abs(x) + delta)
-    dw_sum_err, reach_total = row_sum_error(weight_ctx, reach)
-    return (dw_sum_err + ROUNDINGS * ctx.uo * reach_total
-            + sum_over_rows(moved_product((rho, dy, x), (rho * rho_rel, cotangent_error, delta)))
+    cotangent_error, x within delta, rho within its row's rho_rel), the sum's rounding on its signed
+    reach (``row_sum_error``) and a saved xhat's (SAVED) on the terms' largest magnitudes, dw's
+    rounding, and the floors of flushed terms and of tiny saved xhat."""
+    moved = sum_over_rows(moved_product((rho, dy, x), (rho * rho_rel, cotangent_error, delta)))
+    dw_sum_err, reach_total = row_sum_error(weight_ctx, dy * x * rho, moved)
+    return (dw_sum_err + ROUNDINGS * ctx.uo * reach_total + moved
             + weight_ctx.round_out(np.abs(dweight))
             + weight_ctx.lam_c * x.shape[0] + ROUNDINGS * ctx.lam_o * sum_over_rows(np.abs(dy) * tiny))
 
@@ -259,9 +261,10 @@ def _affine_grads(ctx, args, norm, dy, w):
     with np.errstate(all="ignore"):
         dz_err = normalisation_vjp_error(ctx, norm, dy * w)
         weight_ctx, bias_ctx = affine_grad_context(args, "weight"), affine_grad_context(args, "bias")
-        dw_err, dw_total = row_sum_error(weight_ctx, np.abs(dy) * (np.abs(norm.xhat) + norm.dxhat))
-        dw_err = dw_err + sum_over_rows(np.abs(dy) * norm.dxhat) + ROUNDINGS * ctx.uo * dw_total
-        db_err, db_total = row_sum_error(bias_ctx, np.abs(dy))
+        moved = sum_over_rows(np.abs(dy) * norm.dxhat)
+        dw_err, dw_total = row_sum_error(weight_ctx, dy * norm.xhat, moved)
+        dw_err = dw_err + moved + ROUNDINGS * ctx.uo * dw_total
+        db_err, db_total = row_sum_error(bias_ctx, dy)
     return dz_err, (dw_err, dw_total), (db_err, db_total)
 
 
@@ -320,10 +323,10 @@ def batch_norm_bwd(args, cot, exact):
         dx[valid] = (np.where(norm.claim, dx_valid, np.inf).T
                      + ctx.round_out(np.abs(exact["x"].reshape(-1, channels)[valid])))
         by_position = norm.transposed()
-        reach = np.abs(by_position.xhat) + by_position.dxhat  # the largest |xhat'| the kernel may hold
-        dw_err, dw_total = row_sum_error(weight_ctx, np.abs(dy[valid]) * reach)
-        dw_err = dw_err + sum_over_rows(np.abs(dy[valid]) * by_position.dxhat) + ROUNDINGS * ctx.uo * dw_total
-        db_err, _ = row_sum_error(bias_ctx, np.abs(dy[valid]))
+        moved = sum_over_rows(np.abs(dy[valid]) * by_position.dxhat)
+        dw_err, dw_total = row_sum_error(weight_ctx, dy[valid] * by_position.xhat, moved)
+        dw_err = dw_err + moved + ROUNDINGS * ctx.uo * dw_total
+        db_err, _ = row_sum_error(bias_ctx, dy[valid])
         claim = norm.claim.all()
     return {
         "x": dx.reshape(exact["x"].shape),

@@ -213,37 +213,62 @@ def affine_bound(ctx, norm, w, b, axis=-1):
     return np.where(norm.claim, bound, np.inf)
 
 
+def signed_reach(t, slack=0.0):
+    """max(sum t+, sum t-) over the last dim (keepdims), plus slack: the largest |partial sum| any
+    order of summing t can form, since every partial sum is a sum over a subset of the terms.
+
+    A sum of n terms in any order rounds n - 1 times, each by at most u_c of the partial sum it
+    forms; with every |partial| <= m = signed_reach(t) + the error so far, the error E obeys
+    E <= (n - 1) u_c (m + E), so E <= gam(n - 1) m (Higham's gamma bound with Sum |t_i| replaced
+    by m, at most half of it when t's signs balance).  A mean adds one rounding (division by n,
+    or 1/n and a product: two): gam(n + 1) m / n.  slack: a bound on how far the kernel's own
+    terms may lie from t in sum, which each partial sum may carry."""
+    return np.maximum(np.maximum(t, 0).sum(axis=-1, keepdims=True), np.maximum(-t, 0).sum(axis=-1, keepdims=True)) + slack
+
+
 def normalisation_vjp_error(ctx, norm, g):
     """Bound for dz = rho (g - mean g - xhat mean(g xhat)), g = dy * w, for every kernel whose rho
     is within rho_rel and whose xhat is within dxhat (``Normalisation``), to all orders in them.
 
-    Write A = g - mean g - xhat M, M = mean(g xhat), so dz = rho A and |rho A_i| <= shadow_i =
-    rho (|g_i| + mean|g| + |xhat_i| mean|g xhat|).  The kernel has rho' = rho (1 + r), |r| <= R
-    = rho_rel, and xhat' = xhat + e, |e_i| <= E_i = dxhat_i; then M' = M + m with
-    |m| = |mean(g e)| <= mbar = mean(|g| E), and
+    Write A = g - gbar - xhat M, gbar = mean g, M = mean(g xhat), so dz = rho A.  The kernel has
+    rho' = rho (1 + r), |r| <= R = rho_rel, and xhat' = xhat + e, |e_i| <= E_i = dxhat_i; then
+    mean(g xhat') = M + m with |m| <= mbar = mean(|g| E), and
 
-        xhat' M' - xhat M = e M + xhat m + e m,  so  |A' - A| <= E |M| + (|xhat| + E) mbar.
+        xhat' M' - xhat M = e M + xhat m + e m + xhat' (M' - mean(g xhat')),
 
-    The last product, E mbar, is second order in xhat's error, but not small where E is not
-    small: a near-constant row whose mean is ulps off has E ~ rho dmu >> 1 (dropping it let an
-    xhat within its bound move dz 1.3 bounds).  The two reductions and the products round
-    A' by at most gam(2n+6) times its own terms' magnitudes, S'_i = |g_i| + mean|g| + (|xhat_i| +
-    E_i) mean(|g| (|xhat| + E)).  Then dz' - dz = rho (1 + r)(fl(A') - A) + rho r A, and
+    so the exact-arithmetic part is |A' - A| <= E |M| + (|xhat| + E) mbar, with the second-order
+    e m kept: it is not small where E is not (a near-constant row whose mean is ulps off has
+    E ~ rho dmu >> 1; dropping it let an xhat within its bound move dz 1.3 bounds).
 
-        |dz' - dz| <= rho (1 + R)(gam(2n+6) S' + E |M| + (|xhat| + E) mbar) + (R + ORACLE + 2 u_o) shadow,
+    Rounding, each step on its own magnitudes (not one gam(2n+6) on every term):
+        gbar'  off by dg = gam(n+1) signed_reach(g) / n                  (``signed_reach``)
+        M'     off by dM = u_c mean(|g| (|xhat| + E)) + gam(n+2) (signed_reach(g xhat) + n mbar) / n
+               (the n products round once, then their mean; the kernel's products lie within
+               n mbar in sum of g xhat's)
+        A'_i   three pointwise roundings and the product with rho': gam(4) P_i,
+               P_i = |g_i| + |gbar| + dg + (|xhat_i| + E_i)(|M| + mbar + dM)
+    so |fl(A') - A| <= a_i := dg + (|xhat_i| + E_i) dM + E_i |M| + (|xhat_i| + E_i) mbar + gam(4) P_i, and
 
-    2 u_o shadow for intermediates saved in the output dtype (``ROUNDINGS``).
+        dz' - dz = rho (1 + r)(fl(A') - A) + rho r A:   |dz' - dz| <= rho (1 + R) a_i + R |dz_i|
+                                                                      + (ORACLE + 2 u_o) shadow_i,
+
+    shadow_i = rho (|g_i| + mean|g| + |xhat_i| mean|g xhat|): 2 u_o of it for intermediates saved
+    in the output dtype (``ROUNDINGS``), ORACLE for the float64 dz the bound is evaluated with.
     """
     n = g.shape[-1]
     with np.errstate(all="ignore"):
         xhat, rho, e = norm.xhat, norm.rho, norm.dxhat
-        mean_gx = row_mean(g * xhat)
-        shadow = rho * (np.abs(g) + row_mean(np.abs(g)) + np.abs(xhat) * row_mean(np.abs(g * xhat)))
+        gbar, gx = row_mean(g), g * xhat
+        mean_gx = row_mean(gx)
+        dz = rho * (g - gbar - xhat * mean_gx)
+        shadow = rho * (np.abs(g) + row_mean(np.abs(g)) + np.abs(xhat) * row_mean(np.abs(gx)))
         reach = np.abs(xhat) + e  # the largest |xhat'| the kernel may hold
-        moved = np.abs(g) + row_mean(np.abs(g)) + reach * row_mean(np.abs(g) * reach)
         mbar = row_mean(np.abs(g) * e)
-        via_xhat = rho * (1 + norm.rho_rel) * (ctx.gam(2 * n + 6) * moved + e * np.abs(mean_gx) + reach * mbar)
-        return (norm.rho_rel + ORACLE + ROUNDINGS * ctx.uo) * shadow + via_xhat
+        dg = ctx.gam(n + 1) * signed_reach(g) / max(n, 1)
+        dm = ctx.uc * row_mean(np.abs(g) * reach) + ctx.gam(n + 2) * signed_reach(gx, n * mbar) / max(n, 1)
+        pointwise = np.abs(g) + np.abs(gbar) + dg + reach * (np.abs(mean_gx) + mbar + dm)
+        a = dg + reach * (dm + mbar) + e * np.abs(mean_gx) + ctx.gam(4) * pointwise
+        return rho * (1 + norm.rho_rel) * a + norm.rho_rel * np.abs(dz) + (ORACLE + ROUNDINGS * ctx.uo) * shadow
 
 
 def sum_over_rows(a):
@@ -251,8 +276,12 @@ def sum_over_rows(a):
     return a.reshape(-1, a.shape[-1]).sum(axis=0)
 
 
-def row_sum_error(weight_ctx, terms_abs):
-    """(bound, sum of |terms|) for a sum over rows of terms (dw, db), rounded to the weight's dtype."""
-    rows = terms_abs.reshape(-1, terms_abs.shape[-1])
-    total = rows.sum(axis=0)
-    return (weight_ctx.gam(rows.shape[0] + 2) + ORACLE) * total, total
+def row_sum_error(weight_ctx, terms, slack=0.0):
+    """(bound, sum |terms| + slack) for a sum over rows of signed terms (dw, db), rounded in the
+    weight's compute format: gam(rows + 2) times the sum's signed reach (``signed_reach``; slack, per
+    column, bounds how far the kernel's own terms lie from ``terms`` in sum), plus the oracle's
+    error on sum |terms|.  The second value is what the terms' relative errors apply to."""
+    rows = terms.reshape(-1, terms.shape[-1])
+    total = np.abs(rows).sum(axis=0)
+    reach = signed_reach(rows.T, np.reshape(slack, (-1, 1)))[:, 0]
+    return weight_ctx.gam(rows.shape[0] + 2) * reach + ORACLE * total, total + slack

@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ..oracle.bounds_norms import NormInput, rms_norm_bwd
-from ..oracle.error_model import Context, normalisation_error, normalisation_vjp_error, row_mean
+from ..oracle.error_model import Context, normalisation_error, normalisation_vjp_error, row_mean, signed_reach
 
 
 def _patterns(rng, g):
@@ -82,3 +82,46 @@ def test_rms_vjp_bound_holds_for_every_moved_row_and_rho_within_theirs(n, scale,
         for r in (-1.0, 1.0):
             err = np.abs(dx(moved, rho * (1 + r * own)) - exact)
             assert np.all(err[claim] <= bound[claim]), float(np.max(err[claim] / bound[claim]))
+
+
+def _worst_order_sum(t):
+    """A float32 sum of each row of t left to right, its positive terms first: every partial sum
+    is as large as any order can make it (``error_model.signed_reach``)."""
+    ordered = np.take_along_axis(t, np.argsort(-t, axis=-1, kind="stable"), axis=-1)
+    return np.add.accumulate(ordered.astype(np.float32), axis=-1, dtype=np.float32)[..., -1:]
+
+
+@given(st.integers(1, 512), st.floats(0, 4), st.sampled_from([-9, -5, -2, 0]),
+       st.sampled_from([1e-12, 1e-5, 1e-2]), st.integers(0, 2 ** 16))
+def test_centred_vjp_bound_holds_for_a_float32_kernel_summing_in_the_worst_order(n, offset, spread, eps, seed):
+    """A two-pass float32 LayerNorm backward, every sum left to right with its positive terms first,
+    stays within ``normalisation_vjp_error`` of the exact dz: the bound's rounding terms (the signed
+    reach of each sum, gam(4) pointwise) hold for a real computation, not only for the adversary."""
+    rng = np.random.default_rng(seed)
+    ctx = Context(torch.float32)
+    z = _rows(rng, n, offset, spread)
+    g = torch.from_numpy(rng.standard_normal(z.shape)).float().double().numpy()
+    norm = normalisation_error(ctx, z, eps)
+    bound = normalisation_vjp_error(ctx, norm, g)
+    dz = norm.rho * (g - row_mean(g) - norm.xhat * row_mean(g * norm.xhat))
+    f32, count = np.float32, np.float32(n)
+    z32, g32 = z.astype(f32), g.astype(f32)
+    d = z32 - _worst_order_sum(z32) / count
+    rho = f32(1) / np.sqrt(_worst_order_sum(d * d) / count + f32(eps))
+    xhat = d * rho
+    got = rho * (g32 - _worst_order_sum(g32) / count - xhat * (_worst_order_sum(g32 * xhat) / count))
+    claim = np.broadcast_to(norm.claim, z.shape) & np.isfinite(bound)
+    err = np.abs(got.astype(np.float64) - dz)
+    assert np.all(err[claim] <= bound[claim]), float(np.max(err[claim] / bound[claim]))
+
+
+@given(st.integers(2, 4096), st.floats(-1, 1), st.integers(0, 2 ** 16))
+def test_a_float32_sum_in_the_worst_order_is_within_gamma_of_its_signed_reach(n, skew, seed):
+    """Every partial sum is a subset sum, at most max(sum t+, sum t-) = ``signed_reach``: summed left
+    to right, positive terms first (each partial as large as any order makes it) in float32, the
+    error stays within gam(n - 1) of it."""
+    rng = np.random.default_rng(seed)
+    t = torch.from_numpy(rng.standard_normal((8, n)) + skew).float().double().numpy()
+    err = np.abs(_worst_order_sum(t).astype(np.float64) - np.sum(t, axis=-1, keepdims=True))
+    bound = Context(torch.float32).gam(n - 1) * signed_reach(t)
+    assert np.all(err <= bound), float(np.max(err / bound))
