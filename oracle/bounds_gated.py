@@ -108,13 +108,19 @@ def gelu_p(ctx, g, approximate):
 
     tanh form, t = K0 (g + K1 g**3).  A kernel forms t with up to 7 roundings (g**2, K1 g**2,
     1 + ., g ., K0 ., the two constants) and, to take 2 sigma(2 t) = 2 / (1 + exp2(-2 t log2 e)),
-    2 more: a relative argument error of gam(10), which moves e**(-2 t), and with it sigma (whose
-    relative sensitivity to e is e / (1 + e) <= 1), by |2 t| gam(10) relative; exp2, 1 + e and
-    the division add (FN_ULPS + 2) u_c.  By tanh instead: tanh(t) is good to FN_ULPS u_c |tanh t|
-    (absolute in P, 1 + tanh cancels for t << 0), its argument's error moves it by
-    (1 - tanh**2) |t| gam(7) <= P |2 t| gam(10), and 1 + tanh rounds once:
+    2 more: a relative argument error theta, |theta| <= gam(10), which multiplies e = e**(-2 t) by
+    e**phi, |phi| <= a = |2 t| gam(10).  sigma = 1 / (1 + e) then moves by |e' - e| / (1 + e')
+    relative, at most s (e**a - 1) e**a with s = e / (1 + e) = sigma(-2 t): about a for t << 0,
+    and about e**(-2 t) a, next to nothing, for t >> 0, where sigma is 1 whatever e's error.  (Up
+    to this round the sensitivity s was taken as 1: at g = 6447, t ~ 1e10, the bound was 4.7e11
+    against y = 4.2e7, and a kernel returning 0 there passed.)  exp2, 1 + e and the division add
+    (FN_ULPS + 2) u_c.  By tanh instead: tanh(t) is good to FN_ULPS u_c |tanh t| (absolute in P,
+    1 + tanh cancels for t << 0), its argument's error moves it by at most
+    sup (1 - tanh**2) |t| gam(7) <= 2 P s a e**a over the moved interval, and 1 + tanh rounds once:
 
-        dP = FN_ULPS u_c |tanh t| + (|2 t| gam(10) + (FN_ULPS + 3) u_c) P
+        dP = FN_ULPS u_c |tanh t| + (2 s (e**a - 1) e**a + (FN_ULPS + 3) u_c) P
+
+    (2 s: the tanh route's 1 - tanh**2 = 2 P s; the sigmoid route's s alone fits under it.)
     """
     with np.errstate(all="ignore"):
         if approximate == "none":
@@ -125,8 +131,23 @@ def gelu_p(ctx, g, approximate):
         else:
             t = _tanh_arg(g)
             p = 2 / (1 + np.exp(-2 * t))
-            dp = FN_ULPS * ctx.uc * np.abs(np.tanh(t)) + (np.abs(2 * t) * ctx.gam(10) + (FN_ULPS + 3) * ctx.uc) * p
+            moved = 2 * argument_move(t, ctx.gam(10)) * p
+            # t far below 0: the relative move overflows where P underflows; P itself moves less than
+            # its largest value over the argument's interval, P(t (1 - gam)), which is 0 there too
+            moved = np.where(np.isnan(moved) & (t < 0), 2 / (1 + np.exp(-2 * t * (1 - ctx.gam(10)))), moved)
+            dp = FN_ULPS * ctx.uc * np.abs(np.tanh(t)) + moved + (FN_ULPS + 3) * ctx.uc * p
     return p, dp
+
+
+def argument_move(t, gam):
+    """s (e**a - 1) e**a, a = |2 t| gam, s = sigma(-2 t) = 1 / (1 + e**(2 t)): the relative move of
+    sigma(2 t) = 1 / (1 + e**(-2 t)) when its argument is off by gam relative (``gelu_p``), in
+    logarithms so that neither e**a nor s overflows or underflows on the way (0 where a = 0).  An
+    infinite t (g**3 past float64) keeps a itself, +inf: no claim, as before."""
+    a = np.abs(2 * t) * gam
+    with np.errstate(all="ignore"):
+        log_expm1 = np.where(a > 1, a + np.log1p(-np.exp(-a)), np.log(np.expm1(a)))
+        return np.where(np.isfinite(t), np.exp(-np.logaddexp(0.0, 2 * t) + log_expm1 + a), a)
 
 
 def gelu_dp(ctx, g, p, approximate):

@@ -180,6 +180,9 @@ def near_constant_buckets(rec, spin: int) -> tuple[Bucket, ...]:
         note = f"{width_of} width"
         if rec.rowwise and width > cap:
             width, note = cap, f"{width_of} width capped at the op's {cap}"
+        if width % rec.width_multiple:  # a per-group op's groups divide every row
+            width, note = -(-width // rec.width_multiple) * rec.width_multiple, \
+                f"{note}, rounded up to a multiple of {rec.width_multiple}"
         groups = min(max(NEAR_CONSTANT_ELEMS // width, NEAR_CONSTANT_GROUPS[0]), NEAR_CONSTANT_GROUPS[1])
         rows, cols = (groups, width) if rec.rowwise else (width, groups)
         out.append(Bucket("near_constant", rows, cols, None, _mix(spin, "near_constant " + width_of), note,

@@ -16,6 +16,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from .. import oracle
+from ..oracle.bounds_gated import argument_move
 from ..oracle.bounds_norms import NormInput, rms_norm_bwd
 from ..oracle.error_model import Context, normalisation_error, normalisation_vjp_error, row_mean, signed_reach
 
@@ -125,3 +127,30 @@ def test_a_float32_sum_in_the_worst_order_is_within_gamma_of_its_signed_reach(n,
     err = np.abs(_worst_order_sum(t).astype(np.float64) - np.sum(t, axis=-1, keepdims=True))
     bound = Context(torch.float32).gam(n - 1) * signed_reach(t)
     assert np.all(err <= bound), float(np.max(err / bound))
+
+
+@given(st.floats(-400, 400), st.sampled_from([2, 7, 10]))
+def test_gelu_tanh_forms_move_within_argument_move(t, k):
+    """P = 1 + tanh(t) = 2 sigma(2 t) with the argument off by gam(k) relative, either way: by the
+    sigmoid route P moves by at most ``argument_move`` relative, by the tanh route by twice it
+    (``bounds_gated.gelu_p``); for t >> 0 that is next to nothing, as P is 2 whatever the error."""
+    gam = Context(torch.float32).gam(k)
+    p = 2 / (1 + np.exp(-2 * t))
+    for theta in (-gam, gam):
+        moved_t = t * (1 + theta)
+        by_sigmoid = abs(2 / (1 + np.exp(-2 * moved_t)) - p)
+        by_tanh = abs(np.tanh(moved_t) - np.tanh(t))
+        allowed = argument_move(np.float64(t), gam) * p
+        own = 8 * 2.0 ** -53 * max(p, 1.0)  # this test's float64 P and tanh, each off by a few u_64
+        assert by_sigmoid <= allowed + own
+        assert by_tanh <= 2 * allowed + own
+
+
+def test_tanh_gelu_bound_stays_relative_for_large_gates():
+    """gelu(g) = g for g >> 0 whatever the error in tanh's argument: the bound is a few ulps of y
+    there (it was 4.7e11 against y = 4.2e7 at g = 6447, where a kernel returning 0 passed)."""
+    g = torch.tensor([[6447.5, 100.0, 30.0, 6447.5, 100.0, 30.0]])
+    args = dict(x=g, approximate="tanh")
+    exact = oracle.forward("gelu_and_mul", **args)
+    bound = oracle.OPS["gelu_and_mul"].forward_bound(args, exact)[0]
+    assert np.all(bound <= 16 * 2.0 ** -24 * np.abs(exact[0])), bound / np.abs(exact[0])  # before: 27 |y| at 6447

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from hypothesis import find, given, settings
 
 from .. import impls, oracle, properties
 from .families import BY_NAME, FAMILIES
-from .strategies import BUCKETS, HEAD_DIMS, LARGE, buckets, cases
+from .strategies import BUCKETS, HEAD_DIMS, LARGE, buckets, cases, near_constant_buckets
 
 
 @pytest.mark.parametrize("op", list(oracle.OPS))
@@ -127,6 +128,17 @@ def test_every_bucket_of_every_family_draws_its_shape(op):
                 assert x.stride(0) > x.shape[-1]
             if b.name == "million":
                 assert x.numel() > 2 ** 20 and x.is_contiguous()
+
+
+def test_near_constant_buckets_keep_a_per_group_ops_widths():
+    """Near-constant rows of an op whose groups divide every row (as ``benchmarks/tightness.py``
+    draws them for every normalising op) are multiples of its width_multiple, as the shape buckets are."""
+    rec = replace(oracle.OPS["rms_norm_group_quant"], centred=True)
+    widths = [b.width for b in near_constant_buckets(rec, spin=3)]
+    assert widths and all(w % rec.width_multiple == 0 for w in widths), widths
+    case = _first_case(BY_NAME["accuracy"].cases(rec.name, torch.float32, "cpu",
+                                                 bucket=near_constant_buckets(rec, spin=3)[2]))
+    assert case.main.shape[-1] % rec.width_multiple == 0
 
 
 def test_bucket_cases_differ_from_seed_to_seed():
