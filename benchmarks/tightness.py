@@ -107,17 +107,18 @@ def nudged(args: dict, rng) -> dict:
 
 def conditioning(exact, moved) -> np.ndarray:
     """kappa_i = max over the nudges |moved_i - exact_i| / (NUDGE |exact_i|): how much a relative
-    move of the inputs is amplified in element i (a lower estimate of its condition number).  Large where the element's terms cancel: an entry near its row's mean,
-    a row whose mean dwarfs its spread, LayerNorm's dx on two elements (x_hat = +-1 whatever x
-    is, so dx ~ 0 while its terms are not)."""
+    move of the inputs is amplified in element i (a lower estimate of its condition number).
+    Large where the element's terms cancel: an entry near its row's mean, a row whose mean
+    dwarfs its spread, LayerNorm's dx on two elements (x_hat = +-1 whatever x is, so dx ~ 0
+    while its terms are not)."""
     e = np.asarray(exact, dtype=np.float64)
     with np.errstate(all="ignore"):
         return np.max([np.abs(np.asarray(m, dtype=np.float64) - e) for m in moved], axis=0) / (NUDGE * np.abs(e))
 
 
 def ordinary(exact: np.ndarray, bound: np.ndarray, kappa: np.ndarray, tiny: float) -> np.ndarray:
-    """Finite, claimed elements that do not cancel (``conditioning`` at most WELL_CONDITIONED, under
-    one random nudge of every input) and are at least tiny, the output format's smallest normal
+    """Finite, claimed elements that do not cancel (``conditioning`` at most WELL_CONDITIONED over
+    NUDGES random nudges of every input) and are at least tiny, the output format's smallest normal
     (below it the bound's underflow floors rightly dominate)."""
     with np.errstate(all="ignore"):
         finite = np.isfinite(exact) & np.isfinite(bound) & np.isfinite(kappa)

@@ -254,18 +254,23 @@ def layer_norm_fwd(args, exact, kernel=True, rows=None):
 
 
 def _affine_grads(ctx, args, norm, dy, w):
-    """(dz bound before any downstream map, (dw bound, sum |dy| (|xhat| + dxhat)), (db bound, sum |dy|))
-    for the normalisation + affine map; dw = sum_rows dy xhat' also carries xhat's error,
-    sum_rows |dy| dxhat, and its sum's and a saved xhat's roundings on the terms' largest
-    magnitudes, |dy| (|xhat| + dxhat)."""
+    """(dz bound before any downstream map, dw bound, db bound) for the normalisation + affine map:
+    dz from ``error_model.normalisation_vjp_error``, dw and db from ``_affine_param_errors``."""
     with np.errstate(all="ignore"):
-        dz_err = normalisation_vjp_error(ctx, norm, dy * w)
-        weight_ctx, bias_ctx = affine_grad_context(args, "weight"), affine_grad_context(args, "bias")
+        return (normalisation_vjp_error(ctx, norm, dy * w), *_affine_param_errors(ctx, args, norm, dy))
+
+
+def _affine_param_errors(ctx, args, norm, dy):
+    """(dw bound, db bound) for dw = sum_rows dy xhat', db = sum_rows dy, rows of ``norm`` the
+    positions summed over: dw carries xhat's error, sum_rows |dy| dxhat, its sum's rounding on the
+    signed reach and a saved xhat's roundings on the terms' largest magnitudes, |dy| (|xhat| + dxhat)
+    (``error_model.row_sum_error``); neither includes its own final rounding."""
+    weight_ctx, bias_ctx = affine_grad_context(args, "weight"), affine_grad_context(args, "bias")
+    with np.errstate(all="ignore"):
         moved = sum_over_rows(np.abs(dy) * norm.dxhat)
         dw_err, dw_total = row_sum_error(weight_ctx, dy * norm.xhat, moved)
-        dw_err = dw_err + moved + ROUNDINGS * ctx.uo * dw_total
-        db_err, db_total = row_sum_error(bias_ctx, dy)
-    return dz_err, (dw_err, dw_total), (db_err, db_total)
+        db_err, _ = row_sum_error(bias_ctx, dy)
+    return dw_err + moved + ROUNDINGS * ctx.uo * dw_total, db_err
 
 
 def layer_norm_bwd(args, cot, exact, rows=None):
@@ -275,7 +280,7 @@ def layer_norm_bwd(args, cot, exact, rows=None):
     to dx before dx is rounded, so the rounding is of |dx - cotangent| + |cotangent|, not |dx|."""
     ctx = Context(args["x"].dtype)
     norm, rows = _layer_rows(ctx, args, rows)
-    dx_err, (dw_err, _), (db_err, _) = _affine_grads(ctx, args, norm, to_float64(cot[0]),
+    dx_err, dw_err, db_err = _affine_grads(ctx, args, norm, to_float64(cot[0]),
                                                      affine_values(args, "weight"))
     weight_ctx, bias_ctx = affine_grad_context(args, "weight"), affine_grad_context(args, "bias")
     with np.errstate(all="ignore"):
@@ -322,11 +327,7 @@ def batch_norm_bwd(args, cot, exact):
         dx_valid = normalisation_vjp_error(ctx, norm, (dy[valid] * w).T)
         dx[valid] = (np.where(norm.claim, dx_valid, np.inf).T
                      + ctx.round_out(np.abs(exact["x"].reshape(-1, channels)[valid])))
-        by_position = norm.transposed()
-        moved = sum_over_rows(np.abs(dy[valid]) * by_position.dxhat)
-        dw_err, dw_total = row_sum_error(weight_ctx, dy[valid] * by_position.xhat, moved)
-        dw_err = dw_err + moved + ROUNDINGS * ctx.uo * dw_total
-        db_err, _ = row_sum_error(bias_ctx, dy[valid])
+        dw_err, db_err = _affine_param_errors(ctx, args, norm.transposed(), dy[valid])
         claim = norm.claim.all()
     return {
         "x": dx.reshape(exact["x"].shape),
@@ -381,7 +382,7 @@ def deep_norm_bwd(args, cot, exact):
     w = affine_values(args, "weight")
     dy = to_float64(cot[0])
     norm = normalisation_error(ctx, z, args["eps"], dz_input)
-    dz_err, (dw_err, _), (db_err, _) = _affine_grads(ctx, args, norm, dy, w)
+    dz_err, dw_err, db_err = _affine_grads(ctx, args, norm, dy, w)
     with np.errstate(all="ignore"):
         g = dy * w
         dz = norm.rho * (g - row_mean(g) - norm.xhat * row_mean(g * norm.xhat))

@@ -223,7 +223,8 @@ def signed_reach(t, slack=0.0):
     by m, at most half of it when t's signs balance).  A mean adds one rounding (division by n,
     or 1/n and a product: two): gam(n + 1) m / n.  slack: a bound on how far the kernel's own
     terms may lie from t in sum, which each partial sum may carry."""
-    return np.maximum(np.maximum(t, 0).sum(axis=-1, keepdims=True), np.maximum(-t, 0).sum(axis=-1, keepdims=True)) + slack
+    positive, negative = np.maximum(t, 0).sum(axis=-1, keepdims=True), np.maximum(-t, 0).sum(axis=-1, keepdims=True)
+    return np.maximum(positive, negative) + slack
 
 
 def normalisation_vjp_error(ctx, norm, g):

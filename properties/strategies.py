@@ -134,12 +134,12 @@ def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
     def make(name, rows, width, layout=None, note="", heads=0):
         if width > cap:
             width, note = cap, f"width capped at the op's {cap}"
-        m = rec.width_multiple
-        if width % m:  # a per-group op: its groups divide every row
-            wider = -(-width // m) * m
+        wider = _whole_groups(rec, width)
+        if wider != width:
             if name == "many":  # as many elements, fewer rows
                 rows = max(2, rows * width // wider)
-            width, note = wider, ", ".join(filter(None, (note, f"width rounded up to a multiple of {m}")))
+            rounded = f"width rounded up to a multiple of {rec.width_multiple}"
+            width, note = wider, ", ".join(filter(None, (note, rounded)))
         return Bucket(name, rows, width, layout, _mix(spin, name), note, heads)
 
     odd = _mix(spin, "odd") % len(ODD_WIDTHS)
@@ -152,6 +152,11 @@ def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
             make("strided", 3, ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], layout="sliced"),
             make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1])) + qk \
         + _million(rec, spin) + near_constant_buckets(rec, spin)
+
+
+def _whole_groups(rec, width: int) -> int:
+    """width rounded up to a multiple of the op's width_multiple: a per-group op's groups divide every row."""
+    return -(-width // rec.width_multiple) * rec.width_multiple
 
 
 NEAR_CONSTANT_ELEMS = 1 << 15  # elements per near-constant bucket: groups = this // width, clamped to ...
@@ -180,9 +185,8 @@ def near_constant_buckets(rec, spin: int) -> tuple[Bucket, ...]:
         note = f"{width_of} width"
         if rec.rowwise and width > cap:
             width, note = cap, f"{width_of} width capped at the op's {cap}"
-        if width % rec.width_multiple:  # a per-group op's groups divide every row
-            width, note = -(-width // rec.width_multiple) * rec.width_multiple, \
-                f"{note}, rounded up to a multiple of {rec.width_multiple}"
+        if _whole_groups(rec, width) != width:
+            width, note = _whole_groups(rec, width), f"{note}, rounded up to a multiple of {rec.width_multiple}"
         groups = min(max(NEAR_CONSTANT_ELEMS // width, NEAR_CONSTANT_GROUPS[0]), NEAR_CONSTANT_GROUPS[1])
         rows, cols = (groups, width) if rec.rowwise else (width, groups)
         out.append(Bucket("near_constant", rows, cols, None, _mix(spin, "near_constant " + width_of), note,
