@@ -146,20 +146,32 @@ def scales_in(scales, layout):
     return scales.movedim(-1, 0).contiguous().movedim(0, -1)
 
 
-def rms_norm_group_quant(x, weight, eps, group, scale_format, layout):
-    """v = x rho w in the compute format; per group of ``group`` elements of a row, scale =
-    max(amax |v| / 448, 1 / (512 * 448)) (rounded up to a power of two for "ue8m0"), stored in
-    float32; y = e4m3(v / scale).  The arguments are checked by their kinds."""
-    op = "rms_norm_group_quant"
+def quantise_groups(op, v, group, scale_format, layout):
+    """(y, scales) of rows v (in the compute format): per group of ``group`` elements of a row,
+    scale = max(amax |v| / 448, 1 / (512 * 448)) (rounded up to a power of two for "ue8m0"), stored
+    in float32 and laid out as ``layout`` says; y = e4m3(v / the stored scale).  The arguments are
+    checked by their kinds."""
     for name, value in (("group", group), ("scale_format", scale_format), ("layout", layout)):
-        KINDS[name].check(op, name, value, x)
-    v = rms_formula(up(x), up(weight, x), eps)
+        KINDS[name].check(op, name, value, v)
     n = v.shape[-1]
     g = v.unflatten(-1, (n // group, group))
     scales = group_scales(g.abs().amax(-1), scale_format, qmax("float8_e4m3fn"))
     y = to_e4m3(g / scales[..., None].to(v.dtype)).flatten(-2)
     return y, scales_in(scales, layout)
 
+
+def rms_norm_group_quant(x, weight, eps, group, scale_format, layout):
+    """v = x rho w in the compute format, quantised per group (``quantise_groups``)."""
+    return quantise_groups("rms_norm_group_quant", rms_formula(up(x), up(weight, x), eps), group, scale_format, layout)
+
+
+def add_rms_norm_group_quant(x, residual, weight, eps, group, scale_format, layout):
+    """s = x + residual in the compute format, v = s rho w quantised per group; residual_out = s
+    rounded once to the residual's dtype."""
+    s = up(x) + up(residual)
+    y, scales = quantise_groups("add_rms_norm_group_quant", rms_formula(s, up(weight, x), eps), group, scale_format,
+                                layout)
+    return y, scales, s.to(residual.dtype)
 
 def layer_norm(x, weight, bias, eps):
     """Centered two-pass ops, not F.layer_norm: its CPU backward forms dx from the
@@ -240,6 +252,7 @@ IMPLS = [
     make("rms_norm_dynamic_quant", "eager", "eager", rms_norm_dynamic_quant),
     make("add_rms_norm_dynamic_quant", "eager", "eager", add_rms_norm_dynamic_quant),
     make("rms_norm_group_quant", "eager", "eager", rms_norm_group_quant),
+    make("add_rms_norm_group_quant", "eager", "eager", add_rms_norm_group_quant),
     make("layer_norm", "eager", "eager", layer_norm),
     make("add_layer_norm", "eager", "eager", add_layer_norm),
     make("batch_norm", "eager", "eager", batch_norm),

@@ -1,16 +1,18 @@
-"""Triton kernel for RMSNorm with dynamic per-group FP8 quantisation (``rms_norm_group_quant``):
-forward only, as vLLM's ``rms_norm_per_block_quant`` and DeepSeek-style 1 x 128 activation
+"""Triton kernel for RMSNorm with dynamic per-group FP8 quantisation, alone and fused with the
+residual add (``rms_norm_group_quant``, ``add_rms_norm_group_quant``): forward only, as vLLM's
+``rms_norm_per_block_quant`` (with and without its residual) and DeepSeek-style 1 x 128 activation
 quantisation ship it.
 
-The maths is ``oracle/dynamic_quant.py``'s; per row of length n, split into groups of ``group``:
+The maths is ``oracle/dynamic_quant.py``'s; per row of length n, split into groups of ``group``,
+s = x (or x + residual, in the compute format, stored rounded as residual_out):
 
-    v     = x rho w,  rho = 1 / sqrt(mean(x^2) + eps)
+    v     = s rho w,  rho = 1 / sqrt(mean(s^2) + eps)
     scale = max(max_{i in group} |v_i| / 448, 1 / (512 * 448))     stored in float32, per group;
             "ue8m0": rounded up to a power of two (the float32 bits: exponent up where the
             significand is not zero), so that no group's peak saturates
     y     = e4m3(v / scale)
 
-One program per row: the mean square over column blocks, then BLOCK_G groups at a time as a
+One program per row: the mean square over column blocks (storing residual_out), then BLOCK_G groups at a time as a
 (BLOCK_G, GROUP) tile, each group's peak a row reduction of the tile (a NaN in a group makes its
 scale NaN: counted, as a max may drop it).  y is v divided by the *stored* scale, as the check
 expects.  The scales are written through their strides: (rows, groups) contiguous, or groups first
@@ -30,15 +32,27 @@ from .triton_norms import TILE, as_rows, compute_dtype, div_rn, rsqrt_rn, scalar
 
 
 @triton.jit
+def _load_sum(X, sxr, sxc, R, srr, src, row, col, m, FUSED: tl.constexpr, ACC: tl.constexpr):
+    """s at columns col of the row in ACC: x, or x + residual."""
+    s = tl.load(X + row * sxr + col * sxc, mask=m, other=0.0).to(ACC)
+    if FUSED:
+        s += tl.load(R + row * srr + col * src, mask=m, other=0.0).to(ACC)
+    return s
+
+
+@triton.jit
 def _group_quant_kernel(
-    X, sxr, sxc, W, EPS, Y, SCALES, ssr, ssg, n, groups, q, min_scale,
-    UE8M0: tl.constexpr, ACC: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    X, sxr, sxc, R, srr, src, W, EPS, Y, SCALES, RES, ssr, ssg, n, groups, q, min_scale,
+    FUSED: tl.constexpr, UE8M0: tl.constexpr, ACC: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     acc = tl.zeros([BLOCK_N], ACC)
     for c0 in range(0, n, BLOCK_N):
         col = c0 + tl.arange(0, BLOCK_N)
-        s = tl.load(X + row * sxr + col * sxc, mask=col < n, other=0.0).to(ACC)
+        s = _load_sum(X, sxr, sxc, R, srr, src, row, col, col < n, FUSED, ACC)
+        if FUSED:
+            tl.store(RES + row * n + col, s.to(RES.dtype.element_ty), mask=col < n)
         acc += s * s
     rstd = rsqrt_rn(div_rn(tl.sum(acc, 0), tl.full([], n, ACC)) + tl.load(EPS))
     for g0 in range(0, groups, BLOCK_G):
@@ -46,9 +60,8 @@ def _group_quant_kernel(
         in_groups = g < groups
         col = g[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
         m = in_groups[:, None] & (col < n)
-        x = tl.load(X + row * sxr + col * sxc, mask=m, other=0.0).to(ACC)
         w = tl.load(W + col, mask=m, other=0.0).to(ACC)
-        v = x * rstd * w
+        v = _load_sum(X, sxr, sxc, R, srr, src, row, col, m, FUSED, ACC) * rstd * w
         peak = tl.max(tl.abs(v), 1)
         nans = tl.sum((v != v).to(tl.int32), 1)
         scale = tl.maximum(div_rn(peak, tl.full([], q, ACC)), tl.full([], min_scale, ACC)).to(tl.float32)
@@ -62,8 +75,7 @@ def _group_quant_kernel(
         tl.store(Y + row * n + col, y, mask=m)
 
 
-def rms_norm_group_quant(x, weight, eps, group, scale_format, layout):
-    op = "rms_norm_group_quant"
+def _forward(op, x, residual, weight, eps, group, scale_format, layout):
     for name, value in (("group", group), ("scale_format", scale_format), ("layout", layout)):
         KINDS[name].check(op, name, value, x)
     if x.dtype == torch.float64:
@@ -73,9 +85,11 @@ def rms_norm_group_quant(x, weight, eps, group, scale_format, layout):
     n = x.shape[-1]
     acc, acc_t = compute_dtype(x.dtype)
     x2 = as_rows(x, n)
+    r2 = x2 if residual is None else as_rows(residual, n)
     rows, groups = x2.shape[0], n // group
     lead = tuple(x.shape[:-1])
     y = torch.empty((rows, n), dtype=torch.float8_e4m3fn, device=x.device)
+    res = None if residual is None else torch.empty((rows, n), dtype=residual.dtype, device=x.device)
     if layout == "row_major":
         scales = torch.empty(lead + (groups,), dtype=torch.float32, device=x.device)
         ssr, ssg = groups, 1
@@ -86,11 +100,26 @@ def rms_norm_group_quant(x, weight, eps, group, scale_format, layout):
         block_g = max(1, min(triton.next_power_of_2(groups), TILE // group))
         q = qmax("float8_e4m3fn")
         _group_quant_kernel[(rows,)](
-            x2, x2.stride(0), x2.stride(1), weight.contiguous(), scalar(eps, acc_t, x.device), y, scales, ssr, ssg,
-            n, groups, q, MIN_SCALE / q, UE8M0=scale_format == "ue8m0", ACC=acc, GROUP=group, BLOCK_G=block_g,
+            x2, x2.stride(0), x2.stride(1), r2, r2.stride(0), r2.stride(1), weight.contiguous(),
+            scalar(eps, acc_t, x.device), y, scales, y if res is None else res, ssr, ssg, n, groups, q, MIN_SCALE / q,
+            FUSED=residual is not None, UE8M0=scale_format == "ue8m0", ACC=acc, GROUP=group, BLOCK_G=block_g,
             BLOCK_N=min(triton.next_power_of_2(n), TILE))
-    return y.reshape(x.shape), scales
+    y = y.reshape(x.shape)
+    return (y, scales) if res is None else (y, scales, res.reshape(x.shape))
 
 
-IMPLS = [make("rms_norm_group_quant", "triton", "triton", rms_norm_group_quant, devices=("cpu", "cuda"),
-              domain="dtypes=float32,float16,bfloat16")]
+def rms_norm_group_quant(x, weight, eps, group, scale_format, layout):
+    return _forward("rms_norm_group_quant", x, None, weight, eps, group, scale_format, layout)
+
+
+def add_rms_norm_group_quant(x, residual, weight, eps, group, scale_format, layout):
+    return _forward("add_rms_norm_group_quant", x, residual, weight, eps, group, scale_format, layout)
+
+
+_NO_FLOAT64 = "dtypes=float32,float16,bfloat16"  # see _forward
+
+IMPLS = [
+    make("rms_norm_group_quant", "triton", "triton", rms_norm_group_quant, devices=("cpu", "cuda"), domain=_NO_FLOAT64),
+    make("add_rms_norm_group_quant", "triton", "triton", add_rms_norm_group_quant, devices=("cpu", "cuda"),
+         domain=_NO_FLOAT64),
+]

@@ -14,10 +14,12 @@ Derived forms take their oracle and bounds from their base op's by factory (``fu
 ``quantised``, ``halves`` and ``bounds_derived``): add_rms_norm is rms_norm fused with the residual
 add, rms_norm_fp8 is rms_norm quantised, add_rms_norm_fp8 is rms_norm_fp8 fused with the residual
 add, add_layer_norm is layer_norm fused with it, rms_norm_dynamic_quant is rms_norm quantised with
-its own per-row scales and add_rms_norm_dynamic_quant that fused with the residual add, silu_and_mul and gelu_and_mul are swiglu and
-geglu on the two halves of x.  Each factory is
-given the derived op's own signature (a fused or quantised op's weight is required where
-rms_norm's is optional); the argument names it needs come from the records.
+its own per-row scales and add_rms_norm_dynamic_quant that fused with the residual add,
+rms_norm_group_quant is rms_norm quantised per group and add_rms_norm_group_quant that fused with
+the residual add, silu_and_mul and gelu_and_mul are swiglu and geglu on the two halves of x.  Each
+factory is given the derived op's own signature (a fused or quantised op's weight is required where
+rms_norm's is optional); the argument names it needs come from the records, and the drawing limits
+(``width_multiple``, ``max_width``, ``max_rank``) from the base op's.
 """
 from __future__ import annotations
 
@@ -71,7 +73,8 @@ def _fused(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
               base.vjp and fused.vjp(base.vjp, main, residual, eps),
               bounds_derived.fused_forward(base.forward_bound, main, residual),
               base.grad_bound and bounds_derived.fused_grad(base.grad_bound, main, residual),
-              call=call, rowwise=base.rowwise, scale_invariant=True, unfused=base.name, centred=base.centred)
+              call=call, rowwise=base.rowwise, scale_invariant=True, unfused=base.name, centred=base.centred,
+              width_multiple=base.width_multiple, max_width=base.max_width, max_rank=base.max_rank)
 
 
 def _quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
@@ -155,6 +158,9 @@ OPS: dict[str, Op] = {
         _fused("add_rms_norm_dynamic_quant", RMS_NORM_DYNAMIC_QUANT, (X, RESIDUAL, WEIGHT, EPS, QDTYPE, SCALE_UB),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["qdtype"], a["scale_ub"])),
         RMS_NORM_GROUP_QUANT,
+        _fused("add_rms_norm_group_quant", RMS_NORM_GROUP_QUANT, (X, RESIDUAL, WEIGHT, EPS, GROUP, SCALE_FORMAT, LAYOUT),
+               call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["group"], a["scale_format"],
+                                     a["layout"])),
         LAYER_NORM,
         _fused("add_layer_norm", LAYER_NORM, (X, RESIDUAL, WEIGHT, BIAS, EPS),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["bias"], a["eps"])),

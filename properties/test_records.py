@@ -47,6 +47,15 @@ def test_op_record_is_consistent(normcert_session, op):
             assert [tuple(o.shape) for o in rec.call_outputs(impl.fn, sample)] == list(want), impl.id
 
 
+@pytest.mark.parametrize("op", [name for name, rec in oracle.OPS.items() if rec.unfused])
+def test_a_fused_form_draws_as_its_base_does(op):
+    """The fused factory carries the base op's drawing limits: a fused per-group op drawn with rows
+    no group divides would be a harness failure, not the kernel's."""
+    rec = oracle.OPS[op]
+    base = oracle.OPS[rec.unfused]
+    assert (rec.width_multiple, rec.max_width, rec.max_rank) == (base.width_multiple, base.max_width, base.max_rank)
+
+
 def _family_marks() -> dict[str, tuple[str | None, bool]]:
     """Every test function of the suite's test files, read from their source (a test file is never
     imported by another): "file::test" -> (the family its ``normcert_family`` mark names, or None;

@@ -498,6 +498,27 @@ def gq_fp8_max_224(x, weight, eps, group, scale_format, layout):
     return _gq(x, weight, eps, group, scale_format, layout, q=224.0)
 
 
+@bug("add_rms_norm_group_quant", "accuracy", "extremes", "fusion")
+def add_gq_scale_before_add(x, residual, weight, eps, group, scale_format, layout):
+    """y and residual_out of s = x + residual, but each group's scale taken of rms_norm(x) w, before
+    the add."""
+    s = up(x) + up(residual)
+    v = rms_formula(s, up(weight, x), eps)
+    _, scales = _gq(x, weight, eps, group, scale_format, "row_major")
+    n = v.shape[-1]
+    y = to_e4m3(v.unflatten(-1, (n // group, group)) / scales[..., None]).flatten(-2)
+    return y, scales_in(scales, layout), s.to(residual.dtype)
+
+
+@bug("add_rms_norm_group_quant", "accuracy", "fusion")
+def add_gq_sum_in_x_dtype(x, residual, weight, eps, group, scale_format, layout):
+    """x + residual rounded to x's dtype, normalised and stored as residual_out: right for a stream
+    in x's dtype, but a float32 residual stream (``residual_in_fp32``) loses its low bits each layer."""
+    s = (up(x) + up(residual)).to(x.dtype)
+    y, scales = _gq(s, weight, eps, group, scale_format, layout)
+    return y, scales, s.to(residual.dtype)
+
+
 # ------------------------------------------------------------------ add_layer_norm bugs
 @bug("add_layer_norm", "accuracy", "extremes", "fusion")
 def add_ln_mean_of_x_alone(x, residual, weight, bias, eps):
@@ -907,6 +928,14 @@ def gq_vllm_order(x, weight, eps, group, scale_format, layout):
     g = v.unflatten(-1, (n // group, group))
     scales = group_scales(g.abs().amax(-1), scale_format, 448.0)
     return to_e4m3(g * (1 / scales[..., None])).flatten(-2), scales_in(scales, layout)
+
+
+@correct("add_rms_norm_group_quant")
+def add_gq_unfused(x, residual, weight, eps, group, scale_format, layout):
+    """The sum rounded to the residual stream's dtype first, then vLLM's rms_norm_group_quant of it
+    (its intermediates rounded to the stream's dtype)."""
+    s = (up(x) + up(residual)).to(residual.dtype)
+    return (*gq_vllm_order(s, weight, eps, group, scale_format, layout), s)
 
 
 @correct("add_rms_norm_dynamic_quant")
