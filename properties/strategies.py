@@ -194,6 +194,34 @@ def near_constant_buckets(rec, spin: int) -> tuple[Bucket, ...]:
     return tuple(out)
 
 
+def round_up_row(n: int, dtype: torch.dtype, power: int) -> torch.Tensor:
+    """A row of n elements in ``dtype`` whose sum of powers x^power (1: the mean's sum; 2: the sum
+    of squares), taken left to right in the compute format (float32 for float16 / bfloat16 /
+    float32, float64 for float64; p bits), rounds *up* at every step: the order and the data where
+    a correct kernel's sum reaches the error model's gam(n) S (``error_model``), which rows drawn
+    at random, or constant, never come near.
+
+    Its first element A has A^power in [2^e, 2^(e+1)), the others b with b^power = 2^(e - p)
+    (1 + ulp_x(1))^power, just above half an ulp of every partial sum s in [2^e, 2^(e+1)): so
+    s + b^power rounds up to s + ulp(s), each step erring by almost ulp(s) / 2 = u 2^e, and after
+    n - 1 steps the sum is about (n - 1) u 2^e too large: the relative error (n - 1) u that
+    gam(n - 1) allows (rho = (mean + eps)^(-1/2) is then (n - 1) u / 2 off).  Squares: A = 1, e = 0
+    for even p, A = 3/4, e = -1 for odd p (b = 2^((e - p) / 2) ...).  Sums: A = 2^e, e the least
+    >= 0 that keeps b a normal number of x's dtype.  (The partial sums stay in the binade while
+    (n - 1) 2^(1 - p) < 1: any drawn n.)"""
+    p = 53 if dtype == torch.float64 else 24
+    step = 1 + 2 * fmt(dtype).u  # 1 + an ulp of 1 in x's dtype
+    if power == 2:
+        e = 0 if p % 2 == 0 else -1
+        first, b = (1.0 if e == 0 else 0.75), 2.0 ** ((e - p) // 2) * step
+    else:
+        e = max(0, int(np.log2(fmt(dtype).lam)) + p)
+        first, b = 2.0 ** e, 2.0 ** (e - p) * step
+    row = torch.full((n,), b, dtype=torch.float64)
+    row[0] = first
+    return row.to(dtype)
+
+
 def _million(rec, spin: int) -> tuple[Bucket, ...]:
     x_width = min(MILLION_WIDTH, rec.max_width)
     if x_width < MILLION_MIN_WIDTH:

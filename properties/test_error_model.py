@@ -1,4 +1,4 @@
-"""The error model's gradient bounds hold for every kernel within their own stated parts.
+"""The error model's bounds hold for every kernel within their own stated parts, and are reached.
 
 A bound of the form "the kernel's rho is within rho_rel, its xhat within dxhat, so its dx is
 within B" must hold for *every* rho' and xhat' inside those stated parts, not only to first order
@@ -12,6 +12,7 @@ is far below a float32 kernel's bound) and asserts the result lies within the st
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,6 +21,8 @@ from .. import oracle
 from ..oracle.bounds_gated import argument_move
 from ..oracle.bounds_norms import NormInput, rms_norm_bwd
 from ..oracle.error_model import Context, normalisation_error, normalisation_vjp_error, row_mean, signed_reach
+from .meta import planted
+from .strategies import round_up_row
 
 
 def _patterns(rng, g):
@@ -154,3 +157,20 @@ def test_tanh_gelu_bound_stays_relative_for_large_gates():
     exact = oracle.forward("gelu_and_mul", **args)
     bound = oracle.OPS["gelu_and_mul"].forward_bound(args, exact)[0]
     assert np.all(bound <= 16 * 2.0 ** -24 * np.abs(exact[0])), bound / np.abs(exact[0])  # before: 27 |y| at 6447
+
+
+@pytest.mark.parametrize("in_dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n", [64, 1024, 16384])
+def test_a_sum_of_squares_that_rounds_up_at_every_step_reaches_the_rms_bound_and_stays_within_it(in_dtype, n):
+    """On ``strategies.round_up_row`` rows, a correct RMSNorm that sums its squares left to right
+    (``planted.rms_sequential_sum``) errs by the (n - 1) u that the bound's gam(n) term allows: the
+    term is needed (the kernel comes within 2x of the bound, so a looser model fails here) and
+    enough (the kernel stays within it), at every width."""
+    rec = oracle.OPS["rms_norm"]
+    x = round_up_row(n, in_dtype, 2).expand(4, n).clone()
+    args = {"x": x, "weight": torch.ones(n, dtype=in_dtype), "eps": 1e-12}
+    exact = oracle.forward("rms_norm", **args)
+    (bound,) = rec.forward_bound(args, exact)
+    got = planted.rms_sequential_sum(**args).double().numpy()
+    worst = float(np.max(np.abs(got - exact[0]) / bound))
+    assert 0.5 < worst <= 1, worst

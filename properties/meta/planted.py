@@ -28,6 +28,33 @@ def _rms(x, eps):
     return torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
 
+def _sequential_sum(v, dim):
+    """Sum along ``dim`` (kept) by a left-to-right sum in v's dtype, every partial sum rounded
+    (numpy's ``add.accumulate``; ``torch.cumsum`` accumulates float32 in float64 on CPU): the
+    order whose error grows as n u, the error model's gam(n) S1, where a tree order's grows as
+    log2(n) u.  A correct kernel may sum in any order; this one shows how much of the bound
+    that freedom needs (``benchmarks/tightness.py``)."""
+    if v.shape[dim] == 0:
+        return v.sum(dim, keepdim=True)
+    s = np.take(np.add.accumulate(v.detach().cpu().numpy(), axis=dim), [-1], axis=dim)
+    return torch.from_numpy(np.ascontiguousarray(s)).to(v.device)
+
+
+def _sequential_mean(v):
+    """The mean over the last dim by ``_sequential_sum`` (0 for an empty row)."""
+    return _sequential_sum(v, -1) / max(v.shape[-1], 1)
+
+
+def _sequential_column_sum(v):
+    """The sum over the rows of a 2-D v by ``_sequential_sum``."""
+    return _sequential_sum(v, 0).squeeze(0)
+
+
+def _rms_sequential(x, eps):
+    """``_rms`` with the mean square summed left to right (``_sequential_mean``)."""
+    return torch.rsqrt(_sequential_mean(x * x) + eps)
+
+
 def _ln(x, eps, var_fn):
     mu = x.mean(-1, keepdim=True)
     return (x - mu) * torch.rsqrt(var_fn(x, mu) + eps)
@@ -910,24 +937,28 @@ def gated_vllm_order(x, z, weight, eps, norm_before_gate):
 @correct("rms_norm_dynamic_quant")
 def dq_vllm_order(x, weight, eps, qdtype, scale_ub):
     """vLLM's order: x rho rounded to x.dtype, times the weight and rounded again (v in x.dtype);
-    the peak of that; y = v times the reciprocal of the float32 scale."""
+    the peak of that; y = v times the reciprocal of the float32 scale, taken in the compute
+    format (a float32 reciprocal of a float64 v errs by u_32, past float64's bound).  Its sum of
+    squares is left to right (``_rms_sequential``: the order whose roundings can add up to the
+    model's gam(n))."""
     xf = up(x)
-    v = up((up((xf * _rms(xf, eps)).to(x.dtype), x) * up(weight, x)).to(x.dtype), x)
+    v = up((up((xf * _rms_sequential(xf, eps)).to(x.dtype), x) * up(weight, x)).to(x.dtype), x)
     q = qmax(qdtype)
     scale = row_scales(v, scale_ub, q, MIN_SCALE / q)
-    return to_qdtype(v * (1 / scale), qdtype), scale[..., 0]
+    return to_qdtype(v * (1 / scale.to(v.dtype)), qdtype), scale[..., 0]
 
 
 @correct("rms_norm_group_quant")
 def gq_vllm_order(x, weight, eps, group, scale_format, layout):
     """vLLM's order: v = x rho rounded to x.dtype, times the weight and rounded again; per group,
-    the peak of that; y = v times the reciprocal of the float32 scale."""
+    the peak of that; y = v times the reciprocal of the float32 scale, taken in the compute
+    format.  Its sum of squares is left to right (``_rms_sequential``)."""
     xf = up(x)
-    v = up((up((xf * _rms(xf, eps)).to(x.dtype), x) * up(weight, x)).to(x.dtype), x)
+    v = up((up((xf * _rms_sequential(xf, eps)).to(x.dtype), x) * up(weight, x)).to(x.dtype), x)
     n = v.shape[-1]
     g = v.unflatten(-1, (n // group, group))
     scales = group_scales(g.abs().amax(-1), scale_format, 448.0)
-    return to_e4m3(g * (1 / scales[..., None])).flatten(-2), scales_in(scales, layout)
+    return to_e4m3(g * (1 / scales[..., None].to(g.dtype))).flatten(-2), scales_in(scales, layout)
 
 
 @correct("add_rms_norm_group_quant")
@@ -940,32 +971,35 @@ def add_gq_unfused(x, residual, weight, eps, group, scale_format, layout):
 
 @correct("add_rms_norm_dynamic_quant")
 def add_dq_unfused(x, residual, weight, eps, qdtype, scale_ub):
-    """The sum rounded to the residual stream's dtype first, then rms_norm_dynamic_quant of it."""
+    """The sum rounded to the residual stream's dtype first, then vLLM's rms_norm_dynamic_quant of it
+    (its intermediates rounded to the stream's dtype)."""
     s = (up(x) + up(residual)).to(residual.dtype)
-    y, scale = _dq(s, weight, eps, qdtype, scale_ub)
-    return y, scale, s
+    return (*dq_vllm_order(s, weight, eps, qdtype, scale_ub), s)
 
 
 @correct("rms_norm_fp8")
 def rms_fp8_vllm_order(x, weight, eps, scale):
     """vLLM's order: x rho rounded to x.dtype, times the weight and rounded again, then times
-    1 / scale (the reciprocal in the compute format) and converted."""
+    1 / scale (the reciprocal in the compute format) and converted.  Its sum of squares is left to
+    right (``_rms_sequential``)."""
     xf = up(x)
-    y = (up((xf * _rms(xf, eps)).to(x.dtype), x) * up(weight, x)).to(x.dtype)
+    y = (up((xf * _rms_sequential(xf, eps)).to(x.dtype), x) * up(weight, x)).to(x.dtype)
     return to_e4m3(up(y) * (1 / torch.tensor(scale, dtype=xf.dtype)))
 
 
 @correct("add_rms_norm_fp8")
 def add_rms_fp8_unfused(x, residual, weight, eps, scale):
-    """The sum rounded to the residual stream's dtype first, then normalised and quantised."""
+    """The sum rounded to the residual stream's dtype first, then vLLM's rms_norm_fp8 of it (its
+    intermediates rounded to the stream's dtype)."""
     s = (up(x) + up(residual)).to(residual.dtype)
-    return to_e4m3(rms_formula(up(s), up(weight), eps) / scale), s
+    return rms_fp8_vllm_order(s, weight, eps, scale), s
 
 
 @correct("add_rms_norm")
 def add_rms_unfused(x, residual, weight, eps):
-    s = (up(x) + up(residual)).to(residual.dtype)  # round the sum to the stream first, then normalise it
-    return rms_formula(up(s), up(weight), eps).to(x.dtype), s
+    """The sum rounded to the stream first, then ``rms_sequential_sum`` of it (every sum left to right)."""
+    s = (up(x) + up(residual)).to(residual.dtype)
+    return _RmsSequential.apply(s, weight, eps).to(x.dtype), s
 
 
 @correct("layer_norm")
@@ -988,28 +1022,6 @@ def ln_welford(x, weight, bias, eps):
         count = total
     var = m2 / max(n, 1)
     return ((xf - mean) * torch.rsqrt(var + eps) * up(weight) + up(bias)).to(x.dtype)
-
-
-def _sequential_sum(v, dim):
-    """Sum along ``dim`` (kept) by a left-to-right sum in v's dtype, every partial sum rounded
-    (numpy's ``add.accumulate``; ``torch.cumsum`` accumulates float32 in float64 on CPU): the
-    order whose error grows as n u, the error model's gam(n) S1, where a tree order's grows as
-    log2(n) u.  A correct kernel may sum in any order; this one shows how much of the bound
-    that freedom needs (``benchmarks/tightness.py``)."""
-    if v.shape[dim] == 0:
-        return v.sum(dim, keepdim=True)
-    s = np.take(np.add.accumulate(v.detach().cpu().numpy(), axis=dim), [-1], axis=dim)
-    return torch.from_numpy(np.ascontiguousarray(s)).to(v.device)
-
-
-def _sequential_mean(v):
-    """The mean over the last dim by ``_sequential_sum`` (0 for an empty row)."""
-    return _sequential_sum(v, -1) / max(v.shape[-1], 1)
-
-
-def _sequential_column_sum(v):
-    """The sum over the rows of a 2-D v by ``_sequential_sum``."""
-    return _sequential_sum(v, 0).squeeze(0)
 
 
 class _LnSequential(torch.autograd.Function):
@@ -1043,6 +1055,13 @@ def ln_sequential_sum(x, weight, bias, eps):
     return _LnSequential.apply(x, weight, bias, eps)
 
 
+@correct("add_layer_norm")
+def add_ln_unfused(x, residual, weight, bias, eps):
+    """The sum rounded to the stream first, then ``ln_sequential_sum`` of it."""
+    s = (up(x) + up(residual)).to(residual.dtype)
+    return _LnSequential.apply(s, weight, bias, eps).to(x.dtype), s
+
+
 class _RmsSequential(torch.autograd.Function):
     """RMSNorm whose mean square and backward means are left-to-right sums:
     dx = rho (g - xhat mean(g xhat)), xhat = x rho, g = dy w; dweight sums the rows left to right."""
@@ -1068,6 +1087,12 @@ class _RmsSequential(torch.autograd.Function):
 def rms_sequential_sum(x, weight, eps):
     """Every sum left to right (``_sequential_mean``), forward and backward."""
     return _RmsSequential.apply(x, weight, eps)
+
+
+@correct("gemma_rms_norm")
+def gemma_sequential_sum(x, weight, eps):
+    """``rms_sequential_sum`` with the weight 1 + w formed in the compute format."""
+    return _RmsSequential.apply(x, up(weight, x) + 1, eps)
 
 
 @correct("swiglu")
@@ -1108,6 +1133,45 @@ def bn_float64_stats(x, weight, bias, eps, mask=None):
     d = torch.where(keep, xd - mu, 0.0)
     var = d.pow(2).sum(0) / count
     return (d * torch.rsqrt(var + eps) * weight.double() + bias.double()).reshape(x.shape).to(x.dtype)
+
+
+class _BnSequential(torch.autograd.Function):
+    """Two-pass batch norm over the valid positions of each channel, every sum over positions left
+    to right (``_sequential_sum``; a padded position's term is 0, which adds exactly):
+    y = x_hat w + b, x_hat = (x - mu) rho; dx = rho (g - mean g - x_hat mean(g x_hat)) at valid
+    positions and rho g at padded ones (the statistics do not see them), g = dy w; dweight and dbias
+    sum the valid positions (a padded x may be NaN)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, mask):
+        xf = up(x).reshape(-1, x.shape[-1])
+        keep = (torch.ones(xf.shape[0], dtype=torch.bool, device=x.device) if mask is None
+                else mask.reshape(-1)).unsqueeze(-1)
+        count = keep.sum(0).to(xf.dtype)
+        mu = _sequential_sum(torch.where(keep, xf, 0.0), 0) / count
+        d = xf - mu
+        rho = torch.rsqrt(_sequential_sum(torch.where(keep, d * d, 0.0), 0) / count + eps)
+        ctx.save_for_backward(x, weight, d * rho, rho, keep, count)
+        ctx.bias_dtype = bias.dtype
+        return (d * rho * up(weight, x) + up(bias, x)).reshape(x.shape).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, xhat, rho, keep, count = ctx.saved_tensors
+        d = up(dy, x).reshape(xhat.shape)
+        g = d * up(weight, x)
+        mean_g = _sequential_sum(torch.where(keep, g, 0.0), 0) / count
+        mean_gx = _sequential_sum(torch.where(keep, g * xhat, 0.0), 0) / count
+        dx = torch.where(keep, rho * (g - mean_g - xhat * mean_gx), rho * g)
+        dw = _sequential_sum(torch.where(keep, d * xhat, 0.0), 0)[0].to(weight.dtype)
+        db = _sequential_sum(torch.where(keep, d, 0.0), 0)[0].to(ctx.bias_dtype)
+        return dx.reshape(x.shape).to(x.dtype), dw, db, None, None
+
+
+@correct("batch_norm")
+def bn_sequential_sum(x, weight, bias, eps, mask=None):
+    """Every sum over positions left to right (``_BnSequential``), forward and backward."""
+    return _BnSequential.apply(x, weight, bias, eps, mask)
 
 
 # ------------------------------------------------------------------ gemma_rms_norm bugs
