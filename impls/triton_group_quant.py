@@ -12,10 +12,11 @@ s = x (or x + residual, in the compute format, stored rounded as residual_out):
             significand is not zero), so that no group's peak saturates
     y     = e4m3(v / scale)
 
-One program per row: the mean square over column blocks (storing residual_out), then BLOCK_G groups at a time as a
-(BLOCK_G, GROUP) tile, each group's peak a row reduction of the tile (a NaN in a group makes its
-scale NaN: counted, as a max may drop it).  y is v divided by the *stored* scale, as the check
-expects.  The scales are written through their strides: (rows, groups) contiguous, or groups first
+BLOCK_R rows per program (``triton_norms.tile``: a function of n alone, so a row's bits do not depend
+on the batch): the mean square over column blocks (storing residual_out), then BLOCK_G groups at a
+time as a (BLOCK_R, BLOCK_G, GROUP) tile, each group's peak a reduction over the tile's last axis
+(a NaN in a group makes its scale NaN: counted, as a max may drop it).  y is v divided by the
+*stored* scale, as the check expects.  The scales are written through their strides: (rows, groups) contiguous, or groups first
 ("column_major").  float64 x is not supported (no single-rounding float64 -> e4m3 conversion on a GPU).
 """
 from __future__ import annotations
@@ -28,12 +29,12 @@ from ..oracle.dynamic_quant import MIN_SCALE, qmax
 from ..oracle.kinds import KINDS
 
 from . import make
-from .triton_norms import TILE, as_rows, compute_dtype, div_rn, rsqrt_rn, scalar
+from .triton_norms import TILE, as_rows, compute_dtype, div_rn, rsqrt_rn, scalar, tile
 
 
 @triton.jit
 def _load_sum(X, sxr, sxc, R, srr, src, row, col, m, FUSED: tl.constexpr, ACC: tl.constexpr):
-    """s at columns col of the row in ACC: x, or x + residual."""
+    """s at rows ``row`` and columns ``col`` (broadcast against each other) in ACC: x, or x + residual."""
     s = tl.load(X + row * sxr + col * sxc, mask=m, other=0.0).to(ACC)
     if FUSED:
         s += tl.load(R + row * srr + col * src, mask=m, other=0.0).to(ACC)
@@ -42,37 +43,40 @@ def _load_sum(X, sxr, sxc, R, srr, src, row, col, m, FUSED: tl.constexpr, ACC: t
 
 @triton.jit
 def _group_quant_kernel(
-    X, sxr, sxc, R, srr, src, W, EPS, Y, SCALES, RES, ssr, ssg, n, groups, q, min_scale,
-    FUSED: tl.constexpr, UE8M0: tl.constexpr, ACC: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    X, sxr, sxc, R, srr, src, W, EPS, Y, SCALES, RES, ssr, ssg, rows, n, groups, q, min_scale,
+    FUSED: tl.constexpr, UE8M0: tl.constexpr, ACC: tl.constexpr, GROUP: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
-    acc = tl.zeros([BLOCK_N], ACC)
+    row = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    in_rows = row < rows
+    acc = tl.zeros([BLOCK_R, BLOCK_N], ACC)
     for c0 in range(0, n, BLOCK_N):
         col = c0 + tl.arange(0, BLOCK_N)
-        s = _load_sum(X, sxr, sxc, R, srr, src, row, col, col < n, FUSED, ACC)
+        m = in_rows[:, None] & (col < n)[None, :]
+        s = _load_sum(X, sxr, sxc, R, srr, src, row[:, None], col[None, :], m, FUSED, ACC)
         if FUSED:
-            tl.store(RES + row * n + col, s.to(RES.dtype.element_ty), mask=col < n)
+            tl.store(RES + row[:, None] * n + col[None, :], s.to(RES.dtype.element_ty), mask=m)
         acc += s * s
-    rstd = rsqrt_rn(div_rn(tl.sum(acc, 0), tl.full([], n, ACC)) + tl.load(EPS))
+    rstd = rsqrt_rn(div_rn(tl.sum(acc, 1), tl.full([], n, ACC)) + tl.load(EPS))[:, None, None]
     for g0 in range(0, groups, BLOCK_G):
         g = g0 + tl.arange(0, BLOCK_G)
         in_groups = g < groups
-        col = g[:, None] * GROUP + tl.arange(0, GROUP)[None, :]
-        m = in_groups[:, None] & (col < n)
-        w = tl.load(W + col, mask=m, other=0.0).to(ACC)
-        v = _load_sum(X, sxr, sxc, R, srr, src, row, col, m, FUSED, ACC) * rstd * w
-        peak = tl.max(tl.abs(v), 1)
-        nans = tl.sum((v != v).to(tl.int32), 1)
+        col = g[:, None] * GROUP + tl.arange(0, GROUP)[None, :]  # (BLOCK_G, GROUP)
+        in_cols = in_groups[:, None] & (col < n)
+        m = in_rows[:, None, None] & in_cols[None, :, :]
+        w = tl.load(W + col, mask=in_cols, other=0.0).to(ACC)[None, :, :]
+        v = _load_sum(X, sxr, sxc, R, srr, src, row[:, None, None], col[None, :, :], m, FUSED, ACC) * rstd * w
+        peak = tl.max(tl.abs(v), 2)
+        nans = tl.sum((v != v).to(tl.int32), 2)
         scale = tl.maximum(div_rn(peak, tl.full([], q, ACC)), tl.full([], min_scale, ACC)).to(tl.float32)
         if UE8M0:  # a positive normal float32 rounded up to a power of two, exactly
             bits = scale.to(tl.int32, bitcast=True)
             scale = ((bits + 0x7FFFFF) & -0x800000).to(tl.float32, bitcast=True)
         scale = tl.where(nans > 0, float("nan"), scale)
-        tl.store(SCALES + row * ssr + g * ssg, scale, mask=in_groups)
-        t = div_rn(v, scale.to(ACC)[:, None])
+        tl.store(SCALES + row[:, None] * ssr + g[None, :] * ssg, scale, mask=in_rows[:, None] & in_groups[None, :])
+        t = div_rn(v, scale.to(ACC)[:, :, None])
         y = tl.clamp(t, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL).to(Y.dtype.element_ty)
-        tl.store(Y + row * n + col, y, mask=m)
+        tl.store(Y + row[:, None, None] * n + col[None, :, :], y, mask=m)
 
 
 def _forward(op, x, residual, weight, eps, group, scale_format, layout):
@@ -97,13 +101,14 @@ def _forward(op, x, residual, weight, eps, group, scale_format, layout):
         scales = torch.empty((groups,) + lead, dtype=torch.float32, device=x.device).movedim(0, -1)
         ssr, ssg = 1, rows
     if rows * n:
-        block_g = max(1, min(triton.next_power_of_2(groups), TILE // group))
+        block_r, block_n = tile(n)  # block_n >= group: n is a multiple of it
+        block_g = max(1, min(triton.next_power_of_2(groups), TILE // (block_r * group)))
         q = qmax("float8_e4m3fn")
-        _group_quant_kernel[(rows,)](
+        _group_quant_kernel[(triton.cdiv(rows, block_r),)](
             x2, x2.stride(0), x2.stride(1), r2, r2.stride(0), r2.stride(1), weight.contiguous(),
-            scalar(eps, acc_t, x.device), y, scales, y if res is None else res, ssr, ssg, n, groups, q, MIN_SCALE / q,
-            FUSED=residual is not None, UE8M0=scale_format == "ue8m0", ACC=acc, GROUP=group, BLOCK_G=block_g,
-            BLOCK_N=min(triton.next_power_of_2(n), TILE))
+            scalar(eps, acc_t, x.device), y, scales, y if res is None else res, ssr, ssg, rows, n, groups, q,
+            MIN_SCALE / q, FUSED=residual is not None, UE8M0=scale_format == "ue8m0", ACC=acc, GROUP=group,
+            BLOCK_R=block_r, BLOCK_G=block_g, BLOCK_N=block_n)
     y = y.reshape(x.shape)
     return (y, scales) if res is None else (y, scales, res.reshape(x.shape))
 
