@@ -173,6 +173,7 @@ def add_rms_norm_group_quant(x, residual, weight, eps, group, scale_format, layo
                                 layout)
     return y, scales, s.to(residual.dtype)
 
+
 def layer_norm(x, weight, bias, eps):
     """Centered two-pass ops, not F.layer_norm: its CPU backward forms dx from the
     uncentered x (b*x + c), which cancels on rows with |mean| >> std (see the

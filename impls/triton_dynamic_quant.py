@@ -26,16 +26,7 @@ from ..oracle.dynamic_quant import MIN_SCALE, QDTYPES, qmax
 from ..oracle.kinds import KINDS
 
 from . import make
-from .triton_norms import as_rows, compute_dtype, div_rn, rsqrt_rn, scalar, tile, tile_ptrs
-
-
-@triton.jit
-def _load_sum(X, sxr, sxc, R, srr, src, row, col, m, FUSED: tl.constexpr, ACC: tl.constexpr):
-    """s on the tile in ACC: x, or x + residual."""
-    s = tl.load(tile_ptrs(X, row, col, sxr, sxc), mask=m, other=0.0).to(ACC)
-    if FUSED:
-        s += tl.load(tile_ptrs(R, row, col, srr, src), mask=m, other=0.0).to(ACC)
-    return s
+from .triton_norms import as_rows, compute_dtype, div_rn, load_sum, rsqrt_rn, scalar, tile, tile_ptrs
 
 
 @triton.jit
@@ -50,7 +41,7 @@ def _dynamic_quant_kernel(
     for c0 in range(0, n, BLOCK_N):
         col = c0 + tl.arange(0, BLOCK_N)
         m = in_rows[:, None] & (col < n)[None, :]
-        s = _load_sum(X, sxr, sxc, R, srr, src, row, col, m, FUSED, ACC)
+        s = load_sum(X, sxr, sxc, R, srr, src, row[:, None], col[None, :], m, FUSED, ACC)
         if FUSED:
             tl.store(tile_ptrs(RES, row, col, n, 1), s.to(RES.dtype.element_ty), mask=m)
         acc += s * s
@@ -61,7 +52,7 @@ def _dynamic_quant_kernel(
         col = c0 + tl.arange(0, BLOCK_N)
         m = in_rows[:, None] & (col < n)[None, :]
         w = tl.load(W + col, mask=col < n, other=0.0).to(ACC)[None, :]
-        v = tl.where(m, _load_sum(X, sxr, sxc, R, srr, src, row, col, m, FUSED, ACC) * rstd * w, 0.0)
+        v = tl.where(m, load_sum(X, sxr, sxc, R, srr, src, row[:, None], col[None, :], m, FUSED, ACC) * rstd * w, 0.0)
         peak = tl.maximum(peak, tl.abs(v))
         nans += (v != v).to(tl.int32)
     amax = tl.max(peak, 1)
@@ -75,7 +66,7 @@ def _dynamic_quant_kernel(
         col = c0 + tl.arange(0, BLOCK_N)
         m = in_rows[:, None] & (col < n)[None, :]
         w = tl.load(W + col, mask=col < n, other=0.0).to(ACC)[None, :]
-        t = div_rn(_load_sum(X, sxr, sxc, R, srr, src, row, col, m, FUSED, ACC) * rstd * w, stored)
+        t = div_rn(load_sum(X, sxr, sxc, R, srr, src, row[:, None], col[None, :], m, FUSED, ACC) * rstd * w, stored)
         if INT8:
             y = tl.clamp(rint(t), -128.0, 127.0).to(tl.int8)
         else:

@@ -16,8 +16,8 @@ BLOCK_R rows per program (``triton_norms.tile``: a function of n alone, so a row
 on the batch): the mean square over column blocks (storing residual_out), then BLOCK_G groups at a
 time as a (BLOCK_R, BLOCK_G, GROUP) tile, each group's peak a reduction over the tile's last axis
 (a NaN in a group makes its scale NaN: counted, as a max may drop it).  y is v divided by the
-*stored* scale, as the check expects.  The scales are written through their strides: (rows, groups) contiguous, or groups first
-("column_major").  float64 x is not supported (no single-rounding float64 -> e4m3 conversion on a GPU).
+*stored* scale, as the check expects.  The scales are written through their strides: (rows, groups)
+contiguous, or groups first ("column_major").  float64 x is not supported (no single-rounding float64 -> e4m3 conversion on a GPU).
 """
 from __future__ import annotations
 
@@ -29,16 +29,7 @@ from ..oracle.dynamic_quant import MIN_SCALE, qmax
 from ..oracle.kinds import KINDS
 
 from . import make
-from .triton_norms import TILE, as_rows, compute_dtype, div_rn, rsqrt_rn, scalar, tile
-
-
-@triton.jit
-def _load_sum(X, sxr, sxc, R, srr, src, row, col, m, FUSED: tl.constexpr, ACC: tl.constexpr):
-    """s at rows ``row`` and columns ``col`` (broadcast against each other) in ACC: x, or x + residual."""
-    s = tl.load(X + row * sxr + col * sxc, mask=m, other=0.0).to(ACC)
-    if FUSED:
-        s += tl.load(R + row * srr + col * src, mask=m, other=0.0).to(ACC)
-    return s
+from .triton_norms import TILE, as_rows, compute_dtype, div_rn, load_sum, rsqrt_rn, scalar, tile
 
 
 @triton.jit
@@ -53,7 +44,7 @@ def _group_quant_kernel(
     for c0 in range(0, n, BLOCK_N):
         col = c0 + tl.arange(0, BLOCK_N)
         m = in_rows[:, None] & (col < n)[None, :]
-        s = _load_sum(X, sxr, sxc, R, srr, src, row[:, None], col[None, :], m, FUSED, ACC)
+        s = load_sum(X, sxr, sxc, R, srr, src, row[:, None], col[None, :], m, FUSED, ACC)
         if FUSED:
             tl.store(RES + row[:, None] * n + col[None, :], s.to(RES.dtype.element_ty), mask=m)
         acc += s * s
@@ -65,7 +56,7 @@ def _group_quant_kernel(
         in_cols = in_groups[:, None] & (col < n)
         m = in_rows[:, None, None] & in_cols[None, :, :]
         w = tl.load(W + col, mask=in_cols, other=0.0).to(ACC)[None, :, :]
-        v = _load_sum(X, sxr, sxc, R, srr, src, row[:, None, None], col[None, :, :], m, FUSED, ACC) * rstd * w
+        v = load_sum(X, sxr, sxc, R, srr, src, row[:, None, None], col[None, :, :], m, FUSED, ACC) * rstd * w
         peak = tl.max(tl.abs(v), 2)
         nans = tl.sum((v != v).to(tl.int32), 2)
         scale = tl.maximum(div_rn(peak, tl.full([], q, ACC)), tl.full([], min_scale, ACC)).to(tl.float32)

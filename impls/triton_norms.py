@@ -66,6 +66,17 @@ def tile_ptrs(base, row, col, stride_r, stride_c):
 
 
 @triton.jit
+def load_sum(X, sxr, sxc, R, srr, src, row, col, m, FUSED: tl.constexpr, ACC: tl.constexpr):
+    """s = x, or x + residual (FUSED), in ACC at rows ``row`` and columns ``col`` (index tensors
+    that broadcast against each other: a (rows, cols) tile, or a (rows, groups, group) one), with
+    64-bit offsets; 0 where ``m`` is False."""
+    s = tl.load(X + row.to(tl.int64) * sxr + col.to(tl.int64) * sxc, mask=m, other=0.0).to(ACC)
+    if FUSED:
+        s += tl.load(R + row.to(tl.int64) * srr + col.to(tl.int64) * src, mask=m, other=0.0).to(ACC)
+    return s
+
+
+@triton.jit
 def div_rn(a, b):
     """a / b rounded to nearest (Triton's float32 `/` may be an approximate division; float64's is IEEE)."""
     if b.dtype == tl.float32:

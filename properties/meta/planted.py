@@ -1148,9 +1148,9 @@ class _BnSequential(torch.autograd.Function):
         keep = (torch.ones(xf.shape[0], dtype=torch.bool, device=x.device) if mask is None
                 else mask.reshape(-1)).unsqueeze(-1)
         count = keep.sum(0).to(xf.dtype)
-        mu = _sequential_sum(torch.where(keep, xf, 0.0), 0) / count
+        mu = _BnSequential.valid_sum(xf, keep) / count
         d = xf - mu
-        rho = torch.rsqrt(_sequential_sum(torch.where(keep, d * d, 0.0), 0) / count + eps)
+        rho = torch.rsqrt(_BnSequential.valid_sum(d * d, keep) / count + eps)
         ctx.save_for_backward(x, weight, d * rho, rho, keep, count)
         ctx.bias_dtype = bias.dtype
         return (d * rho * up(weight, x) + up(bias, x)).reshape(x.shape).to(x.dtype)
@@ -1158,14 +1158,19 @@ class _BnSequential(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, weight, xhat, rho, keep, count = ctx.saved_tensors
+        valid_sum = _BnSequential.valid_sum
         d = up(dy, x).reshape(xhat.shape)
         g = d * up(weight, x)
-        mean_g = _sequential_sum(torch.where(keep, g, 0.0), 0) / count
-        mean_gx = _sequential_sum(torch.where(keep, g * xhat, 0.0), 0) / count
-        dx = torch.where(keep, rho * (g - mean_g - xhat * mean_gx), rho * g)
-        dw = _sequential_sum(torch.where(keep, d * xhat, 0.0), 0)[0].to(weight.dtype)
-        db = _sequential_sum(torch.where(keep, d, 0.0), 0)[0].to(ctx.bias_dtype)
+        dx = torch.where(keep, rho * (g - valid_sum(g, keep) / count - xhat * (valid_sum(g * xhat, keep) / count)),
+                         rho * g)
+        dw = valid_sum(d * xhat, keep).squeeze(0).to(weight.dtype)
+        db = valid_sum(d, keep).squeeze(0).to(ctx.bias_dtype)
         return dx.reshape(x.shape).to(x.dtype), dw, db, None, None
+
+    @staticmethod
+    def valid_sum(t, keep):
+        """The sum of t over the valid positions (dim 0, kept), left to right."""
+        return _sequential_sum(torch.where(keep, t, 0.0), 0)
 
 
 @correct("batch_norm")
