@@ -44,7 +44,21 @@ of the default run, which had counted on 87 s for all of them because past Dynam
 recompilation they ran *eagerly*.  On CPU ``normcert certify --impl rms_norm=normcert.impls.compiled:rms_norm``
 checks one (inductor's C++ code: its GeGLU is rejected there, see the README)."""
 
-IMPLS = [make(op, "compiled", "compiled", fn, target=f"normcert.impls.compiled:{op}", domain=DOMAIN,
+QUANTISED_DOMAIN = DOMAIN + " dtypes=float32,float16,bfloat16"
+"""An op with a quantised output is not compiled for float64 inputs: inductor's Triton
+backend cannot lower float64 -> float8_e4m3fn (on the H100, torch 2.11, Triton 3.6: "Unsupported
+conversion from f64 to f8E4M3FN with rounding mode rtne", an InductorError at every float64 call of
+rms_norm_fp8, add_rms_norm_fp8 and add_rms_norm_group_quant).  float64 -> int8 compiles, but a
+domain names dtypes, not (dtype, qdtype) pairs, so float64 is outside it for every quantised op;
+the eager kernels take float64."""
+
+
+def domain(op: str) -> str:
+    """The compiled kernel's declared domain: ``QUANTISED_DOMAIN`` where an output is quantised."""
+    return QUANTISED_DOMAIN if any(o.quantised for o in OPS[op].outs) else DOMAIN
+
+
+IMPLS = [make(op, "compiled", "compiled", fn, target=f"normcert.impls.compiled:{op}", domain=domain(op),
               devices=DEVICES) for op, fn in COMPILED.items()]
 
 
