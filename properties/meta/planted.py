@@ -870,15 +870,6 @@ def swiglu_sigmoid_by_tanh(gate, up_):
     return (g * (torch.tanh(g / 2) / 2 + 0.5) * up(up_)).to(gate.dtype)
 
 
-@bug("geglu", "accuracy", "extremes")
-def geglu_tanh_form_cancels(gate, up_, approximate):
-    """The tanh form as written, 0.5 g (1 + tanh u) (tt-metal#56517): 1 + tanh u cancels to 0 below
-    g ~ -6 in float32, where GELU_tanh(g) is tiny but not 0.  The erf form is right."""
-    g = up(gate)
-    gelu = _gelu_tanh(g) if approximate == "tanh" else F.gelu(g)
-    return (gelu * up(up_)).to(gate.dtype)
-
-
 # ------------------------------------------------------------------ correct variants
 @correct("rms_norm")
 def rms_llama_order(x, weight, eps):
