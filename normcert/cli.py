@@ -247,9 +247,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"normcert: not certified: {why}", file=sys.stderr)
         return 1
     if run["results"]:
-        from normcert.properties.certificate import on_domains  # noqa: PLC0415
+        from normcert.properties.certificate import verdict_line  # noqa: PLC0415
 
-        print("\nnormcert verdict: " + run["verdict"] + on_domains(run.get("domains", {})))
+        print("\nnormcert verdict: " + verdict_line(run["verdict"], run["domains"], run["scope"], run["run"]))
         print("\n".join(verdict_table(run["results"])))
     if ending:
         print(f"normcert: {ending}", file=sys.stderr)

@@ -214,14 +214,20 @@ def markdown(cert: dict) -> str:
 
 
 def headline(cert: dict) -> str:
-    """The verdict in one line: with the kernels' declared domains, the declared scope where the run
-    was narrowed, and the run's state where it did not complete."""
-    text = cert["verdict"]
-    text += on_domains({k: v.get("certified_on", "") for k, v in cert["implementations"].items()})
-    narrowed = [f"{k} {', '.join(v)}" for k, v in cert["scope"].items() if v != "all"]
+    """The certificate's verdict in one line (``verdict_line``)."""
+    return verdict_line(cert["verdict"], {k: v.get("certified_on", "") for k, v in cert["implementations"].items()},
+                        cert["scope"], cert["run"])
+
+
+def verdict_line(verdict: str, domains: dict[str, str], scope: dict, state: str) -> str:
+    """The verdict in one line, as the certificate's first line and ``normcert certify``'s last say it:
+    with the kernels' declared domains, the declared scope where the run was narrowed, and the run's
+    state where it did not complete."""
+    text = verdict + on_domains(domains)
+    narrowed = [f"{k} {', '.join(v)}" for k, v in scope.items() if v != "all"]
     if narrowed:
         text += f" (scope: {'; '.join(narrowed)})"
-    return text if cert["run"] == "complete" else f"{text} -- run {cert['run']}"
+    return text if state == "complete" else f"{text} -- run {state}"
 
 
 def on_domains(domains: dict[str, str]) -> str:

@@ -104,9 +104,12 @@ def _sigint_as_at_a_terminal():
 
 
 def test_ctrl_c_leaves_an_interrupted_certificate(tmp_path):
-    (tmp_path / "slow.py").write_text(_DRASTIC.format(action="pathlib.Path('called').touch(); time.sleep(30)"))
+    """float32 is checked, then the kernel hangs in float16 and the run is interrupted: the certificate
+    and the verdict line printed with the table of what was checked both say so."""
+    (tmp_path / "slow.py").write_text(_DRASTIC.format(
+        action="if x.dtype == torch.float16: pathlib.Path('called').touch(); time.sleep(30)"))
     run = subprocess.Popen([sys.executable, "-m", "normcert", "certify", "rms_norm=slow:rms", "--certificate",
-                            "c.json", "--property", "accuracy", "--dtype", "float32"],
+                            "c.json", "--property", "accuracy", "--dtype", "float32", "--dtype", "float16"],
                            cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            preexec_fn=_sigint_as_at_a_terminal)
     deadline = time.monotonic() + 300
@@ -119,6 +122,8 @@ def test_ctrl_c_leaves_an_interrupted_certificate(tmp_path):
     assert (tmp_path / "c.json").read_text().startswith('{"run": "interrupted"')
     assert (cert["verdict"], cert["pytest_exit_status"]) == ("not certified", 2)
     assert "run interrupted" in (tmp_path / "c.md").read_text().splitlines()[0]
+    assert [r["outcome"] for r in cert["results"] if r["dtype"] == "float32"] == ["pass"]
+    assert out.split("normcert verdict: ")[1].splitlines()[0].endswith("-- run interrupted"), out[-2000:]
 
 
 @pytest.mark.parametrize("option, value, says", [
