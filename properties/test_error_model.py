@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from .. import oracle
 from ..oracle.bounds_gated import argument_move
 from ..oracle.bounds_norms import NormInput, rms_norm_bwd
-from ..oracle.error_model import Context, normalisation_error, normalisation_vjp_error, row_mean, signed_reach
+from ..oracle.error_model import (Context, exact_mean_rows, normalisation_error, normalisation_vjp_error, row_mean,
+                                  signed_reach)
 from .meta import planted
 from .strategies import round_up_row
 
@@ -174,3 +175,26 @@ def test_a_sum_of_squares_that_rounds_up_at_every_step_reaches_the_rms_bound_and
     got = planted.rms_sequential_sum(**args).double().numpy()
     worst = float(np.max(np.abs(got - exact[0]) / bound))
     assert 0.5 < worst <= 1, worst
+
+
+def test_an_exact_sum_does_not_make_a_welford_mean_exact():
+    """Why ``exact_mean_rows`` drops the mean's gam(n) term on constant rows only: the lattice
+    argument (float16 values summed in float32 with no rounding, in any order) is about sums, and
+    Welford's update, which the model admits, rounds its running mean at every step.  On a float16
+    row near 1000 whose float32 sum is exact, a float32 Welford mean is off by many u_c |mean|;
+    on a constant row it is exact, as ``exact_mean_rows`` says."""
+    def welford(row):
+        mu = np.float32(0)
+        for k, v in enumerate(row, start=1):
+            mu = np.float32(mu + np.float32(np.float32(v - mu) / np.float32(k)))
+        return float(mu)
+
+    ctx = Context(torch.float16)
+    row = (1000 + np.random.default_rng(0).standard_normal(1024) * 0.5).astype(np.float16).astype(np.float32)
+    exact = float(np.sum(row, dtype=np.float64)) / row.size
+    assert float(np.sum(row, dtype=np.float32)) == exact * row.size  # the sum is exact in float32
+    assert abs(welford(row) - exact) > 16 * ctx.uc * exact
+    assert not exact_mean_rows(ctx, row.astype(np.float64)[None], np.zeros((1, row.size)))[0, 0]
+    constant = np.full(1024, np.float32(1000.5))
+    assert welford(constant) == 1000.5
+    assert exact_mean_rows(ctx, constant.astype(np.float64)[None], np.zeros((1, constant.size)))[0, 0]
