@@ -337,20 +337,38 @@ def batch_norm_bwd(args, cot, exact):
 
 
 # ---------------------------------------------------------------- DeepNorm
+def fixture_gam(n: int) -> float:
+    """gam_64(n + 1): the suite's sublayer (``deep_norm.affine_sublayer``) is a float64 matmul of n
+    terms and a bias, rounded once to its input's dtype; that rounding is the kernel's u_o, this is
+    the rest (the products of float32 or narrower values are exact in float64; of float64 values
+    they round, which gam_64(n) covers as for any dot product).  The same holds for its VJP."""
+    return (n + 1) * U_64 / (1 - (n + 1) * U_64)
+
+
 def _deep_z(ctx, args):
-    """z = alpha x + x A^T + c, the bound dz on the kernel's z (a matmul in c and <= 3 roundings to
-    o), A, alpha, and the rows where those roundings cannot overflow: alpha x, sublayer(x) and z
-    each below omax by more than dz, which bounds the kernel's error in each of them (exactly
-    below omax is not enough: alpha x = 32817 and sublayer(x) = 32680.9 round to 32832 + 32688 =
-    65520 in float16, whose sum rounds to inf, where z = 65497.9).  Elsewhere a kernel that rounds
-    z to o may get inf."""
+    """z = alpha x + f, f = x A^T + c the suite's sublayer, the bound dz on the kernel's z, A, alpha,
+    and the rows where those roundings cannot overflow.
+
+    The kernel gets f from the sublayer it is handed, exact but for gam_64(n + 1) |x| |A|^T + |c|
+    (``fixture_gam``) and one rounding to the dtype it calls it in (o, or c: u_o |f| covers both).
+    Its own arithmetic is alpha x and the sum, at most two roundings in c (gam_c(2) (|alpha x| +
+    |f|)), and up to three roundings to o (alpha x, f, z):
+
+        dz = gam_64(n + 1) (|x| |A|^T + |c|) + gam_c(2) (|alpha x| + |f|) + u_o (|alpha x| + |f| + |z|)
+
+    (Before stop 35 the sublayer computed in float32 and dz carried gam_c(n + 2) on |x| |A|^T:
+    the fixture's own error, charged to the kernel.)  Rows fit where alpha x, f and z are each
+    below omax by more than dz, which bounds the kernel's error in each of them (exactly below omax
+    is not enough: alpha x = 32817 and f = 32680.9 round to 32832 + 32688 = 65520 in float16, whose
+    sum rounds to inf, where z = 65497.9).  Elsewhere a kernel that rounds z to o may get inf."""
     x, a, c = to_float64(args["x"]), to_float64(args["sub_weight"]), to_float64(args["sub_bias"])
     alpha = float(args["alpha"])
     n = x.shape[-1]
     sublayer = x @ a.T + c
     z = alpha * x + sublayer
     matmul_abs = np.abs(x) @ np.abs(a).T + np.abs(c)
-    dz = (ctx.gam(n + 2) * (matmul_abs + np.abs(alpha * x))
+    fixture = fixture_gam(n) if ctx.uc else 0.0  # an exact kernel (kernel=False) is handed no fixture
+    dz = (fixture * matmul_abs + ctx.gam(2) * (np.abs(alpha * x) + np.abs(sublayer))
           + ctx.uo * (np.abs(alpha * x) + np.abs(sublayer) + np.abs(z)))
     with np.errstate(all="ignore"):
         peak = np.maximum(np.maximum(np.abs(alpha * x), np.abs(sublayer)), np.abs(z))
@@ -369,9 +387,11 @@ def deep_norm_fwd(args, exact, kernel=True):
 def deep_norm_bwd(args, cot, exact):
     """dz as layer_norm at z (with z's own perturbation), then dx = alpha dz + dz A.
 
-    |d dx_j| <= |alpha| e_j + sum_i |A_ij| e_i + gam(n+2)(|alpha| r_j + (r |A|)_j)
+    |d dx_j| <= |alpha| e_j + sum_i |A_ij| e_i + gam_64(n+1) (r |A|)_j + gam_c(2)(|alpha| r_j + (r |A|)_j)
                 + u_o (2|alpha dz_j| + (|dz| |A|)_j + |(dz A)_j|) + 2 u_o |dx_j|,
-    e = bound on dz, r = |dz| + e (the kernel's dz, whose products and sums round).
+    e = bound on dz, r = |dz| + e (the kernel's dz, whose products and sums round): dz A is the
+    sublayer's VJP, float64 but for ``fixture_gam`` and rounded once (u_o |dz A|); alpha dz and
+    the sum are the kernel's, two roundings in c and up to two to o.
     A kernel that holds dz in o (autograd through z stored in o) gets inf where |dz| + e reaches
     omax, and then inf * 0 = NaN through the sublayer: dx of such a row carries no claim (as
     the forward's rows where z overflows; a near-constant row with a small eps has rho |g| past
@@ -389,7 +409,7 @@ def deep_norm_bwd(args, cot, exact):
         dz_abs_a = np.abs(dz) @ np.abs(a)
         reach = np.abs(dz) + dz_err  # the largest |dz'| the kernel may hold: its sums round on that
         dx = (np.abs(alpha) * dz_err + dz_err @ np.abs(a)
-              + ctx.gam(z.shape[-1] + 2) * (np.abs(alpha) * reach + reach @ np.abs(a))
+              + fixture_gam(z.shape[-1]) * (reach @ np.abs(a)) + ctx.gam(2) * (np.abs(alpha) * reach + reach @ np.abs(a))
               + ctx.uo * (2 * np.abs(alpha * dz) + dz_abs_a + np.abs(dz @ a)) + ctx.round_out(np.abs(exact["x"])))
         dz_fits = np.all(~(np.abs(dz) + dz_err >= ctx.omax), axis=-1, keepdims=True)
     weight_ctx, bias_ctx = affine_grad_context(args, "weight"), affine_grad_context(args, "bias")

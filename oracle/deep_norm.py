@@ -72,19 +72,27 @@ def vjp(B, cot, x, sub_weight, sub_bias, alpha, weight, bias, eps):
 
 
 def affine_sublayer(weight, bias):
-    """The sublayer the suite hands a deep_norm kernel: t -> t @ weight.T + bias, in t's dtype.
+    """The sublayer the suite hands a deep_norm kernel: t -> t @ weight.T + bias, rounded once to t's dtype.
 
-    Computed in float32 (float64 for float64) and rounded once.  Not F.linear in
-    bfloat16 directly: on CPU (torch 2.13) that leaks NaN/inf from one row of t
-    into the outputs of other rows, which would blame the kernel for the sublayer.
-    t is made contiguous first: cuBLAS takes row strides below 2**31 only (an H100,
-    torch 2.11, refused a float32 t with row stride 2**31 + 128: --profile large).
+    A fixture, not part of the kernel under test, so it is made as exact as it can be and the
+    bounds charge the kernel for its own arithmetic only.  It computes in float64 and rounds once:
+    for float32, float16 and bfloat16 t every product of t and weight is exact in float64 and the
+    n-term sum errs by at most gam_64(n + 1) sum_j |t_j A_ij| + |c_i|, so the result is t's dtype's
+    rounding of the exact value but for that (``bounds_norms._deep_z``); for float64 t it is a
+    float64 matmul, as a float64 kernel's would be.  Autograd through it is the same: the incoming
+    gradient is widened to float64 exactly, multiplied by weight in float64, and rounded once back.
+    (Before, it computed in float32 with torch's blocked matmul, and the bounds carried a float32
+    gam(n + 2) for it: the fixture's error, charged to the kernel.)  Not F.linear in bfloat16
+    directly: on CPU (torch 2.13) that leaks NaN/inf from one row of t into the outputs of other
+    rows, which would blame the kernel for the sublayer.  t is made contiguous first: cuBLAS takes
+    row strides below 2**31 only (an H100, torch 2.11, refused a float32 t with row stride
+    2**31 + 128: --profile large).
     """
     import torch  # noqa: PLC0415 - the maths above is backend-generic; only the kernel's sublayer is torch
     import torch.nn.functional as F  # noqa: PLC0415
 
     def sublayer(t):
-        c = torch.float64 if t.dtype == torch.float64 else torch.float32
-        return F.linear(t.to(c).contiguous(), weight.to(c), bias.to(c)).to(t.dtype)
+        wide = torch.float64
+        return F.linear(t.to(wide).contiguous(), weight.to(wide), bias.to(wide)).to(t.dtype)
 
     return sublayer

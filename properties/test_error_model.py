@@ -11,6 +11,8 @@ is far below a float32 kernel's bound) and asserts the result lies within the st
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -20,6 +22,7 @@ from hypothesis import strategies as st
 from .. import oracle
 from ..oracle.bounds_gated import argument_move
 from ..oracle.bounds_norms import NormInput, rms_norm_bwd
+from ..oracle.deep_norm import affine_sublayer
 from ..oracle.error_model import (Context, exact_mean_rows, normalisation_error, normalisation_vjp_error, row_mean,
                                   signed_reach)
 from .meta import planted
@@ -198,3 +201,17 @@ def test_an_exact_sum_does_not_make_a_welford_mean_exact():
     constant = np.full(1024, np.float32(1000.5))
     assert welford(constant) == 1000.5
     assert exact_mean_rows(ctx, constant.astype(np.float64)[None], np.zeros((1, constant.size)))[0, 0]
+
+
+def test_the_deep_norm_sublayer_is_rounded_once():
+    """The sublayer the suite hands deep_norm kernels (``oracle.deep_norm.affine_sublayer``) returns the
+    exact affine map rounded once to t's dtype, so the bounds charge the kernel for its own arithmetic
+    and not for a matmul of the fixture's (``bounds_norms.fixture_gam``).  A float32 matmul misses it."""
+    g = torch.Generator().manual_seed(0)
+    n = 128
+    t, a = torch.randn(8, n, generator=g), torch.randn(n, n, generator=g) / math.sqrt(n)
+    c = torch.randn(n, generator=g) * 0.1
+    exact = torch.tensor([[math.fsum([*(x * w for x, w in zip(row, a_i)), c_i]) for a_i, c_i in
+                           zip(a.tolist(), c.tolist())] for row in t.tolist()], dtype=torch.float64)
+    assert torch.equal(affine_sublayer(a, c)(t), exact.to(torch.float32))
+    assert not torch.equal(torch.nn.functional.linear(t, a, c), exact.to(torch.float32))
