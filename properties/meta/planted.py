@@ -996,9 +996,22 @@ def add_rms_unfused(x, residual, weight, eps):
 @correct("layer_norm")
 def ln_welford(x, weight, bias, eps):
     """Welford's update, vectorised across rows, in 64-column chunks."""
+    return _welford_layer_norm(up(x), weight, bias, eps).to(x.dtype)
+
+
+@correct("deep_norm")
+def deep_norm_z_in_fp32(x, sublayer, alpha, weight, bias, eps):
+    """z = alpha x + sublayer(x) formed in float32, the suite's sublayer called on float32 x (so its
+    output is rounded to float32, not to x's dtype: the fixture called in c, ``bounds_norms._deep_z``),
+    then Welford's LayerNorm of z, rounded once to x's dtype."""
     xf = up(x)
-    n = x.shape[-1]
-    mean = torch.zeros(xf.shape[:-1] + (1,), dtype=xf.dtype, device=x.device)
+    return _welford_layer_norm(alpha * xf + sublayer(xf), weight, bias, eps).to(x.dtype)
+
+
+def _welford_layer_norm(xf, weight, bias, eps):
+    """LayerNorm of xf in its own dtype, the statistics by Welford's update in 64-column chunks."""
+    n = xf.shape[-1]
+    mean = torch.zeros(xf.shape[:-1] + (1,), dtype=xf.dtype, device=xf.device)
     m2 = torch.zeros_like(mean)
     count = 0
     for start in range(0, n, 64):
@@ -1012,7 +1025,7 @@ def ln_welford(x, weight, bias, eps):
         m2 = m2 + c_m2 + delta * delta * (count * k / total)
         count = total
     var = m2 / max(n, 1)
-    return ((xf - mean) * torch.rsqrt(var + eps) * up(weight) + up(bias)).to(x.dtype)
+    return (xf - mean) * torch.rsqrt(var + eps) * up(weight, xf) + up(bias, xf)
 
 
 class _LnSequential(torch.autograd.Function):
