@@ -88,11 +88,9 @@ def affine_sublayer(weight, bias):
     row strides below 2**31 only (an H100, torch 2.11, refused a float32 t with row stride
     2**31 + 128: --profile large).
     """
-    import torch  # noqa: PLC0415 - the maths above is backend-generic; only the kernel's sublayer is torch
-    import torch.nn.functional as F  # noqa: PLC0415
+    import torch.nn.functional as F  # noqa: PLC0415 - the maths above is backend-generic; the sublayer is torch
 
     def sublayer(t):
-        wide = torch.float64
-        return F.linear(t.to(wide).contiguous(), weight.to(wide), bias.to(wide)).to(t.dtype)
+        return F.linear(t.double().contiguous(), weight.double(), bias.double()).to(t.dtype)
 
     return sublayer

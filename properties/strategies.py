@@ -51,7 +51,7 @@ import torch
 from hypothesis import strategies as st
 
 from ..oracle import OPS
-from ..oracle.formats import fmt
+from ..oracle.formats import compute_format, fmt
 from ..oracle.kinds import KINDS
 from ..oracle.validate import stream_dtypes
 
@@ -209,7 +209,7 @@ def round_up_row(n: int, dtype: torch.dtype, power: int) -> torch.Tensor:
     for even p, A = 3/4, e = -1 for odd p (b = 2^((e - p) / 2) ...).  Sums: A = 2^e, e the least
     >= 0 that keeps b a normal number of x's dtype.  (The partial sums stay in the binade while
     (n - 1) 2^(1 - p) < 1: any drawn n.)"""
-    p = 53 if dtype == torch.float64 else 24
+    p = compute_format(dtype).p
     step = 1 + 2 * fmt(dtype).u  # 1 + an ulp of 1 in x's dtype
     if power == 2:
         e = 0 if p % 2 == 0 else -1

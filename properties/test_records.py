@@ -56,7 +56,6 @@ def test_a_fused_form_draws_as_its_base_does(op):
     assert (rec.width_multiple, rec.max_width, rec.max_rank) == (base.width_multiple, base.max_width, base.max_rank)
 
 
-
 def test_compiled_quantised_kernels_leave_float64_out():
     """Inductor's Triton backend has no float64 -> float8 conversion (``impls.compiled.QUANTISED_DOMAIN``,
     seen on an H100): a compiled quantised kernel's float64 calls fail to compile, so its domain leaves
@@ -66,6 +65,7 @@ def test_compiled_quantised_kernels_leave_float64_out():
     for impl in compiled.IMPLS:
         quantised = any(o.quantised for o in oracle.OPS[impl.op].outs)
         assert ("float64" not in (impl.domain.dtypes or ("float64",))) == quantised, impl.id
+
 
 def _family_marks() -> dict[str, tuple[str | None, bool]]:
     """Every test function of the suite's test files, read from their source (a test file is never
