@@ -25,6 +25,8 @@ timeout, as any call into kernel code would be.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import importlib.util
 import json
 import os
@@ -140,17 +142,35 @@ def _list() -> int:
     return 0
 
 
+PLUGINS = (("_hypothesis_pytestplugin", "hypothesis"), ("xdist.plugin", "xdist"), ("xdist.looponfail", "xdist"),
+           ("pytest_timeout", "pytest_timeout"), ("normcert.properties.plugin", "normcert"))
+"""The pytest plugins the child loads, by module (and the top-level package that must be installed for
+it): with autoloading off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``), these and no others."""
+
+BOOT = ("import os, sys\n"
+        "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != os.getcwd()]\n"
+        "import pytest\n"
+        "raise SystemExit(pytest.console_main())\n")
+"""The child's first lines: the folder it is started from off ``sys.path`` before anything is imported
+(``python -c`` and ``PYTHONPATH=.`` put it there), so that a ``normcert/``, ``pytest/`` or ``*.dist-info``
+there cannot stand in for the installed ones.  The kernel's own module is still found there
+(``impls._import`` looks in the current folder for a module found nowhere else)."""
+
+
 def _child_config(folder: str) -> list[str]:
     """pytest's configuration for the child: normcert's own ini file (written in ``folder``), its
-    rootdir at the installed package, and no conftest.py: nothing of the folder the command is run
-    from (a kernel repository's ``addopts = -k contract`` once narrowed a certification run)."""
+    rootdir at the installed package, no conftest.py, and the plugins of ``PLUGINS`` loaded by name:
+    nothing of the folder the command is run from (a kernel repository's ``addopts = -k contract``
+    once narrowed a certification run; a ``[pytest11]`` entry point in a ``*.dist-info`` there once
+    loaded a plugin that passed failed reports)."""
     ini = os.path.join(folder, "pytest.ini")
     timeout = "timeout = 900\n" if importlib.util.find_spec("pytest_timeout") else ""
     with open(ini, "w") as f:
         f.write("[pytest]\naddopts = -rfE --import-mode=importlib\n"
                 f"filterwarnings = ignore::DeprecationWarning\n{timeout}")
     package = os.path.dirname(importlib.util.find_spec("normcert.properties").origin)
-    return ["-c", ini, "--rootdir", os.path.dirname(package), "--noconftest"]
+    plugins = [a for module, top in PLUGINS if importlib.util.find_spec(top) for a in ("-p", module)]
+    return ["-c", ini, "--rootdir", os.path.dirname(package), "--noconftest", *plugins]
 
 
 def _grace(a) -> float:
@@ -164,9 +184,19 @@ def _grace(a) -> float:
 
 def _start(cmd: list[str], env: dict) -> subprocess.Popen:
     """The child, in a process group of its own: Ctrl-C at a terminal reaches this process alone,
-    which hands it on once (``_wait``), so pytest in the child sees one interrupt, not two."""
-    group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-    return subprocess.Popen(cmd, env=env, **group)
+    which hands it on once (``_wait``), so pytest in the child sees one interrupt, not two.  On
+    Linux it is killed when this process dies (``PR_SET_PDEATHSIG``)."""
+    return subprocess.Popen(cmd, env=env, preexec_fn=_orphan_proof)
+
+
+def _orphan_proof() -> None:
+    """In the child, before it runs: a process group of its own, and death with its parent (Linux)."""
+    os.setpgrp()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):
+            pass
 
 
 def _end(child: subprocess.Popen) -> int:
@@ -224,43 +254,108 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE
     # none of pytest's variables: PYTEST_ADDOPTS / PYTEST_PLUGINS would configure the run, and an
     # xdist worker's PYTEST_XDIST_WORKER (normcert run from a test) would make the child a worker
+    # autoloading off: the child loads normcert's plugins by name (``PLUGINS``) and no others
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    certificate = os.path.abspath(a.certificate) if a.command == "certify" and a.certificate else None
     with tempfile.TemporaryDirectory(prefix="normcert-run-") as folder:
         record = env[RUN_RECORD] = os.path.join(folder, "record.json")
         heartbeat = env[HEARTBEAT] = os.path.join(folder, "heartbeat")
         open(heartbeat, "w").close()
-        cmd = [sys.executable, "-m", "pytest", *_child_config(folder), *_pytest_args(a)]
-        status, ending = _wait(_start(cmd, env), record, heartbeat, _grace(a))
+        cmd = [sys.executable, "-c", BOOT, *_child_config(folder), *_pytest_args(a)]
+        with _ends_with_us() as child:
+            status, ending = _wait(child(cmd, env), record, heartbeat, _grace(a))
         try:
             with open(record) as f:
                 run = json.load(f)
         except (OSError, ValueError):
             run = None
     if run is None:
+        why = ending or f"the kernel's process exited with status {status} before normcert's end of run"
+        if certificate and status != USAGE:  # a usage error was refused before the run began
+            _incomplete(certificate, why)
         if status in (USAGE, 2, 3):
             return status  # a usage error, Ctrl-C or pytest's internal error: pytest has said which
-        why = ending or f"the kernel's process exited with status {status} before normcert's end of run"
-        if a.command == "certify" and a.certificate:
-            from normcert.properties import certificate  # noqa: PLC0415
-
-            certificate.write_incomplete(os.path.abspath(a.certificate), why)
         print(f"normcert: not certified: {why}", file=sys.stderr)
         return 1
-    if run["results"]:
-        from normcert.properties.certificate import verdict_line  # noqa: PLC0415
+    return _judged(a, run, status, ending, certificate)
 
-        print("\nnormcert verdict: " + verdict_line(run["verdict"], run["domains"], run["scope"], run["run"]))
+
+def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> int:
+    """The exit status of a finished run, judged here from its rows (``verdict.judge``), not from the
+    child's word: a certificate the child wrote "certified" against its own rows is corrected."""
+    from normcert.properties import verdict  # noqa: PLC0415 - imports nothing heavy
+
+    final = run["pytest_exit_status"]
+    if a.command == "replay":
+        if ending:
+            print(f"normcert: {ending}", file=sys.stderr)
+        held = final == 0 and status == 0 and not ending and run.get("replayed") == "pass"
+        return 0 if held else (final or 1)
+    judged, disagreement = verdict.judge(run["results"], run["expected"], final, run["crashed"], run["run"])
+    disagreement = disagreement or run.get("disagreement", "")
+    if ending or status != 0:
+        judged = "not certified"
+    if certificate and judged != run["verdict"]:
+        _correct(certificate, judged, disagreement)
+    if run["results"]:
+        from normcert.properties.certificate import claimed, verdict_line  # noqa: PLC0415
+
+        line = verdict_line(judged, claimed(run["domains"], run["results"]), run["scope"], run["run"])
+        print("\nnormcert verdict: " + line)
         print("\n".join(verdict_table(run["results"])))
+    if disagreement:
+        print(f"normcert: {disagreement}", file=sys.stderr)
     if ending:
         print(f"normcert: {ending}", file=sys.stderr)
-    if not run["results"] and a.command == "certify":  # a replay checks one case and records no result
+    if not run["results"]:
         print("normcert: nothing was checked", file=sys.stderr)
-    final = run["pytest_exit_status"]
-    if final == NO_TESTS or (final == 0 and (status != 0 or ending)):
-        return 1
-    if final == 0 and a.command == "certify" and run["verdict"] != "certified":
-        return 1  # the plugin has said what did not run
-    return final
+    if judged == "certified":
+        return 0
+    return final if final not in (0, NO_TESTS) else 1
+
+
+def _incomplete(certificate: str, why: str) -> None:
+    from normcert.properties.certificate import write_incomplete  # noqa: PLC0415
+
+    try:
+        write_incomplete(certificate, why)
+    except OSError as e:
+        print(f"normcert: the certificate {certificate} could not be written ({e.strerror or e})", file=sys.stderr)
+
+
+def _correct(certificate: str, judged: str, disagreement: str) -> None:
+    """Rewrite the certificate's verdict where the child's differs from this process's judgement."""
+    from normcert.properties.certificate import _replace  # noqa: PLC0415
+
+    try:
+        with open(certificate) as f:
+            cert = json.load(f)
+        cert.update(verdict=judged, disagreement=disagreement or "the run's own verdict differed from its result "
+                                                                  "rows; corrected by normcert's parent process")
+        _replace(certificate, cert)
+    except (OSError, ValueError, KeyError):
+        _incomplete(certificate, "the run's certificate disagreed with its result rows and could not be corrected")
+
+
+@contextlib.contextmanager
+def _ends_with_us():
+    """Start the child (``_start``) so that it ends with this process: SIGTERM or SIGHUP here (what
+    ``timeout`` and CI runners send) ends the child's whole process group, xdist's workers too, then
+    this process; on Linux the child is also sent SIGKILL if this process dies without a word."""
+    started = []
+
+    def stop(signum, frame):
+        for child in started:
+            _end(child)
+        raise SystemExit(128 + signum)
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield lambda cmd, env: started.append(_start(cmd, env)) or started[-1]
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
 
 
 def entry() -> None:

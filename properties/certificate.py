@@ -1,10 +1,11 @@
 """The certificate: what was checked, on what, and the worst error seen.
 
-JSON schema ``normcert-certificate/6`` (documented in the README):
+JSON schema ``normcert-certificate/7`` (documented in the README):
 
     {"run": "complete" | "incomplete: ..." | "interrupted" | "stopped early: ..." (always the first line),
-     "schema": "normcert-certificate/6",
-     "verdict": "certified" | "not certified" | "incomplete",
+     "schema": "normcert-certificate/7",
+     "verdict": "certified" | "not certified" | "incomplete" (``verdict.judge``: from the result rows),
+     "disagreement": "" or how pytest's exit status and the result rows disagree (a plugin changed reports),
      "pytest_exit_status": int or null, "deselected": [node ids], "crashed": [node ids],
      "scope": {"properties": [names] or "all", "dtypes": [names] or "all"} (the run's declared scope),
      "not_run": ["kernel id property dtype", ...] (checks of the scope that left no result),
@@ -22,9 +23,11 @@ JSON schema ``normcert-certificate/6`` (documented in the README):
      "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "refused", "domain",
                   "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay"}]}
 
-"certified" means: pytest exited 0, no xdist worker crashed, and every (kernel, property, dtype) of
-the scope has a result (``families.expected``); a run narrowed by ``-k``, ``-m``, ``--co`` or
-anything else that keeps a check from running lists it in ``not_run`` and is not certified.
+"certified" follows from the result rows (``verdict.judge``): none fails, every (kernel, property,
+dtype) of the scope has one (``families.expected``), no xdist worker crashed, and pytest exited 0;
+a run narrowed by ``-k``, ``-m``, ``--co`` or anything else that keeps a check from running lists
+it in ``not_run`` and is not certified.  The ``normcert`` command's parent process judges the rows
+again from the run record and corrects a certificate that says otherwise (``normcert.cli``).
 A kernel with a declared domain (``impls.domain``) is certified on that domain only: the
 headline says "certified on: <its restrictions>".
 
@@ -48,7 +51,9 @@ import pytest
 
 import normcert
 
-SCHEMA = "normcert-certificate/6"
+from .files import UnsafePath, write_atomic
+
+SCHEMA = "normcert-certificate/7"
 
 
 def check_writable(path: str, flag: str = "--certificate") -> None:
@@ -62,6 +67,9 @@ def check_writable(path: str, flag: str = "--certificate") -> None:
         if os.path.lexists(target) and (os.path.islink(target) or not os.path.isfile(target)):
             raise pytest.UsageError(f"{flag} {path}: {target} exists and is not a regular file "
                                     f"(a link, FIFO or device): expected a regular file or a new path")
+    if foreign_markdown(markdown_path(path)):
+        raise pytest.UsageError(f"{flag} {path}: {markdown_path(path)} exists and is not a normcert certificate "
+                                f"(the Markdown is written beside the JSON): choose another path")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise pytest.UsageError(f"{flag} {path}: folder {folder} does not exist")
@@ -162,7 +170,7 @@ def build(session, results: list[dict], config, run: dict) -> dict:
     ``run`` = {"run", "verdict", "pytest_exit_status", "deselected", "crashed", "scope", "not_run"}."""
     rows = [_row(r) for r in results]
     impls = implementations(session)
-    return {"run": run["run"], "schema": SCHEMA, "verdict": run["verdict"],
+    return {"run": run["run"], "schema": SCHEMA, "verdict": run["verdict"], "disagreement": run["disagreement"],
             "pytest_exit_status": run["pytest_exit_status"], "deselected": run["deselected"],
             "crashed": run["crashed"], "scope": run["scope"], "not_run": run["not_run"],
             "config": {"inifile": str(config.inipath) if config.inipath else None, "rootdir": str(config.rootpath),
@@ -194,7 +202,10 @@ def markdown(cert: dict) -> str:
              f"pytest exit status: {cert['pytest_exit_status']}; deselected tests: {len(cert['deselected'])}; "
              f"crashed tests: {', '.join(cert['crashed']) or 'none'}; checks that did not run: {len(cert['not_run'])}"
              + (f" ({', '.join(cert['not_run'][:5])}{', ...' if len(cert['not_run']) > 5 else ''})"
-                if cert["not_run"] else ""), "", "| | |", "|---|---|"]
+                if cert["not_run"] else ""), ""]
+    if cert.get("disagreement"):
+        lines += [f"**The run's reports and its results disagree:** {cert['disagreement']}", ""]
+    lines += ["| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in env.items()]
     lines += ["", "Summary: " + ", ".join(f"{v} {k}" for k, v in sorted(cert["summary"].items())), ""]
     lines += ["| implementation | property | dtype | outcome | examples | worst ulp | worst error/bound | domain |",
@@ -215,8 +226,31 @@ def markdown(cert: dict) -> str:
 
 def headline(cert: dict) -> str:
     """The certificate's verdict in one line (``verdict_line``)."""
-    return verdict_line(cert["verdict"], {k: v.get("certified_on", "") for k, v in cert["implementations"].items()},
-                        cert["scope"], cert["run"])
+    domains = claimed({k: v.get("certified_on", "") for k, v in cert["implementations"].items()}, cert["results"])
+    return verdict_line(cert["verdict"], domains, cert["scope"], cert["run"])
+
+
+DECLARED_OUT = "outside its declared domain"  # the message of a dtype the kernel's domain leaves out (runner)
+
+
+def claimed(domains: dict[str, str], rows: list[dict]) -> dict[str, str]:
+    """Each kernel's declared domain in words, with the dtypes it refused without declaring them
+    added: a kernel certified on float32 alone says so in the headline whether it declared
+    ``dtypes=float32`` or raised NotImplementedError on the others."""
+    refused: dict[str, list[str]] = {}
+    for r in rows:
+        if r["outcome"] == "not-supported" and not str(r.get("message", "")).startswith(DECLARED_OUT):
+            dtypes = refused.setdefault(r["impl"], [])
+            if r["dtype"] not in dtypes:
+                dtypes.append(r["dtype"])
+    out = dict(domains)
+    for impl, dtypes in refused.items():
+        words = "refuses (undeclared) dtypes " + ", ".join(d for d in DTYPE_ORDER if d in dtypes)
+        out[impl] = f"{out[impl]}; {words}" if out.get(impl) else words
+    return out
+
+
+DTYPE_ORDER = ("float64", "float32", "float16", "bfloat16")
 
 
 def verdict_line(verdict: str, domains: dict[str, str], scope: dict, state: str) -> str:
@@ -263,7 +297,7 @@ def case_studies(cert: dict) -> list[str]:
         if not failed:
             lines.append(f"| {head} | all | **not rejected** | - | - |")
             continue
-        for dtype in ("float64", "float32", "float16", "bfloat16"):
+        for dtype in DTYPE_ORDER:
             rs = sorted((r for r in failed if r["dtype"] == dtype),
                         key=lambda r: first.index(r["property"]) if r["property"] in first else len(first))
             if rs:
@@ -282,15 +316,32 @@ def write(path: str, session, results: list[dict], config, run: dict) -> None:
 def write_incomplete(path: str, why: str) -> None:
     """The certificate of a run that has not finished (or ended without normcert's end-of-run step):
     written before any kernel code is imported, replaced by ``write`` when the run ends."""
-    _replace(path, {"run": f"incomplete: {why}", "schema": SCHEMA, "verdict": "incomplete",
+    _replace(path, {"run": f"incomplete: {why}", "schema": SCHEMA, "verdict": "incomplete", "disagreement": "",
                     "pytest_exit_status": None, "deselected": [], "crashed": [], "scope": {}, "not_run": [],
                     "config": {}, "environment": {"normcert": normcert.__version__}, "summary": {},
                     "implementations": {}, "results": []})
 
 
 def _replace(path: str, cert: dict) -> None:
-    for target, text in ((path, to_json(cert)), (markdown_path(path), markdown(cert))):
-        tmp = target + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, target)  # never leave a half-written certificate behind
+    """Write the JSON and the Markdown beside it (``files.write_atomic``: never through a link, never
+    half-written); a Markdown file there that is not a normcert certificate is left alone (OSError)."""
+    md = markdown_path(path)
+    if foreign_markdown(md):
+        raise UnsafePath(f"{md} is not a normcert certificate: not replaced")
+    for target, text in ((path, to_json(cert)), (md, markdown(cert))):
+        write_atomic(target, text)
+
+
+MARKDOWN_HEAD = "# normcert certificate"
+
+
+def foreign_markdown(md: str) -> bool:
+    """Does ``md`` exist and hold something other than a normcert certificate (a README.md beside
+    ``--certificate README.json``)?"""
+    if not os.path.isfile(md):
+        return False
+    try:
+        with open(md, "rb") as f:
+            return not f.read(len(MARKDOWN_HEAD)).decode(errors="replace") == MARKDOWN_HEAD
+    except OSError:
+        return True

@@ -308,6 +308,7 @@ class Suite:
         self.results: list[dict] = []
         self.deselected: list[str] = []
         self.crashed: list[str] = []
+        self.replayed: str | None = None  # a replay's outcome: "pass" (the property holds) or "fail"
         self.controller = not os.environ.get("PYTEST_XDIST_WORKER")
         from . import certificate  # noqa: PLC0415 - no torch: usage errors come fast
 
@@ -454,6 +455,7 @@ class Suite:
         self.session.beat()
         if report.when == "call" or (report.when == "setup" and report.skipped):
             self.results.extend(value for key, value in report.user_properties if key == "normcert")
+            self.replayed = next((v for k, v in report.user_properties if k == "normcert-replay"), self.replayed)
         if report.failed and "crashed while running" in str(report.longrepr):  # xdist's report of a dead worker
             self.crashed.append(report.nodeid)
 
@@ -470,19 +472,19 @@ class Suite:
     def pytest_deselected(self, items):
         self.deselected.extend(item.nodeid for item in items)
 
-    def not_run(self) -> list[str]:
-        """The checks of the run's scope that left no result: "kernel id property dtype"."""
+    def expected(self) -> list[str]:
+        """Every check of the run's scope, "kernel id property dtype" (``families.expected``)."""
         from . import families  # noqa: PLC0415
 
         s = self.session
-        done = {(r["impl"], r["prop"], r["dtype"]) for r in self.results}
         want = families.expected(s.impls, s.device, s.bitwise, s.profile, **self.scope)
-        return [" ".join(k) for k in sorted(want - done)]
+        return [" ".join(k) for k in sorted(want)]
 
+    @pytest.hookimpl(trylast=True)  # after every other plugin's and conftest.py's: the verdict is ours
     def pytest_sessionfinish(self, session, exitstatus):
         if not self.controller:
             return
-        from . import certificate  # noqa: PLC0415
+        from . import certificate, verdict  # noqa: PLC0415
 
         report = session.config.pluginmanager.get_plugin("terminalreporter")
         bad = certificate.unexpected_passes(self.results)
@@ -490,7 +492,9 @@ class Suite:
             report.write_line("case studies expected to fail but passed every property: " + ", ".join(bad), red=True)
             session.exitstatus = 1
         replaying = bool(session.config.getoption("--normcert-replay"))
-        missing = [] if replaying else self.not_run()
+        expected = [] if replaying else self.expected()
+        done = {verdict.key(r) for r in self.results}
+        missing = [k for k in expected if k not in done]
         # a certification run (kernels plugged in, or a certificate asked for) that left checks undone
         certifying = not replaying and (_plugged(session.config) or bool(self.certificate))
         if missing and certifying:
@@ -498,27 +502,41 @@ class Suite:
             report.write_line(f"normcert: not certified: {len(missing)} check(s) of the run's scope did not run, "
                               f"e.g. {missing[0]} (narrowed by -k, -m, --co or the run's configuration; "
                               f"--normcert-property / --normcert-dtype declare a scope)", red=True)
-            if session.exitstatus == 0:
-                session.exitstatus = 1
         status = int(session.exitstatus)
         stopped = session.shouldstop or session.shouldfail  # -x, --maxfail: not every test ran
         state = "interrupted" if status == pytest.ExitCode.INTERRUPTED else (
             f"stopped early: {stopped}" if stopped else "complete")
-        certified = status == 0 and not self.crashed and not missing and bool(self.results)
-        run = {"run": state, "verdict": "certified" if certified else "not certified", "pytest_exit_status": status,
-               "deselected": self.deselected, "crashed": self.crashed, "not_run": missing,
-               "scope": {k: v or "all" for k, v in self.scope.items()},
-               "domains": {i.id: i.domain.describe() for i in self.session.impls}}
+        judged, disagreement = verdict.judge(self.results, expected, status, self.crashed, state, certifying)
+        if disagreement:
+            report.write_line(f"normcert: not certified: {disagreement}", red=True)
+        self.failed_run = (judged != "certified" and certifying) or bool(disagreement) or (
+            replaying and self.replayed != "pass")
+        if self.failed_run and status == 0:
+            session.exitstatus = status = 1
+        run = {"run": state, "verdict": judged, "disagreement": disagreement, "pytest_exit_status": status,
+               "deselected": self.deselected, "crashed": self.crashed, "not_run": missing if certifying else [],
+               "expected": expected, "scope": {k: v or "all" for k, v in self.scope.items()},
+               "domains": {i.id: i.domain.describe() for i in self.session.impls}, "replayed": self.replayed}
         if self.certificate:
             try:
                 certificate.write(self.certificate, self.session, self.results, session.config, run)
-            except OSError as e:  # its folder removed or made read-only mid-run (by the kernel, say)
+            except OSError as e:  # its folder removed or made read-only mid-run (by the kernel, say), a link
                 report.write_line(f"normcert: not certified: the certificate {self.certificate} could not be "
                                   f"written ({e.strerror or e})", red=True)
                 run["verdict"] = "not certified"
-                session.exitstatus = run["pytest_exit_status"] = 1
+                self.failed_run = True
+                session.exitstatus = run["pytest_exit_status"] = status or 1
+        self.session_ref = session
         record = os.environ.get(RUN_RECORD)
         if record:  # the last step: a parent reading no record knows the run never got here
-            with open(record + ".tmp", "w") as f:
-                json.dump({**run, "results": self.results}, f, default=str)
-            os.replace(record + ".tmp", record)
+            from .files import write_atomic  # noqa: PLC0415
+
+            write_atomic(record, json.dumps({**run, "results": self.results}, default=str))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config):
+        """The exit status once more, after every other plugin's last word: a run that is not
+        certified (``pytest_sessionfinish``) never exits 0, whatever set ``session.exitstatus`` since."""
+        session = getattr(self, "session_ref", None)
+        if session is not None and self.failed_run and session.exitstatus == 0:
+            session.exitstatus = 1

@@ -13,6 +13,7 @@ their original strides (a sliced or transposed view stays one), on any device.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import platform
@@ -32,6 +33,7 @@ from . import families
 from .families import CASE_CHECKS
 
 from .case import MAX_ELEMENTS, Case, extent
+from .files import UnsafePath, write_atomic
 
 FORMAT = "normcert-replay/1"
 _BOOL = "bool"
@@ -87,7 +89,12 @@ def save_failure(impl, prop: str, case: Case, directory: str) -> str:
             "device": str(case.main.device), "versions": versions(), "scalars": case.scalars,
             "params": case.params, "notes": case.notes, "config": case.config, "tensors": meta_t}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    np.savez(path, **arrays)
+    archive = io.BytesIO()
+    np.savez(archive, **arrays)
+    try:  # a fresh name and a rename: a link planted at the predictable name is never written through
+        write_atomic(path, archive.getvalue())
+    except UnsafePath as e:
+        return f"not saved: {e}"
     return f"normcert replay {shlex.quote(path)}"
 
 

@@ -126,6 +126,37 @@ def test_ctrl_c_leaves_an_interrupted_certificate(tmp_path):
     assert out.split("normcert verdict: ")[1].splitlines()[0].endswith("-- run interrupted"), out[-2000:]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "\nState:\tZ" not in f.read()
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_run_ends_with_its_parent(tmp_path):
+    """SIGTERM to ``normcert certify`` (what ``timeout`` and a CI runner send) ends its pytest child too,
+    and the certificate says the run did not finish."""
+    (tmp_path / "stuck.py").write_text(_DRASTIC.format(
+        action="pathlib.Path('pid.tmp').write_text(str(os.getpid())); os.replace('pid.tmp', 'pid'); time.sleep(600)"))
+    run = subprocess.Popen([sys.executable, "-m", "normcert", "certify", "rms_norm=stuck:rms", "--certificate",
+                            "c.json", "--property", "accuracy", "--dtype", "float32"],
+                           cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "pid").exists() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    child = int((tmp_path / "pid").read_text())
+    run.send_signal(signal.SIGTERM)
+    run.communicate(timeout=60)
+    assert run.returncode == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 30
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child)
+    assert json.loads((tmp_path / "c.json").read_text())["verdict"] == "incomplete"
+
+
 @pytest.mark.parametrize("option, value, says", [
     ("--certificate", "folder", "is a folder"),
     ("--certificate", "c.md", "give the JSON path"),

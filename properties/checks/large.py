@@ -103,7 +103,8 @@ def one_at_a_time():
     """Hold the device for one large case: an exclusive lock shared by every process of this user
     (xdist workers), and the caching allocator emptied so that free memory is what it says."""
     path = os.path.join(tempfile.gettempdir(), f"normcert-large-{os.getuid()}.lock")
-    with open(path, "w") as lock:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)  # never through a planted link
+    with os.fdopen(fd, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         gc.collect()
         torch.cuda.empty_cache()

@@ -1,0 +1,46 @@
+"""The verdict from the evidence alone: the result rows, and the checks the run was to make.
+
+    certified  <=>  rows != []  and  no row is "fail" or "error"
+                    and  every expected (kernel, property, dtype) has a row
+                    and  no xdist worker crashed  and  the run completed
+                    and  pytest's exit status is 0
+
+pytest's exit status enters only as one more way to be *not* certified: a plugin, an ini file's
+``addopts = -p ...`` or a ``conftest.py`` can turn a failed report into a passed one, or set the
+session's exit status to 0, but it does not change the rows, which carry each check's own outcome.
+Where pytest says 0 and the rows say otherwise the two disagree, and the certificate says so.
+
+Both the run's own plugin (``plugin.Suite``) and the ``normcert`` command's parent process
+(``normcert.cli``, which reads the run record and never runs kernel code) judge with ``judge``;
+this module imports nothing heavy, so the parent stays free of torch.
+"""
+from __future__ import annotations
+
+FAILING = ("fail", "error")
+"""Outcomes that fail a run (a case study's failure is "expected-fail", a non-gating one "warn")."""
+
+
+def key(row: dict) -> str:
+    """A row's check, as ``not_run`` names it: "kernel id property dtype"."""
+    return f"{row['impl']} {row.get('prop', row.get('property'))} {row['dtype']}"
+
+
+def failing(rows: list[dict]) -> list[str]:
+    """The checks whose rows fail the run."""
+    return [key(r) for r in rows if r["outcome"] in FAILING]
+
+
+def judge(rows: list[dict], expected: list[str], pytest_status: int, crashed: list[str], state: str,
+          certifying: bool = True) -> tuple[str, str]:
+    """(verdict, disagreement): "certified" or "not certified" by the rule in the module docstring,
+    and "" or one sentence saying how pytest's exit status and the rows disagree.  ``certifying``
+    False (the suite's own test run, no kernel plugged in and no certificate) drops the rule that
+    every expected check left a row: such a run is judged by its rows and pytest alone."""
+    bad = failing(rows)
+    missing = sorted(set(expected) - {key(r) for r in rows}) if certifying else []
+    disagreement = ""
+    if pytest_status == 0 and bad:
+        disagreement = (f"pytest reported success (exit status 0) but {len(bad)} result row(s) fail, e.g. {bad[0]}: "
+                        f"something in the run (a plugin, an ini file, a conftest.py) changed its reports")
+    certified = bool(rows) and not bad and not missing and not crashed and state == "complete" and pytest_status == 0
+    return ("certified" if certified else "not certified"), disagreement
