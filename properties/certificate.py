@@ -21,7 +21,9 @@ JSON schema ``normcert-certificate/7`` (documented in the README):
                                      property; [] if none), "configs_ran_on",
                                      "agrees_with" (the kernel id it must give the bits of, --agree; null)}},
      "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "refused", "domain",
-                  "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay"}]}
+                  "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay",
+                  "modes" (how the kernel was called: "grad on", or the served family's modes and why
+                  others did not run), "threads" (torch's intra-op threads when the result was recorded)}]}
 
 "certified" follows from the result rows (``verdict.judge``): none fails, every (kernel, property,
 dtype) of the scope has one (``families.expected``), no xdist worker crashed, and pytest exited 0;
@@ -140,7 +142,7 @@ def _row(r: dict) -> dict:
             "outcome": r["outcome"], "examples": r["examples"], "refused": r["refused"], "domain": r["domain"],
             "seconds": round(r["seconds"], 3), "worst_ulps": r["worst_ulps"], "worst_units": r["worst_units"],
             "worst_where": r["worst_where"], "unclaimed": r["unclaimed"], "message": r["message"],
-            "replay": r["replay"]}
+            "replay": r["replay"], "modes": r.get("modes", ""), "threads": r.get("threads", 0)}
 
 
 def _configs(session, impl) -> dict:
@@ -208,12 +210,13 @@ def markdown(cert: dict) -> str:
     lines += ["| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in env.items()]
     lines += ["", "Summary: " + ", ".join(f"{v} {k}" for k, v in sorted(cert["summary"].items())), ""]
-    lines += ["| implementation | property | dtype | outcome | examples | worst ulp | worst error/bound | domain |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["| implementation | property | dtype | outcome | examples | worst ulp | worst error/bound | domain | "
+              "modes | threads |", "|---|---|---|---|---|---|---|---|---|---|"]
     num = lambda v: v if isinstance(v, str) else f"{v:.3g}"  # noqa: E731 - "inf" arrives as a string
     for r in sorted(cert["results"], key=lambda r: (r["impl"], r["property"], r["dtype"])):
         lines.append(f"| {r['impl']} ({r['backend']}) | {r['property']} | {r['dtype']} | {r['outcome']} | "
-                     f"{r['examples']} | {num(r['worst_ulps'])} | {num(r['worst_units'])} | {r['domain']} |")
+                     f"{r['examples']} | {num(r['worst_ulps'])} | {num(r['worst_units'])} | {r['domain']} | "
+                     f"{r.get('modes', '')} | {r.get('threads', '')} |")
     lines += case_studies(cert)
     failures = [r for r in cert["results"] if r["outcome"] in ("fail", "error", "expected-fail", "warn")]
     if failures:

@@ -21,7 +21,7 @@ from ..oracle import OPS, Op
 from ..oracle.formats import DTYPE_NAMES
 from ..oracle.validate import finite_number
 
-from .checks import accuracy, agreement, bitwise, contract, fusion, gradients, invariance, large, masks
+from .checks import accuracy, agreement, bitwise, contract, fusion, gradients, invariance, large, masks, served
 from .strategies import BUCKETS, LARGE, REFILLS, transforms
 
 # the call past 2**20 elements is accuracy's alone (its cost); the near-constant groups accuracy's and gradients'
@@ -87,7 +87,8 @@ class Family:
     this profile (``--profile large``: on a GPU) and checks its buckets alone, no random search;
     params: its own draws beside the op's arguments (``Param``), which a replay file must carry;
     pair: it checks a kernel against the kernel it must agree with (``Impl.agrees_with``, ``--agree``)
-    and runs on such kernels alone."""
+    and runs on such kernels alone; divide: its random search takes the profile's examples divided by
+    this (``examples``): the served family calls the kernel once per mode on each case."""
 
     name: str
     check: Callable | None
@@ -100,6 +101,7 @@ class Family:
     profile: str | None = None
     params: tuple[Param, ...] = ()
     pair: bool = False
+    divide: int = 1
 
     def covers(self, impl, bitwise: bool) -> bool:
         """Does the family run on ``impl``?  It must have a claim about the op; a bitwise family
@@ -114,6 +116,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("accuracy", accuracy.check_accuracy, accuracy.accuracy_cases, core=True, buckets=BUCKETS),
     Family("contract", contract.check_contract, contract.contract_cases, core=True),
     Family("extremes", accuracy.check_accuracy, accuracy.extreme_cases, core=True, buckets=SHAPES),
+    Family("served", served.check_served, served.served_cases, core=True, divide=2,
+           buckets=("odd", "strided")),
     Family("fusion", fusion.check_fusion, fusion.fusion_cases, applies=lambda op: op.unfused is not None,
            buckets=SHAPES),
     Family("padding", masks.check_padding, masks.padded_cases, applies=lambda op: op.mask is not None,
@@ -135,6 +139,12 @@ FAMILIES: tuple[Family, ...] = (
 )
 BY_NAME = {f.name: f for f in FAMILIES}
 CASE_CHECKS = tuple(f for f in FAMILIES if f.check)  # the families a replay file can name
+
+
+def examples(family: Family, profile_examples: int) -> int:
+    """The random examples of one run of ``family`` under a profile of ``profile_examples``: divided by
+    the family's ``divide``, at least 2 (the served family: 12 // 2 = 6 cases under ci, besides its buckets)."""
+    return max(2, profile_examples // family.divide)
 
 
 def runs(family: Family, impl, device: str, bitwise: bool, profile: str) -> bool:

@@ -15,6 +15,7 @@ from ..oracle.formats import DTYPE_NAMES
 
 from .case import Case
 from .fitting import fit
+from .measure import Worst, check_against_oracle
 from .sandbox import ContractViolation, NotSupported, kernel_code
 
 
@@ -26,7 +27,8 @@ def on_sample(session, impl, dtype, *, grads=False, weightless=False):
     outputs, launches): outcome "ok", "refused" (NotImplementedError) or "broke" (raised or hung:
     the properties report it); launches: Triton interpreter launches."""
     rec = oracle.OPS[impl.op]
-    args = fit(Case.sample(impl.op, dtype, session.device, rows=2, width=4), impl.domain).oracle_args()
+    case = fit(Case.sample(impl.op, dtype, session.device, rows=2, width=4), impl.domain)
+    args = case.oracle_args()
     if weightless:
         args.update({k: None for k in rec.optional})
     if grads:
@@ -37,11 +39,37 @@ def on_sample(session, impl, dtype, *, grads=False, weightless=False):
             outputs = kernel_code(session, impl, "", lambda: rec.call_outputs(impl.fn, args),
                                   (dtype, grads, weightless))
         outcome = "ok"
+        if not weightless:  # the case as called (a weightless call's oracle is another)
+            _first_call(session, impl, case, outputs)
     except NotSupported:
         outputs, outcome = (), "refused"
     except ContractViolation:
         outputs, outcome = (), "broke"
     return outcome, outputs, interpreter.launches() - before
+
+
+def _first_call(session, impl, case, outputs) -> None:
+    """Keep what was wrong with the kernel's first call of ``case``'s dtype in this process (``first_call``)."""
+    key = (impl.id, case.dtype)
+    if key in session.first_calls:
+        return
+    try:
+        check_against_oracle(tuple(o.detach() for o in outputs), case, Worst())
+        session.first_calls[key] = ""
+    except AssertionError as e:
+        session.first_calls[key] = str(e)
+
+
+def first_call(session, impl, dtype) -> str:
+    """What was wrong with the kernel's first call of ``dtype`` in this process (a sample call's, on the
+    op's 2 x 4 sample, checked against the oracle like any case), or "": a kernel that warms up by
+    returning zeros is caught where a warm-up call would hide it.  Said once: the run that asks first
+    reports it, and later asks get ""."""
+    key = (impl.id, dtype)
+    wrong = session.first_calls.get(key, "")
+    if wrong:
+        session.first_calls[key] = ""
+    return wrong
 
 
 def probe(session, impl, dtype) -> bool:

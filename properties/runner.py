@@ -36,12 +36,14 @@ from .. import oracle
 from ..oracle.formats import DTYPE_NAMES
 
 from .case import Case
+from .checks.served import modes_ran
 from .checks.gradcheck import finite_differences, gradcheck_case, which_side
 from .checks.gradients import fresh_leaves
-from .families import BY_NAME
+from .families import BY_NAME, examples
 from .fitting import fit
 from .measure import PropertyFailure, Worst
-from .probes import accepts_weightless, has_backward, probe, runs_interpreted
+from .modes import AS_TESTED
+from .probes import accepts_weightless, first_call, has_backward, probe, runs_interpreted
 from .replay import save_failure
 from .sandbox import ContractViolation, NotSupported, first_line, invoke, kernel_code
 from .strategies import buckets, large_buckets
@@ -66,6 +68,8 @@ class Result:
     unclaimed: int = 0
     message: str = ""
     replay: str = ""
+    modes: str = AS_TESTED  # how the kernel was called (``modes``): the served family lists its modes
+    threads: int = 0  # torch's intra-op threads when the result was recorded (the served family sets its own)
 
 
 NO_GRAD_FN = "its outputs carry no grad_fn"
@@ -170,8 +174,10 @@ class Coverage:
         self.numel = max(self.numel, main.numel())
         self.layouts.add("contiguous" if main.is_contiguous() else "strided")
         self.nones += any(case.tensors.get(k) is None for k in case.record.optional)
-        if "bucket" in case.notes and case.notes["bucket"] not in self.buckets:
-            self.buckets.append(case.notes["bucket"])
+        if "bucket" in case.notes:  # a bucket fitted into the declared domain is named as such: its shape changed
+            bucket = case.notes["bucket"] + (" (fitted to the domain)" if case.notes.get("fitted") else "")
+            if bucket not in self.buckets:
+                self.buckets.append(bucket)
         if case.config and case.config not in self.configs:
             self.configs.append(case.config)
         if "batch sizes" in case.notes:
@@ -228,6 +234,8 @@ def run_family(session, family, impl, dtype, *, max_examples=None, gating=True, 
     schedule = [(b.label, family.cases(impl.op, dtype, session.device, bucket=b))
                 for b in scheduled(session, family, impl, dtype)]
     search = None if family.profile else family.cases(impl.op, dtype, session.device)
+    if max_examples is None and family.divide > 1:
+        max_examples = examples(family, settings().max_examples)
     return run(session, family.name, impl, dtype, search, family.check, max_examples=max_examples,
                gating=gating, buckets=schedule, judge=judge, shrink=shrink)
 
@@ -247,6 +255,9 @@ FAILED = ("fail", "error", "expected-fail")  # the outcomes ``run`` raises Prope
 def record(session, impl, prop: str, dtype: str, outcome: str, **fields) -> Result:
     """The one place a ``Result`` is made: the final result of ``prop`` on ``impl`` in ``dtype``
     (a name), kept in the session's results for the certificate."""
+    if prop == "served":
+        fields.setdefault("modes", modes_ran(session, impl, getattr(torch, dtype)))
+    fields.setdefault("threads", torch.get_num_threads())
     res = Result(impl.id, impl.op, impl.backend, prop, dtype, outcome, **fields)
     session.results.append(res)
     return res
@@ -268,6 +279,12 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
     if outside:
         return outside
     supported = probe(session, impl, dtype)
+    wrong = first_call(session, impl, dtype)
+    if wrong:  # the first run to see a wrong first call of the dtype in this process reports it (gating always)
+        outcome, message = judge("fail", f"its first call in {DTYPE_NAMES[dtype]} in this process (the support "
+                                         f"probe, on the op's 2 x 4 sample) was wrong: {wrong}")
+        res = record(session, impl, prop, DTYPE_NAMES[dtype], outcome, message=message)
+        raise PropertyFailure(f"{prop} fails for {impl.id} ({impl.backend}) in {res.dtype}: {res.message}")
     if not supported and impl.domain.declared:
         message = f"refused the op's sample (2 rows) inside its declared domain ({impl.domain.describe()})"
         outcome, message = judge("fail", message)

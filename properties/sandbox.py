@@ -12,6 +12,7 @@ first argument; the module holds no run state.
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import sys
 import threading
@@ -279,12 +280,19 @@ def first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def invoke(session, impl, case: Case) -> tuple[torch.Tensor, ...]:
-    """Call the kernel on ``case`` and enforce the output contract; returns its outputs."""
+def invoke(session, impl, case: Case, within=None, mode: str = "") -> tuple[torch.Tensor, ...]:
+    """Call the kernel on ``case`` and enforce the output contract; returns its outputs.  ``within``:
+    a context factory entered around the call in the kernel's own thread (a calling mode,
+    ``modes``: inference mode and autocast are per thread), ``mode`` its name."""
     info = case.record
     before = snapshot(case)
     args = case.oracle_args()
-    out = kernel_code(session, impl, "", lambda: info.call(impl.fn, args), (case.dtype, torch.is_grad_enabled()))
+
+    def call():
+        with within() if within is not None else contextlib.nullcontext():
+            return info.call(impl.fn, args)
+
+    out = kernel_code(session, impl, "", call, (case.dtype, torch.is_grad_enabled(), mode))
     outs = _normalise_outputs(impl, info, out)
     device = case.main.device
     for name, o, shape in zip(info.outputs, outs, expected_shapes(case)):

@@ -37,7 +37,9 @@ class Session:
     returned: kernel id -> the outputs of its last calls, held to catch a reused buffer
     (``sandbox.check_not_reused``);
     heartbeat: the file ``beat`` touches (``$NORMCERT_HEARTBEAT``, set by ``normcert certify``), or None;
-    tuned: kernel id -> its autotuners, forced config by config (``forcing``)."""
+    tuned: kernel id -> its autotuners, forced config by config (``forcing``);
+    first_calls: (kernel id, dtype) -> what was wrong with the kernel's first call of that dtype in this
+    process ("" if nothing: ``probes.first_call``), the support probe's call."""
 
     device: str = "cpu"
     seed: int = 0
@@ -60,6 +62,7 @@ class Session:
     returned: dict = field(default_factory=dict)
     heartbeat: str | None = field(default_factory=lambda: os.environ.get(HEARTBEAT))
     tuned: dict = field(default_factory=dict)
+    first_calls: dict = field(default_factory=dict)
 
     def forcing(self, impl) -> Forcing:
         """The kernel's autotuners, run under the config the runner selects (``impls.autotune``);
