@@ -19,6 +19,7 @@ import weakref
 
 import torch
 
+from ..impls import flushes_denormals
 from .case import Case
 from .run_settings import FIRST_CALL
 
@@ -175,8 +176,12 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
     process).  Any exception but KeyboardInterrupt is a ``ContractViolation``
     naming the kernel; NotImplementedError is ``NotSupported`` (a refusal).
     torch's global state (``global_state``) is restored after the call, and a
-    kernel that changed it is a ``ContractViolation`` too.
+    kernel that changed it is a ``ContractViolation`` too.  A kernel whose module changed the
+    process's floating-point state at import (``Impl.import_fault``) fails every call, uncalled.
     """
+    if impl.import_fault:
+        raise ContractViolation(f"{impl.id}{what}: its module {impl.import_fault}, a change to the floating-point "
+                                f"state normcert's oracle computes in (turned off again; the kernel is not called)")
     box: dict = {}
     grad = torch.is_grad_enabled()
 
@@ -233,15 +238,14 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
     raise ContractViolation(f"{impl.id}{what} raised {error.__name__}: {box['text']}")
 
 
-def _flushes_denormals() -> bool:
-    return torch.tensor([2.0 ** -1070], dtype=torch.float64).mul(1.0).item() == 0.0
-
-
 def thread_state() -> dict:
     """torch's per-thread modes a kernel could enter and never leave (``torch.inference_mode().__enter__()``
-    without its exit): the next kernel in the same thread would run under them."""
+    without its exit): the next kernel in the same thread would run under them.  Flush-to-zero
+    (``torch.set_flush_denormal``) is one: it sets the CPU's FTZ / DAZ bits of the calling thread only,
+    the worker's, where the caller's check (``global_state``) never sees it."""
     return {"grad mode": torch.is_grad_enabled(), "inference mode": torch.is_inference_mode_enabled(),
-            **{f"autocast ({d})": torch.is_autocast_enabled(d) for d in ("cpu", "cuda")}}
+            **{f"autocast ({d})": torch.is_autocast_enabled(d) for d in ("cpu", "cuda")},
+            "flush denormal": flushes_denormals()}
 
 
 def _changes(before: dict, now: dict) -> str:
@@ -253,13 +257,15 @@ def global_state() -> dict:
 
     Grad mode, inference mode and autocast are per thread (``thread_state``: a kernel that
     leaves them changed fails, and the next call runs in a fresh thread); the RNG is restored
-    without blame.
+    without blame.  Flush-to-zero is per thread too, and in both: in the worker's state as what the
+    kernel's call does, here as the state of the thread the oracle computes in (code of the
+    kernel's, a finalizer run by the garbage collector, may still run in it).
     """
     return {"default dtype": torch.get_default_dtype(),
             "deterministic algorithms": (torch.are_deterministic_algorithms_enabled(),
                                          torch.is_deterministic_algorithms_warn_only_enabled()),
             "float32 matmul precision": torch.get_float32_matmul_precision(),
-            "flush denormal": _flushes_denormals()}
+            "flush denormal": flushes_denormals()}
 
 
 def restore_global_state(before: dict) -> str:

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import functools
 import gc
+import sys
 import time
 import weakref
 
 import pytest
 import torch
 
-from ...impls import make
+from ... import impls
+from ...impls import flushes_denormals, make
 from ...impls.conventions import ConventionViolation
 from .. import runner, sandbox, strategies
 from ..families import BY_NAME
@@ -150,6 +152,39 @@ def test_a_kernel_that_leaves_a_thread_mode_on_fails_and_does_not_break_the_next
     res = runner.run(session, "gradients", good, F32, gradient_cases("rms_norm", F32, "cpu"), check_gradients,
                       max_examples=5)
     assert res.outcome == "pass"
+
+
+def test_flush_to_zero_inside_a_call_fails_that_kernel_and_not_the_next(session):
+    """FTZ is per thread: set in the worker, it is the kernel's failure there (the caller's thread
+    never sees it), and the next kernel runs in a fresh thread with subnormals kept: a correct kernel
+    after it reads a subnormal input as itself, not as zero."""
+    strategy = strategies.cases("rms_norm", F32, "cpu", profiles=("normal",), hostile=False)
+    with pytest.raises(PropertyFailure, match="left torch's thread-local state changed: flush denormal: False -> True"):
+        runner.run(session, "accuracy", _impl(hostile.rms_flushes_denormals), F32, strategy, check_accuracy,
+                   shrink=False)
+    good = make("rms_norm", "eager", "plugin", hostile._rms, target="normcert.properties.meta.hostile:_rms")
+    assert sandbox.kernel_code(session, good, "", flushes_denormals) is False
+    x, w = torch.full((2, 4), 2.0 ** -130), torch.ones(4)  # subnormal in float32; y = x / sqrt(eps): normal
+    y = sandbox.kernel_code(session, good, "", lambda: good.fn(x, w, 1e-6))
+    assert torch.equal(y, hostile._rms(x, w, 1e-6)) and bool(y.ne(0).all())
+
+
+def test_flush_to_zero_at_import_is_turned_off_and_fails_every_call_of_the_kernel(session, tmp_path, monkeypatch):
+    """A kernel module that calls torch.set_flush_denormal(True) at import would make the oracle read
+    subnormals as zero: normcert turns it off again, and the kernel fails, uncalled."""
+    (tmp_path / "ftz_at_import.py").write_text("import torch\n\ntorch.set_flush_denormal(True)\n\n\n"
+                                               "def rms(x, weight, eps):\n    return x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "ftz_at_import", raising=False)
+    impl = impls.plugin("rms_norm=ftz_at_import:rms")
+    assert not flushes_denormals()
+    assert impl.import_fault == impls.FLUSHED_AT_IMPORT
+    with pytest.raises(PropertyFailure, match=r"ftz_at_import:rms: its module set flush-to-zero at import"):
+        runner.run(session, "accuracy", impl, F32,
+                   strategies.cases("rms_norm", F32, "cpu", profiles=("normal",), hostile=False), check_accuracy,
+                   shrink=False)
+    assert runner.gradcheck(session, impl).outcome == "fail"
+    assert "set flush-to-zero at import" in session.results[-1].message
 
 
 @pytest.mark.parametrize("fn", [hostile.rms_reused_buffer, hostile.rms_ring_of_two], ids=["static", "ring"])
