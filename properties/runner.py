@@ -246,7 +246,13 @@ FAILED = ("fail", "error", "expected-fail")  # the outcomes ``run`` raises Prope
 
 def record(session, impl, prop: str, dtype: str, outcome: str, **fields) -> Result:
     """The one place a ``Result`` is made: the final result of ``prop`` on ``impl`` in ``dtype``
-    (a name), kept in the session's results for the certificate."""
+    (a name), kept in the session's results for the certificate.  It ends the result's watch of
+    the kernel (``sandbox.kernel_code``): a hang fails this result only, and the slowest call
+    allowed since the last result (``session.slow``) is said in its message."""
+    session.hung.pop(impl.id, None)
+    slow = session.slow.pop(impl.id, (0.0, ""))[1]
+    if slow:
+        fields["message"] = f"{fields['message']}; {slow}" if fields.get("message") else slow
     res = Result(impl.id, impl.op, impl.backend, prop, dtype, outcome, **fields)
     session.results.append(res)
     return res

@@ -15,13 +15,15 @@ from __future__ import annotations
 import queue
 import sys
 import threading
+import time
 import weakref
+from dataclasses import dataclass
 
 import torch
 
-from ..impls import flushes_denormals
+from ..impls import flushes_denormals, interpreter
 from .case import Case
-from .run_settings import FIRST_CALL
+from .run_settings import FIRST_CALL, PROGRESSING
 
 class ContractViolation(AssertionError):
     """The kernel broke the calling contract (not a numerical failure)."""
@@ -110,9 +112,23 @@ def compile_every_call() -> bool:
     return True
 
 
+@dataclass
+class Waited:
+    """How a call in the ``Worker`` went: ``finished``, or abandoned as hung; the ``seconds`` it was
+    waited for; the ``programs`` of interpreted launches it started meanwhile
+    (``impls.interpreter.programs``); ``advancing``: still starting programs when it was abandoned
+    (it ran past ``PROGRESSING`` times its limit)."""
+
+    finished: bool
+    seconds: float
+    programs: int
+    advancing: bool = False
+
+
 class Worker:
     """One long-lived daemon thread that runs a session's kernel calls (``Session.worker``);
-    abandoned when a call hangs in it, told to end when the session is collected.
+    abandoned when a call hangs in it (the next call starts a fresh one), told to end when the
+    session is collected.
 
     A thread per call would cost ~0.5 ms a call (thread start plus torch's
     per-thread set-up).  A daemon thread, not a ThreadPoolExecutor: the
@@ -122,6 +138,7 @@ class Worker:
 
     def __init__(self):
         self.tasks = None
+        self.thread = None  # the ident of the thread calls run in (their interpreted programs are counted by it)
 
     def _start(self) -> None:
         tasks = queue.SimpleQueue()
@@ -137,20 +154,33 @@ class Worker:
                 done.set()
                 del fn, done  # else the finished call's arguments live until the next call
 
-        threading.Thread(target=loop, name="normcert-kernel", daemon=True).start()
+        thread = threading.Thread(target=loop, name="normcert-kernel", daemon=True)
+        thread.start()
         weakref.finalize(self, tasks.put, (None, None))  # the session is gone: its thread ends (unless hung)
-        self.tasks = tasks
+        self.tasks, self.thread = tasks, thread.ident
 
-    def run(self, fn, timeout: float) -> bool:
-        """Run ``fn`` in the worker; False if it is still running after ``timeout`` seconds."""
+    def run(self, fn, timeout: float, progressed=lambda: None) -> Waited:
+        """Run ``fn`` in the worker and wait for it.  It is hung once ``timeout`` seconds pass with
+        neither its result nor progress: a program of an interpreted Triton launch started in its
+        thread (under the interpreter a launch's grid is a Python loop, and a call of a thousand
+        programs on a loaded machine can take minutes while each program takes milliseconds).  So a
+        call is given time in proportion to the programs it runs, up to ``PROGRESSING`` timeouts in
+        all; ``progressed()`` is called each time a timeout passes with progress (the heartbeat)."""
         if self.tasks is None:
             self._start()
         done = threading.Event()
+        start = time.monotonic()
+        first = seen = interpreter.programs(self.thread)
         self.tasks.put((fn, done))
-        if done.wait(timeout):
-            return True
-        self.tasks = None  # its thread is stuck in the kernel; the next call starts a new one
-        return False
+        while not done.wait(timeout):
+            now = interpreter.programs(self.thread)
+            waited = time.monotonic() - start
+            if now == seen or waited >= PROGRESSING * timeout:
+                self.tasks = None  # its thread is stuck in the kernel; the next call starts a new one
+                return Waited(False, waited, now - first, advancing=now != seen)
+            seen = now
+            progressed()
+        return Waited(True, time.monotonic() - start, interpreter.programs(self.thread) - first)
 
     def retire(self) -> None:
         """Leave the current thread behind: the next call starts a new one."""
@@ -160,7 +190,26 @@ class Worker:
 
 
 class KernelHung(ContractViolation):
-    """The kernel gave no result within --kernel-timeout; it is not called again in this process."""
+    """The kernel gave no result within --kernel-timeout, nor progress; its later calls in the
+    same result fail at once (``kernel_code``)."""
+
+
+def _hung(impl, what: str, limit: float, waited: Waited) -> str:
+    """What the watchdog says of a call it gave up on."""
+    text = f"{impl.id}{what} hung: no result after {limit:g} s" if not waited.programs else \
+        f"{impl.id}{what} hung: no result after {waited.seconds:.1f} s"
+    if waited.advancing:
+        return (f"{text}, {PROGRESSING} times its {limit:g} s limit, though its interpreted launches were still "
+                f"advancing ({waited.programs} programs)")
+    if waited.programs:
+        return f"{text}: its interpreted launches ran {waited.programs} programs, then none for {limit:g} s"
+    return text
+
+
+def _slow(what: str, limit: float, waited: Waited) -> str:
+    """What a result says of its slowest call that ran past its limit, advancing (``Worker.run``)."""
+    return (f"slow, not hung: a call{what} took {waited.seconds:.1f} s, past its {limit:g} s limit, while its "
+            f"interpreted launches kept advancing ({waited.programs} programs)")
 
 
 def kernel_code(session, impl, what: str, thunk, specialisation=None):
@@ -170,10 +219,13 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
     ``session.kernel_timeout`` seconds; the first call of ``what`` for a ``specialisation``
     (dtype, grad mode) in this process, FIRST_CALL times that: torch.compile and Triton compile
     there (on an H100 with 15 xdist workers compiling at once, a compiled add_rms_norm's first
-    backward took more than 60 s).  Past that the kernel is marked hung in
-    ``session.hung``: this call and every later one fail at once with "hung: no result
-    after T s" (the thread cannot be killed; it is left behind and dies with the
-    process).  Any exception but KeyboardInterrupt is a ``ContractViolation``
+    backward took more than 60 s).  A call whose interpreted Triton launches keep advancing gets
+    more (``Worker.run``), and is noted on the session as slow, not hung (``session.slow``: its
+    next result says so).  A call with neither a result nor progress in its limit is hung: the
+    kernel is marked in ``session.hung``, and this call and every later one of the same result
+    fail at once with "hung: no result after T s" (the thread cannot be killed; it is left behind
+    and dies with the process).  Once the result is recorded (``runner.record``), the kernel's next
+    result calls it again, in a fresh thread.  Any exception but KeyboardInterrupt is a ``ContractViolation``
     naming the kernel; NotImplementedError is ``NotSupported`` (a refusal).
     torch's global state (``global_state``) is restored after the call, and a
     kernel that changed it is a ``ContractViolation`` too.  A kernel whose module changed the
@@ -207,13 +259,17 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
         session.worker = Worker()
     if impl.id not in session.hung:
         with session.forcing(impl).active():  # an autotuned kernel runs the config the runner selected
-            if not session.worker.run(call, limit):
-                session.hung[impl.id] = f"{impl.id}{what} hung: no result after {limit:g} s"
+            waited = session.worker.run(call, limit, session.beat)
+        if not waited.finished:
+            session.hung[impl.id] = _hung(impl, what, limit, waited)
+        elif waited.seconds > limit:
+            slowest = session.slow.get(impl.id, (0.0, ""))
+            session.slow[impl.id] = max(slowest, (waited.seconds, _slow(what, limit, waited)))
     session.called.add(key)
     session.beat()
     if impl.id in session.hung:
-        # one raise for the call that hung and every later one: Hypothesis replays a failing
-        # example and calls a failure raised from another line a different ("flaky") one
+        # one raise for the call that hung and every later one of its result: Hypothesis replays a
+        # failing example and calls a failure raised from another line a different ("flaky") one
         raise KernelHung(session.hung[impl.id])
     changed = restore_global_state(before)
     torch.set_rng_state(rng)  # a kernel that draws random numbers must not shift later draws
