@@ -247,6 +247,7 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
                     box["leaked"] = _changes(before, thread_state())
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below, as words:
             box["error"] = type(e)  # its message is made here, under the watchdog (a __str__ may block)
+            box["benchmarked"] = _benchmarked(e)
             try:
                 box["text"] = first_line(e)
             except BaseException:  # noqa: BLE001 - a __str__ that raises
@@ -291,7 +292,26 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
         raise ContractViolation(f"{impl.id}{what}: torch.compile recompiled it {RECOMPILE_LIMIT} times, normcert's "
                                 f"limit; past it Dynamo would run its eager code, which is not what is certified "
                                 f"(declare a narrower domain, --normcert-domain)")
-    raise ContractViolation(f"{impl.id}{what} raised {error.__name__}: {box['text']}")
+    unfound = UNFOUND_AUTOTUNER if box["benchmarked"] else ""
+    raise ContractViolation(f"{impl.id}{what} raised {error.__name__}: {box['text']}{unfound}")
+
+
+UNFOUND_AUTOTUNER = (" (raised in Triton's autotuner benchmarking its configs: the kernel reached an autotuner "
+                     "normcert did not find, so its configs were not forced one by one; normcert follows the "
+                     "kernel's global names, the module attributes they name and closures, impls.autotune.tuners)")
+
+
+def _benchmarked(e: BaseException) -> bool:
+    """Did ``e`` come from a Triton autotuner's own benchmarking?  A forced autotuner
+    (``impls.autotune.Forcing``) never benchmarks; under the interpreter, which has no driver to
+    time with, one normcert did not find dies there ("0 active drivers")."""
+    where = getattr(sys.modules.get("triton.runtime.autotuner"), "__file__", None)
+    tb = e.__traceback__
+    while tb is not None:
+        if (tb.tb_frame.f_code.co_name, tb.tb_frame.f_code.co_filename) == ("benchmark", where):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def thread_state() -> dict:
