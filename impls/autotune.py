@@ -9,10 +9,12 @@ GPU alike).
 ``tuners(kernel)``
     The autotuners the kernel under test can reach: ``triton.autotune`` objects bound to a global
     name of the kernel's function, or to an attribute it names of a module a global names
-    (``lib.kernel_fwd[grid](...)``, ``pkg.ops.kernel_fwd``), or of the functions, methods and
-    ``torch.autograd.Function`` classes those name, followed through wrappers (``__wrapped__``, ``functools.partial``,
-    ``@triton.heuristics``'s ``.fn``) to a bounded depth, never into torch, Triton or numpy.  No
-    other autotuner (another library's) is touched.
+    (``lib.kernel_fwd[grid](...)``, ``pkg.ops.kernel_fwd``), or those of the functions, methods
+    and ``torch.autograd.Function`` classes so named, followed through wrappers (``__wrapped__``,
+    ``functools.partial``, ``@triton.heuristics``'s ``.fn``) to a bounded depth, never into torch,
+    Triton or numpy.  No other autotuner (another library's) is touched; one reached otherwise (a
+    name built at run time) is not found, and where its benchmarking fails the kernel's failure
+    says so (``properties.sandbox``).
 
 A config is recorded by its content, not its index (config lists are built at import time and
 differ by platform): its kwargs, and where it runs compiled also ``num_warps``, ``num_stages``,
