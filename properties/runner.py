@@ -43,7 +43,7 @@ from .fitting import fit
 from .measure import PropertyFailure, Worst
 from .probes import accepts_weightless, has_backward, probe, runs_interpreted
 from .replay import save_failure
-from .sandbox import ContractViolation, NotSupported, first_line, invoke, kernel_code
+from .sandbox import ContractViolation, KernelHung, NotSupported, first_line, invoke, kernel_code
 from .strategies import buckets, large_buckets
 
 
@@ -320,6 +320,7 @@ class _Search:
         self.worst = Worst()
         self.cover = Coverage()
         self.failed = None  # (case, message) of the case that failed
+        self.hung = None  # (case, message) of the case the kernel hung on (``sandbox.KernelHung``)
         self.forcing = session.forcing(impl)
 
     def in_domain(self, strategy, buckets):
@@ -381,6 +382,9 @@ class _Search:
             self.failed = (case, _refusal(self.impl.domain, e))
             raise PropertyFailure(self.failed[1]) from None
         except KeyboardInterrupt:
+            raise
+        except KernelHung as e:  # the cases after a hang fail uncalled: the one to report is the one that hung
+            self.failed = self.hung = self.hung or (case, first_line(e))
             raise
         except BaseException as e:
             self.failed = (case, (first_line(e) or type(e).__name__) + self._pruned())

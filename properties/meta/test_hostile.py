@@ -103,6 +103,7 @@ def test_a_hang_fails_its_own_result_only(session):
         assert len(hung) == 1, hung
         message = session.results[-1].message
         assert session.results[-1].outcome == "fail" and message.endswith("rms_hangs_once hung: no result after 0.5 s")
+        assert f"x: float32{tuple(hung[0])}" in session.results[-1].worst_where  # the case it hung on, not a shrunk one
         release.set()  # the abandoned thread ends; the kernel no longer hangs
         before = len(calls)
         assert _accuracy(session, rms_hangs_once).outcome == "pass"
