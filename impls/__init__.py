@@ -14,9 +14,11 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from typing import Callable
+
+import torch
 
 from ..oracle import OPS
 
@@ -43,6 +45,7 @@ class Impl:
     expected_failure: str = ""  # case studies: why the suite must reject it
     convention: str = ""  # "", or how it writes its outputs (``conventions``); fn is then the adapted callable
     agrees_with: "Impl | None" = field(default=None, compare=False)  # must give its bits (``--agree``)
+    import_fault: str = ""  # what importing its module did to the process (``imported``): every call of it fails
 
     @property
     def id(self) -> str:
@@ -74,6 +77,46 @@ def make(op, name, backend, fn, **kw) -> Impl:
     except ValueError as e:
         raise UsageError(f"{name!r}: {e}") from None
     return Impl(op, name, backend, conventions.adapt(convention, OPS[op], fn), target, **kw)
+
+
+FLUSHED_AT_IMPORT = "set flush-to-zero at import (torch.set_flush_denormal(True))"
+_import_faults: dict[str, str] = {}  # module name -> what importing it did to this process (``imported``)
+
+
+def flushes_denormals() -> bool:
+    """Does this thread flush subnormals to zero (``torch.set_flush_denormal``: the CPU's FTZ / DAZ
+    bits, per thread; a thread starts with its creator's)?"""
+    return torch.tensor([2.0 ** -1070], dtype=torch.float64).mul(1.0).item() == 0.0
+
+
+def imported(load, module: str):
+    """``load()`` (importing ``module``, or an entry point's loading and call), run so that this
+    thread -- the one normcert's oracle and error model compute in -- keeps IEEE subnormals
+    whatever the code run did: flush-to-zero found on afterwards is turned off again.  Where the
+    load turned it on, ``module`` and every module the load imported carry the fault
+    (``import_fault``), and so do the kernels from them: a kernel module that sets a process-wide
+    speed setting at import changes the oracle's arithmetic, not only its own."""
+    before, loaded = flushes_denormals(), set(sys.modules)
+    try:
+        return load()
+    finally:
+        if flushes_denormals():
+            torch.set_flush_denormal(False)
+            if not before:
+                _import_faults.update(dict.fromkeys((set(sys.modules) - loaded) | {module}, FLUSHED_AT_IMPORT))
+
+
+def import_fault(module: str) -> str:
+    """What importing ``module``, or a package above it, did to the process (``imported``); "" for nothing."""
+    parts = module.split(".")
+    return next((_import_faults[m] for m in (".".join(parts[:i]) for i in range(len(parts), 0, -1))
+                 if m in _import_faults), "")
+
+
+def _faulted(impl: Impl, module: str = "") -> Impl:
+    """``impl`` with the fault of its target's module (or of ``module``, where it came from there)."""
+    fault = import_fault(impl.target.partition(":")[0]) or (module and import_fault(module))
+    return replace(impl, import_fault=fault) if fault else impl
 
 
 def resolve(target: str) -> Callable:
@@ -122,17 +165,18 @@ def plugin(spec: str) -> Impl:
         conventions.check(convention, OPS[op])  # before importing the module: the usage error comes first
     except ValueError as e:
         raise UsageError(f"--impl {spec!r}: {e}") from None
-    return make(op, target, "plugin", resolve(base), target=target, backward=None, convention=convention)
+    fn = imported(lambda: resolve(base), base.partition(":")[0])
+    return _faulted(make(op, target, "plugin", fn, target=target, backward=None, convention=convention))
 
 
 def _from_entry_points() -> list[Impl]:
     found = []
     for ep in entry_points(group="normcert.impls"):
-        items = ep.load()()
+        items = imported(lambda: list(ep.load()()), ep.module)  # noqa: B023 - called at once
         for item in items:
             if not isinstance(item, Impl):
                 raise UsageError(f"entry point {ep.name!r} yielded {type(item).__name__}, expected normcert.impls.Impl")
-            found.append(item)
+            found.append(_faulted(item, ep.module))
     return found
 
 
@@ -140,7 +184,7 @@ def registry() -> list[Impl]:
     """Every registered implementation (imports Triton: set TRITON_INTERPRET first)."""
     impls: list[Impl] = []
     for name in MODULES:
-        impls.extend(importlib.import_module(name).IMPLS)
+        impls.extend(_faulted(i) for i in imported(lambda: importlib.import_module(name), name).IMPLS)  # noqa: B023
     impls.extend(_from_entry_points())
     seen = set()
     for i in impls:

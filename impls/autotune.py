@@ -8,10 +8,13 @@ GPU alike).
 
 ``tuners(kernel)``
     The autotuners the kernel under test can reach: ``triton.autotune`` objects bound to a global
-    name of the kernel's function, or of the functions, methods and ``torch.autograd.Function``
-    classes those globals name, followed through wrappers (``__wrapped__``, ``functools.partial``,
-    ``@triton.heuristics``'s ``.fn``) to a bounded depth, never into torch, Triton or numpy.  No
-    other autotuner (another library's) is touched.
+    name of the kernel's function, or to an attribute it names of a module a global names
+    (``lib.kernel_fwd[grid](...)``, ``pkg.ops.kernel_fwd``), or those of the functions, methods
+    and ``torch.autograd.Function`` classes so named, followed through wrappers (``__wrapped__``,
+    ``functools.partial``, ``@triton.heuristics``'s ``.fn``) to a bounded depth, never into torch,
+    Triton or numpy.  No other autotuner (another library's) is touched; one reached otherwise (a
+    name built at run time) is not found, and where its benchmarking fails the kernel's failure
+    says so (``properties.sandbox``).
 
 A config is recorded by its content, not its index (config lists are built at import time and
 differ by platform): its kwargs, and where it runs compiled also ``num_warps``, ``num_stages``,
@@ -120,15 +123,36 @@ def tuners(kernel) -> tuple:
             names = set(fn.__code__.co_names) | {n for c in fn.__code__.co_consts if isinstance(c, types.CodeType)
                                                   for n in c.co_names}
             cells = [c.cell_contents for c in fn.__closure__ or () if _has_contents(c)]
-            for value in [fn.__globals__[n] for n in names if n in fn.__globals__] + cells:
+            for value in _attributes([fn.__globals__[n] for n in names if n in fn.__globals__] + cells, names):
                 tuner = _unwrap(value)
                 if tuner is not None:
                     if all(tuner is not t for t in found):
                         found.append(tuner)
-                elif not isinstance(value, types.ModuleType):
+                else:
                     following.extend(_functions(value))
         frontier = following
     return tuple(found)
+
+
+def _attributes(values: list, names: set) -> list:
+    """``values`` with each module among them (not a foreign one) replaced by its attributes that
+    ``names`` name, and so on down a package: a function's ``co_names`` hold ``lib`` and ``kernel_fwd``
+    for ``lib.kernel_fwd[grid](...)``, the usual package layout, and ``pkg``, ``ops``, ``kernel_fwd``
+    for ``pkg.ops.kernel_fwd``.  (A name that only happens to match follows one attribute too many,
+    never one too few.)"""
+    out, modules, seen = [], [], set()
+    for value in values:
+        (modules if isinstance(value, types.ModuleType) else out).append(value)
+    while modules:
+        module = modules.pop()
+        if id(module) in seen or module.__name__.split(".")[0] in FOREIGN:
+            continue
+        seen.add(id(module))
+        for n in names:
+            value = vars(module).get(n)
+            if value is not None:
+                (modules if isinstance(value, types.ModuleType) else out).append(value)
+    return out
 
 
 def _has_contents(cell) -> bool:

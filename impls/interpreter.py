@@ -123,6 +123,31 @@ def launches() -> int:
     return GridExecutor.normcert_launches
 
 
+def programs(thread: int) -> int:
+    """Programs Triton's interpreter has started in the thread whose ident is ``thread`` (0 when
+    it is not active or Triton is not installed).  The interpreter runs a launch's grid as a Python
+    loop, one program after the other, so a call whose count still rises is advancing, however
+    slowly: the watchdog tells a slow call from a hung one by it (``properties.sandbox.Worker``).
+    The count starts at the first call, whether or not ``install()`` ran."""
+    if not active():
+        return 0
+    try:
+        from triton.runtime.interpreter import InterpreterBuilder  # noqa: PLC0415
+    except ImportError:
+        return 0
+    if not hasattr(InterpreterBuilder, "normcert_programs"):
+        start = InterpreterBuilder.set_grid_idx  # called once per program, as it begins
+        counts = InterpreterBuilder.normcert_programs = {}
+
+        def counted(self, x, y, z):
+            ident = threading.get_ident()
+            counts[ident] = counts.get(ident, 0) + 1
+            return start(self, x, y, z)
+
+        InterpreterBuilder.set_grid_idx = counted
+    return InterpreterBuilder.normcert_programs.get(thread, 0)
+
+
 def _runs(probe) -> bool:
     try:
         return probe()

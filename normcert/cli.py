@@ -57,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--bitwise", action="store_true")
     c.add_argument("--require-backward", action="store_true", help="a forward-only kernel fails (training kernels)")
     c.add_argument("--failures-dir", metavar="DIR")
-    c.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result after this long is hung")
+    c.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result nor progress for this long is hung")
     c.add_argument("-n", dest="workers", metavar="N", help="pytest-xdist workers (a number or auto)")
     c.add_argument("--domain", metavar="SPEC",
                    help="the kernels' declared domain, e.g. 'dtypes=float16,bfloat16 width_multiple=8' (README)")
@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--impl", action="append", default=[], metavar="OP=MODULE:ATTR",
                    help="the kernel to replay (and, for an agreement failure, the kernel it must agree with)")
     r.add_argument("--device", choices=("cpu", "cuda"))
-    r.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result after this long is hung")
+    r.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result nor progress for this long is hung")
     sub.add_parser("list", help="the registry of implementations")
     return p
 

@@ -18,7 +18,7 @@ certify`` takes the short forms):
     --normcert-certificate PATH      write PATH (JSON) and PATH with .md (Markdown)
     --normcert-failures-dir DIR      where failing cases are saved (default failures/)
     --normcert-replay FILE           re-run one saved failing case
-    --normcert-kernel-timeout S      a kernel call with no result after S seconds is hung (default 60)
+    --normcert-kernel-timeout S      a kernel call with no result nor progress for S seconds is hung (default 60)
     --normcert-meta-seeds K          global seeds each correct planted variant is certified under
     --normcert-property P   the run's declared scope: only these property families (repeatable)
     --normcert-dtype D      the run's declared scope: only these dtypes (repeatable)
@@ -100,7 +100,8 @@ def pytest_addoption(parser):
     g.addoption("--normcert-failures-dir", default="failures", metavar="DIR", help="where failing cases are saved")
     g.addoption("--normcert-replay", default=None, metavar="FILE", help="re-run one saved failing case")
     g.addoption("--normcert-kernel-timeout", type=float, default=KERNEL_TIMEOUT, metavar="SECONDS",
-                help="a kernel call with no result after this long is marked hung and not called again")
+                help="a kernel call with neither a result nor progress (programs of an interpreted Triton "
+                     "launch) for this long is hung: the result it belongs to fails")
     g.addoption("--normcert-meta-seeds", type=int, default=1, help="global seeds each correct planted variant is certified under")
     g.addoption("--normcert-domain", default=None, metavar="SPEC",
                 help="the declared domain of every --normcert-impl kernel, e.g. 'dtypes=float16,bfloat16 width_multiple=8' "

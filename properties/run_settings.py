@@ -8,6 +8,9 @@ PROFILES = {"dev": 4, "ci": 12, "thorough": 300, "large": 12}
 RUN_RECORD = "NORMCERT_RUN_RECORD"  # where the controller writes its verdict as its last step (``cli``)
 KERNEL_TIMEOUT = 60.0  # seconds, the default --kernel-timeout
 FIRST_CALL = 5  # the first call of a specialisation may take this many times --kernel-timeout
+PROGRESSING = 10
+"""A call whose interpreted launches keep advancing (``sandbox.Worker``) is hung only after this many
+times its limit: past that, a kernel that launches for ever (each program quick) is cut all the same."""
 STALLED = FIRST_CALL + 1
 """Kernel timeouts of silence after which ``normcert certify`` ends a run as stalled: a first call
 may take FIRST_CALL of them, the oracle and the checks between two calls far less than one."""

@@ -45,7 +45,7 @@ from .measure import PropertyFailure, Worst
 from .modes import AS_TESTED
 from .probes import accepts_weightless, first_call, has_backward, probe, runs_interpreted
 from .replay import save_failure
-from .sandbox import ContractViolation, NotSupported, first_line, invoke, kernel_code
+from .sandbox import ContractViolation, KernelHung, NotSupported, first_line, invoke, kernel_code
 from .strategies import buckets, large_buckets
 
 
@@ -254,7 +254,13 @@ FAILED = ("fail", "error", "expected-fail")  # the outcomes ``run`` raises Prope
 
 def record(session, impl, prop: str, dtype: str, outcome: str, **fields) -> Result:
     """The one place a ``Result`` is made: the final result of ``prop`` on ``impl`` in ``dtype``
-    (a name), kept in the session's results for the certificate."""
+    (a name), kept in the session's results for the certificate.  It ends the result's watch of
+    the kernel (``sandbox.kernel_code``): a hang fails this result only, and the slowest call
+    allowed since the last result (``session.slow``) is said in its message."""
+    session.hung.pop(impl.id, None)
+    slow = session.slow.pop(impl.id, (0.0, ""))[1]
+    if slow:
+        fields["message"] = f"{fields['message']}; {slow}" if fields.get("message") else slow
     if prop == "served":
         fields.setdefault("modes", modes_ran(session, impl, getattr(torch, dtype)))
     fields.setdefault("threads", torch.get_num_threads())
@@ -331,6 +337,7 @@ class _Search:
         self.worst = Worst()
         self.cover = Coverage()
         self.failed = None  # (case, message) of the case that failed
+        self.hung = None  # (case, message) of the case the kernel hung on (``sandbox.KernelHung``)
         self.forcing = session.forcing(impl)
 
     def in_domain(self, strategy, buckets):
@@ -392,6 +399,9 @@ class _Search:
             self.failed = (case, _refusal(self.impl.domain, e))
             raise PropertyFailure(self.failed[1]) from None
         except KeyboardInterrupt:
+            raise
+        except KernelHung as e:  # the cases after a hang fail uncalled: the one to report is the one that hung
+            self.failed = self.hung = self.hung or (case, first_line(e))
             raise
         except BaseException as e:
             self.failed = (case, (first_line(e) or type(e).__name__) + self._pruned())

@@ -16,12 +16,15 @@ import contextlib
 import queue
 import sys
 import threading
+import time
 import weakref
+from dataclasses import dataclass
 
 import torch
 
+from ..impls import flushes_denormals, interpreter
 from .case import Case
-from .run_settings import FIRST_CALL
+from .run_settings import FIRST_CALL, PROGRESSING
 
 class ContractViolation(AssertionError):
     """The kernel broke the calling contract (not a numerical failure)."""
@@ -110,9 +113,23 @@ def compile_every_call() -> bool:
     return True
 
 
+@dataclass
+class Waited:
+    """How a call in the ``Worker`` went: ``finished``, or abandoned as hung; the ``seconds`` it was
+    waited for; the ``programs`` of interpreted launches it started meanwhile
+    (``impls.interpreter.programs``); ``advancing``: still starting programs when it was abandoned
+    (it ran past ``PROGRESSING`` times its limit)."""
+
+    finished: bool
+    seconds: float
+    programs: int
+    advancing: bool = False
+
+
 class Worker:
     """One long-lived daemon thread that runs a session's kernel calls (``Session.worker``);
-    abandoned when a call hangs in it, told to end when the session is collected.
+    abandoned when a call hangs in it (the next call starts a fresh one), told to end when the
+    session is collected.
 
     A thread per call would cost ~0.5 ms a call (thread start plus torch's
     per-thread set-up).  A daemon thread, not a ThreadPoolExecutor: the
@@ -122,6 +139,7 @@ class Worker:
 
     def __init__(self):
         self.tasks = None
+        self.thread = None  # the ident of the thread calls run in (their interpreted programs are counted by it)
 
     def _start(self) -> None:
         tasks = queue.SimpleQueue()
@@ -137,20 +155,33 @@ class Worker:
                 done.set()
                 del fn, done  # else the finished call's arguments live until the next call
 
-        threading.Thread(target=loop, name="normcert-kernel", daemon=True).start()
+        thread = threading.Thread(target=loop, name="normcert-kernel", daemon=True)
+        thread.start()
         weakref.finalize(self, tasks.put, (None, None))  # the session is gone: its thread ends (unless hung)
-        self.tasks = tasks
+        self.tasks, self.thread = tasks, thread.ident
 
-    def run(self, fn, timeout: float) -> bool:
-        """Run ``fn`` in the worker; False if it is still running after ``timeout`` seconds."""
+    def run(self, fn, timeout: float, progressed=lambda: None) -> Waited:
+        """Run ``fn`` in the worker and wait for it.  It is hung once ``timeout`` seconds pass with
+        neither its result nor progress: a program of an interpreted Triton launch started in its
+        thread (under the interpreter a launch's grid is a Python loop, and a call of a thousand
+        programs on a loaded machine can take minutes while each program takes milliseconds).  So a
+        call is given time in proportion to the programs it runs, up to ``PROGRESSING`` timeouts in
+        all; ``progressed()`` is called each time a timeout passes with progress (the heartbeat)."""
         if self.tasks is None:
             self._start()
         done = threading.Event()
+        start = time.monotonic()
+        first = seen = interpreter.programs(self.thread)
         self.tasks.put((fn, done))
-        if done.wait(timeout):
-            return True
-        self.tasks = None  # its thread is stuck in the kernel; the next call starts a new one
-        return False
+        while not done.wait(timeout):
+            now = interpreter.programs(self.thread)
+            waited = time.monotonic() - start
+            if now == seen or waited >= PROGRESSING * timeout:
+                self.tasks = None  # its thread is stuck in the kernel; the next call starts a new one
+                return Waited(False, waited, now - first, advancing=now != seen)
+            seen = now
+            progressed()
+        return Waited(True, time.monotonic() - start, interpreter.programs(self.thread) - first)
 
     def retire(self) -> None:
         """Leave the current thread behind: the next call starts a new one."""
@@ -160,7 +191,26 @@ class Worker:
 
 
 class KernelHung(ContractViolation):
-    """The kernel gave no result within --kernel-timeout; it is not called again in this process."""
+    """The kernel gave no result within --kernel-timeout, nor progress; its later calls in the
+    same result fail at once (``kernel_code``)."""
+
+
+def _hung(impl, what: str, limit: float, waited: Waited) -> str:
+    """What the watchdog says of a call it gave up on."""
+    text = f"{impl.id}{what} hung: no result after {limit:g} s" if not waited.programs else \
+        f"{impl.id}{what} hung: no result after {waited.seconds:.1f} s"
+    if waited.advancing:
+        return (f"{text}, {PROGRESSING} times its {limit:g} s limit, though its interpreted launches were still "
+                f"advancing ({waited.programs} programs)")
+    if waited.programs:
+        return f"{text}: its interpreted launches ran {waited.programs} programs, then none for {limit:g} s"
+    return text
+
+
+def _slow(what: str, limit: float, waited: Waited) -> str:
+    """What a result says of its slowest call that ran past its limit, advancing (``Worker.run``)."""
+    return (f"slow, not hung: a call{what} took {waited.seconds:.1f} s, past its {limit:g} s limit, while its "
+            f"interpreted launches kept advancing ({waited.programs} programs)")
 
 
 def kernel_code(session, impl, what: str, thunk, specialisation=None):
@@ -170,14 +220,21 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
     ``session.kernel_timeout`` seconds; the first call of ``what`` for a ``specialisation``
     (dtype, grad mode) in this process, FIRST_CALL times that: torch.compile and Triton compile
     there (on an H100 with 15 xdist workers compiling at once, a compiled add_rms_norm's first
-    backward took more than 60 s).  Past that the kernel is marked hung in
-    ``session.hung``: this call and every later one fail at once with "hung: no result
-    after T s" (the thread cannot be killed; it is left behind and dies with the
-    process).  Any exception but KeyboardInterrupt is a ``ContractViolation``
+    backward took more than 60 s).  A call whose interpreted Triton launches keep advancing gets
+    more (``Worker.run``), and is noted on the session as slow, not hung (``session.slow``: its
+    next result says so).  A call with neither a result nor progress in its limit is hung: the
+    kernel is marked in ``session.hung``, and this call and every later one of the same result
+    fail at once with "hung: no result after T s" (the thread cannot be killed; it is left behind
+    and dies with the process).  Once the result is recorded (``runner.record``), the kernel's next
+    result calls it again, in a fresh thread.  Any exception but KeyboardInterrupt is a ``ContractViolation``
     naming the kernel; NotImplementedError is ``NotSupported`` (a refusal).
     torch's global state (``global_state``) is restored after the call, and a
-    kernel that changed it is a ``ContractViolation`` too.
+    kernel that changed it is a ``ContractViolation`` too.  A kernel whose module changed the
+    process's floating-point state at import (``Impl.import_fault``) fails every call, uncalled.
     """
+    if impl.import_fault:
+        raise ContractViolation(f"{impl.id}{what}: its module {impl.import_fault}, a change to the floating-point "
+                                f"state normcert's oracle computes in (turned off again; the kernel is not called)")
     box: dict = {}
     grad = torch.is_grad_enabled()
 
@@ -191,6 +248,7 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
                     box["leaked"] = _changes(before, thread_state())
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below, as words:
             box["error"] = type(e)  # its message is made here, under the watchdog (a __str__ may block)
+            box["benchmarked"] = _benchmarked(e)
             try:
                 box["text"] = first_line(e)
             except BaseException:  # noqa: BLE001 - a __str__ that raises
@@ -203,13 +261,17 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
         session.worker = Worker()
     if impl.id not in session.hung:
         with session.forcing(impl).active():  # an autotuned kernel runs the config the runner selected
-            if not session.worker.run(call, limit):
-                session.hung[impl.id] = f"{impl.id}{what} hung: no result after {limit:g} s"
+            waited = session.worker.run(call, limit, session.beat)
+        if not waited.finished:
+            session.hung[impl.id] = _hung(impl, what, limit, waited)
+        elif waited.seconds > limit:
+            slowest = session.slow.get(impl.id, (0.0, ""))
+            session.slow[impl.id] = max(slowest, (waited.seconds, _slow(what, limit, waited)))
     session.called.add(key)
     session.beat()
     if impl.id in session.hung:
-        # one raise for the call that hung and every later one: Hypothesis replays a failing
-        # example and calls a failure raised from another line a different ("flaky") one
+        # one raise for the call that hung and every later one of its result: Hypothesis replays a
+        # failing example and calls a failure raised from another line a different ("flaky") one
         raise KernelHung(session.hung[impl.id])
     changed = restore_global_state(before)
     torch.set_rng_state(rng)  # a kernel that draws random numbers must not shift later draws
@@ -231,18 +293,36 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
         raise ContractViolation(f"{impl.id}{what}: torch.compile recompiled it {RECOMPILE_LIMIT} times, normcert's "
                                 f"limit; past it Dynamo would run its eager code, which is not what is certified "
                                 f"(declare a narrower domain, --normcert-domain)")
-    raise ContractViolation(f"{impl.id}{what} raised {error.__name__}: {box['text']}")
+    unfound = UNFOUND_AUTOTUNER if box["benchmarked"] else ""
+    raise ContractViolation(f"{impl.id}{what} raised {error.__name__}: {box['text']}{unfound}")
 
 
-def _flushes_denormals() -> bool:
-    return torch.tensor([2.0 ** -1070], dtype=torch.float64).mul(1.0).item() == 0.0
+UNFOUND_AUTOTUNER = (" (raised in Triton's autotuner benchmarking its configs: the kernel reached an autotuner "
+                     "normcert did not find, so its configs were not forced one by one; normcert follows the "
+                     "kernel's global names, the module attributes they name and closures, impls.autotune.tuners)")
+
+
+def _benchmarked(e: BaseException) -> bool:
+    """Did ``e`` come from a Triton autotuner's own benchmarking?  A forced autotuner
+    (``impls.autotune.Forcing``) never benchmarks; under the interpreter, which has no driver to
+    time with, one normcert did not find dies there ("0 active drivers")."""
+    where = getattr(sys.modules.get("triton.runtime.autotuner"), "__file__", None)
+    tb = e.__traceback__
+    while tb is not None:
+        if (tb.tb_frame.f_code.co_name, tb.tb_frame.f_code.co_filename) == ("benchmark", where):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def thread_state() -> dict:
     """torch's per-thread modes a kernel could enter and never leave (``torch.inference_mode().__enter__()``
-    without its exit): the next kernel in the same thread would run under them."""
+    without its exit): the next kernel in the same thread would run under them.  Flush-to-zero
+    (``torch.set_flush_denormal``) is one: it sets the CPU's FTZ / DAZ bits of the calling thread only,
+    the worker's, where the caller's check (``global_state``) never sees it."""
     return {"grad mode": torch.is_grad_enabled(), "inference mode": torch.is_inference_mode_enabled(),
-            **{f"autocast ({d})": torch.is_autocast_enabled(d) for d in ("cpu", "cuda")}}
+            **{f"autocast ({d})": torch.is_autocast_enabled(d) for d in ("cpu", "cuda")},
+            "flush denormal": flushes_denormals()}
 
 
 def _changes(before: dict, now: dict) -> str:
@@ -254,13 +334,15 @@ def global_state() -> dict:
 
     Grad mode, inference mode and autocast are per thread (``thread_state``: a kernel that
     leaves them changed fails, and the next call runs in a fresh thread); the RNG is restored
-    without blame.
+    without blame.  Flush-to-zero is per thread too, and in both: in the worker's state as what the
+    kernel's call does, here as the state of the thread the oracle computes in (code of the
+    kernel's, a finalizer run by the garbage collector, may still run in it).
     """
     return {"default dtype": torch.get_default_dtype(),
             "deterministic algorithms": (torch.are_deterministic_algorithms_enabled(),
                                          torch.is_deterministic_algorithms_warn_only_enabled()),
             "float32 matmul precision": torch.get_float32_matmul_precision(),
-            "flush denormal": _flushes_denormals()}
+            "flush denormal": flushes_denormals()}
 
 
 def restore_global_state(before: dict) -> str:

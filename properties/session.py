@@ -22,11 +22,14 @@ class Session:
     bitwise: bitwise families fail the run (else they warn); require_backward: a kernel whose
     outputs carry no grad_fn fails the backward families (else: not-certified, forward only);
     failures_dir: where replay files go;
-    kernel_timeout: seconds a kernel call may take before it is declared hung;
+    kernel_timeout: seconds a kernel call may go without a result or progress before it is declared hung;
     impls: the kernels under test; eager: op -> the registry's eager kernel;
     replay: (file metadata, case) and replay_impl when the run replays a file;
     results: a ``runner.Result`` per (kernel, family, dtype) run here;
-    hung: kernel id -> message, for kernels the watchdog gave up on (never called again);
+    hung: kernel id -> message, for a kernel the watchdog gave up on: its later calls fail at once until
+    its result is recorded (``runner.record``), and the next result's calls run in a fresh thread;
+    slow: kernel id -> (seconds, what its next result says) of its slowest call since its last result
+    that ran past its limit while its interpreted launches advanced (``sandbox.Worker.run``);
     called: the (kernel id, what, specialisation) the watchdog has called (``sandbox.kernel_code``);
     worker: the thread kernel calls run in (``sandbox.Worker``), made by the first call;
     interpreter: the corrections made to Triton's interpreter (``impls.interpreter``), None without it;
@@ -53,6 +56,7 @@ class Session:
     replay_impl: object = None
     results: list = field(default_factory=list)
     hung: dict[str, str] = field(default_factory=dict)
+    slow: dict[str, tuple] = field(default_factory=dict)
     called: set = field(default_factory=set)
     worker: object = None
     interpreter: list | None = None

@@ -15,7 +15,7 @@ triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
 from ..impls import autotune  # noqa: E402
-from .meta import planted_tuned  # noqa: E402
+from .meta import planted_tuned, planted_tuned_layout  # noqa: E402
 
 CONFIGS = [triton.Config({"BLOCK": 16}, num_warps=4), triton.Config({"BLOCK": 16}, num_warps=8),
            triton.Config({"BLOCK": 64}, num_warps=4)]
@@ -123,6 +123,7 @@ def interpreted(normcert_session):
     (via_autograd, [_over_heuristics, _under_heuristics.fn]),
     (applied, [_over_heuristics, _under_heuristics.fn]),
     (closure(), [_pruned]),
+    (planted_tuned_layout.rms_norm_tuned_drops_tail, [planted_tuned._tuned_drops_tail]),  # lib.kernel[grid]
 ])
 def test_a_kernel_s_autotuners_are_those_it_reaches(kernel, found):
     assert list(autotune.tuners(kernel)) == found

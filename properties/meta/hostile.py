@@ -4,8 +4,8 @@ Each dodges the harness rather than computing a wrong number: refusing cases
 with NotImplementedError after passing the probe (or refusing only the probe),
 declaring a domain and refusing inside it, exiting the interpreter,
 raising from backward, returning a tensor subclass that runs code of its own,
-hanging, reusing its output buffers, leaving torch's thread-local modes on,
-writing around the view it is handed.
+hanging, reusing its output buffers, leaving torch's thread-local modes on
+(flush-to-zero among them), writing around the view it is handed.
 ``test_hostile.py`` asserts the verdict the suite gives each one.
 """
 from __future__ import annotations
@@ -78,6 +78,12 @@ def rms_hangs_on_long_rows(x, weight, eps):
 def rms_sets_default_dtype(x, weight, eps):
     """A correct result, but it leaves torch's default dtype at float64."""
     torch.set_default_dtype(torch.float64)
+    return _rms(x, weight, eps)
+
+
+def rms_flushes_denormals(x, weight, eps):
+    """A correct result, computed after turning flush-to-zero on for good (in the thread it runs in)."""
+    torch.set_flush_denormal(True)
     return _rms(x, weight, eps)
 
 

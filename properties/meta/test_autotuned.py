@@ -25,9 +25,10 @@ from .. import certificate, replay, runner  # noqa: E402
 from ..case import Case  # noqa: E402
 from ..families import BY_NAME, CASE_CHECKS  # noqa: E402
 from ..measure import PropertyFailure, Worst  # noqa: E402
+from ..sandbox import ContractViolation, invoke  # noqa: E402
 from ..session import Session  # noqa: E402
 
-from . import planted_tuned  # noqa: E402
+from . import planted_tuned, planted_tuned_layout  # noqa: E402
 
 CONFIG_FAMILIES = ("accuracy", "contract", "extremes")  # where a block size shows: widths past and between
 # blocks, one long row, many rows; the other forward families cost 29 s more under the interpreter
@@ -92,6 +93,33 @@ def test_a_failure_under_a_pruned_config_names_the_config_that_ran(session):
     with pytest.raises(PropertyFailure, match=r"(?s)config BLOCK=1024[^:]* is pruned away for this call's key: "
                                               r"it ran BLOCK=32.*config: BLOCK=1024"):
         runner.run_family(session, BY_NAME["accuracy"], impl, torch.float32)
+
+
+def test_an_autotuner_reached_through_a_module_attribute_is_forced_config_by_config(session):
+    """``lib.kernel[grid](...)`` (``planted_tuned_layout``): the autotuner is found through the module
+    attribute, so the kernel has its configs (not Triton's benchmarker on CPU, "0 active drivers"),
+    and its small block's bug shows under that config."""
+    fn = planted_tuned_layout.rms_norm_tuned_drops_tail
+    impl = make("rms_norm", fn.__name__, "plugin", fn, target=f"{planted_tuned_layout.__name__}:{fn.__name__}")
+    forcing = session.forcing(impl)
+    assert len(forcing.names) == len(session.forcing(_impl(planted_tuned.rms_norm_tuned)).names) > 1
+    case = Case.sample("rms_norm", torch.float32, session.device, rows=2, width=40).under(_named(forcing, 32))
+    forcing.select(case.config)
+    with pytest.raises(PropertyFailure):
+        BY_NAME["accuracy"].check(session, impl, case, Worst())
+
+
+def test_an_autotuner_not_found_is_said_to_be_so(session):
+    """An autotuner reached in a way ``tuners`` cannot read (a name built in a string) runs Triton's
+    benchmarker, which dies under the interpreter: the failure says that normcert did not find it."""
+    if session.device != "cpu":
+        pytest.skip("on a GPU an autotuner not found benchmarks and runs (its configs unforced)")
+    fn = planted_tuned_layout.rms_norm_tuned_by_name
+    impl = make("rms_norm", fn.__name__, "plugin", fn, target=f"{planted_tuned_layout.__name__}:{fn.__name__}")
+    assert session.forcing(impl).names == ()
+    with pytest.raises(ContractViolation, match=r"0 active drivers.*in Triton's autotuner benchmarking its configs: "
+                                                r"the kernel reached an autotuner normcert did not find"):
+        invoke(session, impl, Case.sample("rms_norm", torch.float32, session.device, rows=2, width=40))
 
 
 def test_a_config_failure_replays_under_its_config(session, tmp_path):

@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import functools
 import gc
+import sys
+import threading
 import time
 import weakref
 
 import pytest
 import torch
 
-from ...impls import make
+from ... import impls
+from ...impls import flushes_denormals, interpreter, make
 from ...impls.conventions import ConventionViolation
 from .. import runner, sandbox, strategies
 from ..families import BY_NAME
 from ..measure import PropertyFailure
+from ..run_settings import PROGRESSING
 from ..checks.accuracy import check_accuracy
 from ..checks.bitwise import check_determinism
 from ..checks.gradcheck import finite_differences, gradcheck_case, which_side
@@ -79,23 +83,75 @@ def test_an_exception_while_checking_is_an_error_not_a_pass(session):
     assert session.results[-1].outcome == "error"
 
 
-def test_a_hanging_kernel_is_cut_once_then_fails_fast(session):
-    session.kernel_timeout = 1.0
-    calls = []
+def test_a_hang_fails_its_own_result_only(session):
+    """A kernel that hangs once, on one long row: that result fails (the same "hung" message when
+    Hypothesis replays the example: not "nondeterministic"), and its next result runs in a fresh
+    thread and passes; the hung call is not called again within its own result."""
+    session.kernel_timeout = 0.5
+    calls, release = [], threading.Event()
 
-    def rms_hangs_on_long_rows(x, weight, eps):
+    def rms_hangs_once(x, weight, eps):
         calls.append(x.shape)
-        return hostile.rms_hangs_on_long_rows(x, weight, eps)
+        if x.shape[-1] > 64 and not release.is_set():
+            release.wait()  # until the end of the test
+        return hostile._rms(x, weight, eps)
 
-    with pytest.raises(PropertyFailure, match="hung: no result after 1 s"):
-        _accuracy(session, rms_hangs_on_long_rows)
-    assert session.results[-1].outcome == "fail"
-    message = session.results[-1].message  # not "nondeterministic": the replayed example fails the same way
-    assert message.endswith("rms_hangs_on_long_rows hung: no result after 1 s"), message
-    before = len(calls)
-    with pytest.raises(PropertyFailure, match="hung: no result after 1 s"):
-        _accuracy(session, rms_hangs_on_long_rows)
-    assert len(calls) == before, "a hung kernel must not be called again"
+    try:
+        with pytest.raises(PropertyFailure, match="hung: no result after 0.5 s"):
+            _accuracy(session, rms_hangs_once)
+        hung = [shape for shape in calls if shape[-1] > 64]
+        assert len(hung) == 1, hung
+        message = session.results[-1].message
+        assert session.results[-1].outcome == "fail" and message.endswith("rms_hangs_once hung: no result after 0.5 s")
+        assert f"x: float32{tuple(hung[0])}" in session.results[-1].worst_where  # the case it hung on, not a shrunk one
+        release.set()  # the abandoned thread ends; the kernel no longer hangs
+        before = len(calls)
+        assert _accuracy(session, rms_hangs_once).outcome == "pass"
+        assert len(calls) > before
+    finally:
+        release.set()
+
+
+def test_a_slow_interpreted_call_that_advances_is_not_hung(session):
+    """Under Triton's interpreter a launch's programs run one after the other: a call past its limit
+    whose programs keep starting is slow, not hung, and its result says so."""
+    pytest.importorskip("triton")
+    from . import slow_triton  # noqa: PLC0415 - imports triton
+
+    if not interpreter.active():
+        pytest.skip("a GPU: no interpreter to count programs in")
+    session.kernel_timeout = 0.5
+    impl = _impl(hostile._rms)
+    x = torch.randn(24, 8)
+    sandbox.kernel_code(session, impl, "", lambda: slow_triton.copy_rows(x[:1]), F32)  # the first call: compiles
+    t0 = time.perf_counter()
+    assert torch.equal(sandbox.kernel_code(session, impl, "", lambda: slow_triton.copy_rows(x), F32), x)
+    assert time.perf_counter() - t0 > 24 * slow_triton.PAUSE > session.kernel_timeout
+    message = runner.record(session, impl, "accuracy", "float32", "pass").message
+    assert message.startswith("slow, not hung: a call took ") and "(24 programs)" in message, message
+
+
+def test_an_interpreted_call_that_launches_for_ever_is_hung_all_the_same(session):
+    """Progress earns a call time up to PROGRESSING times its limit, not for ever."""
+    pytest.importorskip("triton")
+    from . import slow_triton  # noqa: PLC0415 - imports triton
+
+    if not interpreter.active():
+        pytest.skip("a GPU: no interpreter to count programs in")
+    session.kernel_timeout = 0.2
+    impl, x, stop = _impl(hostile._rms), torch.randn(1, 8), threading.Event()
+
+    def launches_for_ever():
+        while not stop.is_set():
+            slow_triton.copy_rows(x)
+
+    sandbox.kernel_code(session, impl, "", lambda: slow_triton.copy_rows(x), F32)  # the first call: compiles
+    try:
+        with pytest.raises(sandbox.KernelHung, match=f"{PROGRESSING} times its 0.2 s limit, though its interpreted "
+                                                     f"launches were still advancing"):
+            sandbox.kernel_code(session, impl, "", launches_for_ever, F32)
+    finally:
+        stop.set()  # the abandoned thread ends
 
 
 def test_an_error_whose_message_blocks_is_cut_by_the_watchdog(session):
@@ -150,6 +206,39 @@ def test_a_kernel_that_leaves_a_thread_mode_on_fails_and_does_not_break_the_next
     res = runner.run(session, "gradients", good, F32, gradient_cases("rms_norm", F32, "cpu"), check_gradients,
                       max_examples=5)
     assert res.outcome == "pass"
+
+
+def test_flush_to_zero_inside_a_call_fails_that_kernel_and_not_the_next(session):
+    """FTZ is per thread: set in the worker, it is the kernel's failure there (the caller's thread
+    never sees it), and the next kernel runs in a fresh thread with subnormals kept: a correct kernel
+    after it reads a subnormal input as itself, not as zero."""
+    strategy = strategies.cases("rms_norm", F32, "cpu", profiles=("normal",), hostile=False)
+    with pytest.raises(PropertyFailure, match="left torch's thread-local state changed: flush denormal: False -> True"):
+        runner.run(session, "accuracy", _impl(hostile.rms_flushes_denormals), F32, strategy, check_accuracy,
+                   shrink=False)
+    good = make("rms_norm", "eager", "plugin", hostile._rms, target="normcert.properties.meta.hostile:_rms")
+    assert sandbox.kernel_code(session, good, "", flushes_denormals) is False
+    x, w = torch.full((2, 4), 2.0 ** -130), torch.ones(4)  # subnormal in float32; y = x / sqrt(eps): normal
+    y = sandbox.kernel_code(session, good, "", lambda: good.fn(x, w, 1e-6))
+    assert torch.equal(y, hostile._rms(x, w, 1e-6)) and bool(y.ne(0).all())
+
+
+def test_flush_to_zero_at_import_is_turned_off_and_fails_every_call_of_the_kernel(session, tmp_path, monkeypatch):
+    """A kernel module that calls torch.set_flush_denormal(True) at import would make the oracle read
+    subnormals as zero: normcert turns it off again, and the kernel fails, uncalled."""
+    (tmp_path / "ftz_at_import.py").write_text("import torch\n\ntorch.set_flush_denormal(True)\n\n\n"
+                                               "def rms(x, weight, eps):\n    return x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "ftz_at_import", raising=False)
+    impl = impls.plugin("rms_norm=ftz_at_import:rms")
+    assert not flushes_denormals()
+    assert impl.import_fault == impls.FLUSHED_AT_IMPORT
+    with pytest.raises(PropertyFailure, match=r"ftz_at_import:rms: its module set flush-to-zero at import"):
+        runner.run(session, "accuracy", impl, F32,
+                   strategies.cases("rms_norm", F32, "cpu", profiles=("normal",), hostile=False), check_accuracy,
+                   shrink=False)
+    assert runner.gradcheck(session, impl).outcome == "fail"
+    assert "set flush-to-zero at import" in session.results[-1].message
 
 
 @pytest.mark.parametrize("fn", [hostile.rms_reused_buffer, hostile.rms_ring_of_two], ids=["static", "ring"])
