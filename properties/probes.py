@@ -53,11 +53,15 @@ def _first_call(session, impl, case, outputs) -> None:
     key = (impl.id, case.dtype)
     if key in session.first_calls:
         return
+    if not all(type(o) is torch.Tensor and o.device == case.main.device for o in outputs):
+        return  # the output contract's to judge (a subclass, a tuple where a tensor is due): the properties say it
     try:
         check_against_oracle(tuple(o.detach() for o in outputs), case, Worst())
         session.first_calls[key] = ""
     except AssertionError as e:
         session.first_calls[key] = str(e)
+    except Exception:  # noqa: BLE001 - a shape or dtype the contract refuses: the properties say it
+        pass
 
 
 def first_call(session, impl, dtype) -> str:
