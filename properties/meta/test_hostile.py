@@ -16,6 +16,7 @@ import torch
 from ...impls import make
 from ...impls.conventions import ConventionViolation
 from .. import runner, sandbox, strategies
+from ..case import extent
 from ..families import BY_NAME
 from ..measure import PropertyFailure
 from ..checks.accuracy import check_accuracy
@@ -178,6 +179,20 @@ def test_an_inplace_kernel_that_writes_around_its_view_is_caught():
                      convention="inplace")
     with pytest.raises(ConventionViolation, match="bytes of x's storage outside its view were written"):
         scribbles.fn(x, w, 1e-6)
+    honest = make("rms_norm", "honest", "plugin", hostile.rms_inplace, convention="inplace")
+    assert torch.equal(honest.fn(x, w, 1e-6), hostile._rms(x, w, 1e-6))
+
+
+@pytest.mark.parametrize("layout, shape", [("sliced", (3, 40)), ("fused_qkv", (3, 4, 16))])
+def test_an_inplace_kernel_that_zeroes_its_span_is_caught_in_the_layouts_normcert_draws(layout, shape):
+    """A memset over x's span before y is written into x: the storage around the views the strategies
+    make holds POISON (zeros would let it pass), so the zeroed bits around the view are seen."""
+    values = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64).numpy()
+    x, w = strategies.layout_tensor(values, F32, layout, "cpu"), torch.ones(shape[-1])
+    assert extent(x) > x.numel()  # storage around the view inside its span
+    zeroes = make("rms_norm", "zeroes", "plugin", hostile.rms_inplace_zeroes_span, convention="inplace")
+    with pytest.raises(ConventionViolation, match="bytes of x's storage outside its view were written"):
+        zeroes.fn(x, w, 1e-6)
     honest = make("rms_norm", "honest", "plugin", hostile.rms_inplace, convention="inplace")
     assert torch.equal(honest.fn(x, w, 1e-6), hostile._rms(x, w, 1e-6))
 
