@@ -8,12 +8,13 @@ from __future__ import annotations
 import functools
 import gc
 import time
+import warnings
 import weakref
 
 import pytest
 import torch
 
-from ...impls import make
+from ...impls import eager, make
 from ...impls.conventions import ConventionViolation
 from .. import runner, sandbox, strategies
 from ..case import extent
@@ -75,9 +76,23 @@ def test_an_exception_while_checking_is_an_error_not_a_pass(session):
     def broken_check(session, impl, case, worst):
         raise ValueError("the assessment broke")
 
-    with pytest.raises(PropertyFailure, match="ValueError while checking"):
+    with pytest.raises(PropertyFailure, match="accuracy could not be checked for rms_norm:rms_refuses_long_rows "
+                                              r"\(plugin\) in float32: normcert's own error, not the kernel's: "
+                                              "ValueError in its checking code: the assessment broke"):
         _accuracy(session, hostile.rms_refuses_long_rows, check=broken_check)
     assert session.results[-1].outcome == "error"
+
+
+def test_normcert_s_own_arithmetic_raises_no_warning(session):
+    """Under PYTHONWARNINGS=error a warning from the bounds (0 inf on an infinite row, an overflowing
+    sum) would be an exception in the checking code: a correct kernel's extremes pass without one."""
+    extremes = BY_NAME["extremes"]
+    impl = make("layer_norm", "eager", "plugin", eager.layer_norm)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = runner.run(session, "extremes", impl, F32, extremes.cases("layer_norm", F32, "cpu"), extremes.check,
+                         max_examples=10)
+    assert res.outcome == "pass"
 
 
 def test_a_hanging_kernel_is_cut_once_then_fails_fast(session):
