@@ -52,7 +52,8 @@ MAX_FITTED_ELEMENTS = 1 << 27
 oracle's float64 copy, of which a case holds a few (inputs, outputs, gradients) per xdist worker.
 Fitting grows a case only by widening its rows, so the largest fitted case is the one with the most
 rows, the "many" bucket (``strategies.MANY_ROWS`` = 65537 rows), each row widened to the
-narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to 2047 fits."""
+narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to 2047 fits (2046 for a
+[gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
 
 KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless")
 RANKS = (2, 3, 4)
