@@ -23,7 +23,7 @@ import torch
 from ..oracle import OPS
 
 from . import conventions
-from .domain import Domain, DomainError, parse
+from .domain import Domain, DomainError, check_size, parse
 
 BACKENDS = ("eager", "compiled", "triton", "case-study", "plugin")
 MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "triton_norms", "triton_gated_norm",
@@ -46,6 +46,22 @@ class Impl:
     convention: str = ""  # "", or how it writes its outputs (``conventions``); fn is then the adapted callable
     agrees_with: "Impl | None" = field(default=None, compare=False)  # must give its bits (``--agree``)
     import_fault: str = ""  # what importing its module did to the process (``imported``): every call of it fails
+
+    def __post_init__(self):
+        """The domain is read again as normcert's own (``domain.parse`` of its fields), whoever built
+        the record (an entry point may build one directly; ``dataclasses.replace``, as ``--domain``
+        does, passes here too), and its largest fitted case fits (``domain.check_size``)."""
+        from ..properties.strategies import MANY_ROWS  # noqa: PLC0415 - the largest case fitting widens
+
+        where = f"{self.name!r}: domain"
+        if type(self.domain) is not Domain:
+            raise UsageError(f"{where}: a {type(self.domain).__name__} object is not accepted (normcert reads a "
+                             f"domain only from its own text): give a string of KEY=VALUE items or a dict")
+        try:
+            object.__setattr__(self, "domain", parse(self.domain.spec(), where))
+            check_size(self.domain, OPS[self.op], MANY_ROWS, where)
+        except DomainError as e:
+            raise UsageError(str(e)) from None
 
     @property
     def id(self) -> str:
@@ -174,7 +190,7 @@ def _from_entry_points() -> list[Impl]:
     for ep in entry_points(group="normcert.impls"):
         items = imported(lambda: list(ep.load()()), ep.module)  # noqa: B023 - called at once
         for item in items:
-            if not isinstance(item, Impl):
+            if type(item) is not Impl:  # a subclass could run code of its own in place of the record's
                 raise UsageError(f"entry point {ep.name!r} yielded {type(item).__name__}, expected normcert.impls.Impl")
             found.append(_faulted(item, ep.module))
     return found

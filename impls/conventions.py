@@ -20,8 +20,11 @@ same way, and checks what the convention promises:
   that pattern after the call was never written, a ``ConventionViolation``;
 * for ``inplace``, the inputs it mutates are copies with the case's own strides,
   offset and whole storage (the case's tensors stay untouched), and a write
-  anywhere in that storage outside the view is a ``ConventionViolation``; any
-  other input it writes is caught by the contract property like any kernel's;
+  anywhere in that storage outside the view is a ``ConventionViolation``; the
+  storage around a view the suite makes holds ``POISON`` too
+  (``strategies.surround``), so that a write there, zeros included, changes
+  bits; any other input it writes is caught by the contract property like any
+  kernel's;
 * it returns what the convention says: None (``outkw``: None or ``out`` itself).
 
 The mutated copies are detached: an in-place kernel has no autograd graph

@@ -9,7 +9,10 @@ the domain, any refusal inside it is a failure, and the certificate says
 Declared as an attribute on the kernel, ``kernel.normcert_domain``, or with
 ``--domain`` on the command line (which replaces the attribute), as a string of
 ``key=value`` items separated by spaces or semicolons, or (the attribute) a dict
-of the same keys:
+of the same keys.  The domain is normcert's own record, read from that text
+(``parse``): an object the kernel built (a ``Domain``, a subclass of one, a str
+subclass) is refused, since its methods would be the kernel's code saying what
+was certified.
 
     dtypes=float16,bfloat16   the main tensor's dtypes (default: all four)
     params=same|float32       weight, bias and a sublayer's bias: in x's dtype,
@@ -32,6 +35,10 @@ A case is drawn as for any kernel, then *fitted* into the domain
 the maximum), leading dims flattened or unsqueezed to an allowed rank, tensors
 made contiguous, weights cast, None weights replaced by ones / zeros; its notes
 say what was fitted.
+
+A fitted case is at most ``MAX_FITTED_ELEMENTS`` elements: a domain whose largest
+fitted case is larger cannot be built, and is a usage error before any case
+(``check_size``).
 """
 from __future__ import annotations
 
@@ -39,6 +46,14 @@ import math
 from dataclasses import dataclass, fields
 
 from ..oracle.formats import DTYPE_NAMES
+
+MAX_FITTED_ELEMENTS = 1 << 27
+"""The most elements the main tensor of a fitted case may hold: 512 MiB in float32, 1 GiB as the
+oracle's float64 copy, of which a case holds a few (inputs, outputs, gradients) per xdist worker.
+Fitting grows a case only by widening its rows, so the largest fitted case is the one with the most
+rows, the "many" bucket (``strategies.MANY_ROWS`` = 65537 rows), each row widened to the
+narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to 2047 fits (2046 for a
+[gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
 
 KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless")
 RANKS = (2, 3, 4)
@@ -124,12 +139,30 @@ class Domain:
         return " ".join(items)
 
 
+def check_size(domain: Domain, rec, rows: int, where: str) -> None:
+    """DomainError unless the largest case fitted into ``domain`` for op record ``rec`` (``rows``
+    rows of the narrowest row the domain admits for the op) holds at most MAX_FITTED_ELEMENTS."""
+    width = domain.width(1, rec.halves, rec.width_multiple)
+    if rows * width <= MAX_FITTED_ELEMENTS:
+        return
+    most = max(m for m in range(1, MAX_FITTED_ELEMENTS // rows + 1)  # only width_multiple widens a row
+               if rows * Domain(width_multiple=m).width(1, rec.halves, rec.width_multiple) <= MAX_FITTED_ELEMENTS)
+    raise DomainError(f"{where}: width_multiple={domain.width_multiple} fits {rec.name}'s largest case ({rows} rows) "
+                      f"to rows of {width}, {rows * width} elements, past normcert's limit of {MAX_FITTED_ELEMENTS} "
+                      f"elements (for {rec.name}: width_multiple at most {most})")
+
+
 def parse(spec, where: str = "--domain") -> Domain:
     """A Domain from ``spec``: a string of key=value items (spaces or semicolons between them), a
-    dict of the same keys, a Domain, or None (unrestricted).  ``where`` names the source in errors."""
-    if spec is None or isinstance(spec, Domain):
-        return spec or Domain()
-    if isinstance(spec, str):
+    dict of the same keys (values: strings, whole numbers, booleans, or lists / tuples of strings
+    and whole numbers), or None (unrestricted); nothing else, a Domain included.  ``where`` names
+    the source in errors."""
+    if spec is None:
+        return Domain()
+    if isinstance(spec, Domain):
+        raise DomainError(f"{where}: a {type(spec).__name__} object is not accepted (normcert reads a domain only "
+                          f"from its own text): give a string of KEY=VALUE items or a dict")
+    if type(spec) is str:
         items = {}
         for item in spec.replace(";", " ").split():
             key, sep, value = item.partition("=")
@@ -138,8 +171,12 @@ def parse(spec, where: str = "--domain") -> Domain:
             if key in items:
                 raise DomainError(f"{where} {spec!r}: {key} given twice")
             items[key] = value
-    elif isinstance(spec, dict):
+    elif type(spec) is dict:
         items = dict(spec)
+        odd = [k for k, v in items.items() if type(k) is not str or not _plain(v)]
+        if odd:
+            raise DomainError(f"{where}: {odd[0]!r}: expected string keys and values that are strings, whole numbers, "
+                              f"booleans or lists of those")
     else:
         raise DomainError(f"{where}: expected a string of KEY=VALUE items or a dict, got {type(spec).__name__}")
     unknown = [k for k in items if k not in KEYS]
@@ -151,6 +188,14 @@ def parse(spec, where: str = "--domain") -> Domain:
     if domain.max_width is not None and domain.max_width < step:
         raise DomainError(f"{where}: max_width={domain.max_width} is below width_multiple={step}: no row fits")
     return domain
+
+
+def _plain(value) -> bool:
+    """A value a dict domain may hold: a str, int or bool, or a list / tuple of str and int (exact types:
+    a subclass could answer ``==`` and ``str`` as it likes)."""
+    if type(value) in (list, tuple):
+        return all(type(v) in (str, int) for v in value)
+    return type(value) in (str, int, bool)
 
 
 def _names(value) -> list[str]:

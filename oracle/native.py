@@ -25,32 +25,37 @@ self-test; where any of that fails the pure path runs and one
 two paths in one process).
 
 The build is reproducible: the flags are fixed (``FLAGS``).  No
-``-march=native``: it makes machine-specific code, so the cache key would have
-to name the CPU (its /proc/cpuinfo flags), a library built on one machine could
-die of SIGILL on another that shares the cache (a network home directory), and
-the same source would give different binaries on different machines.  The
-price, on x86-64 (baseline SSE2 instead of AVX2; 2-core AMD EPYC, 64 x 4096
-rows): extract and dot take about 2.2x as long, minmax 1.5x, still 1.7x
-(extract) to 15x (dot) faster than the torch path; a whole 64 x 1024
-LayerNorm oracle call 13% longer (0.62 -> 0.70 ms).
+``-march=native``: it makes machine-specific code, and the same source would
+give different binaries on different machines.  The price, on x86-64 (baseline
+SSE2 instead of AVX2; 2-core AMD EPYC, 64 x 4096 rows): extract and dot take
+about 2.2x as long, minmax 1.5x, still 1.7x (extract) to 15x (dot) faster than
+the torch path; a whole 64 x 1024 LayerNorm oracle call 13% longer (0.62 -> 0.70 ms).
 ``-ffp-contract=off`` and no ``-ffast-math`` are essential: an FMA contraction
 or a reassociation breaks the error-free transformations (``(s + v) - s`` is
 no longer the grid part of v, Dekker's e no longer exact).  ``native.c``
 refuses to compile where binary64 expressions carry excess precision (x87).
-The library goes to ``NORMCERT_CACHE`` (default ``~/.cache/normcert``; a
-private folder in the temp dir when that cannot be created), named by a hash of
-the source, the flags, the compiler command and its ``--version`` output, and
-the platform.  It is compiled in a temporary folder under the cache, from the
-fixed relative name ``native.c``, and moved into place with ``os.replace``
-(atomic), so two processes building at once (xdist workers) each install a
-complete file and load one.
+
+Every process builds the library it loads (``build``: about 0.4 s of the
+compiler once per process, an xdist worker being one).  A library found on
+disk is never trusted by its name: a kernel under test runs as the same user
+and could have replaced any file an earlier run left (with one that passes the
+fixed self-test and is wrong elsewhere), and a later run, of another kernel,
+would load it.  So the library is compiled into a fresh folder of an
+unpredictable name (``tempfile.mkdtemp``, mode 0700) under ``NORMCERT_CACHE``
+(default ``~/.cache/normcert``; a private folder in the temp dir when that
+cannot be created), the sha256 of its bytes is taken as the compiler leaves
+them and again after the load (a file replaced in between is refused), and the
+folder is removed: nothing is left for a later run to find.  Not defended: a
+process of the same user running at the same time can still replace the file
+between the compiler and the first hash, and a kernel can change the compiler
+on PATH, ``native.c`` or the rest of normcert's installed files, or, inside its
+own run, normcert's memory.
 """
 from __future__ import annotations
 
 import ctypes
 import hashlib
 import os
-import platform
 import shlex
 import shutil
 import subprocess
@@ -184,15 +189,14 @@ def _choose() -> tuple[Kernels | None, str]:
         raise ValueError(f"{ENV}={setting!r}: expected 0 (the pure torch path) or 1 (the native kernels "
                          f"where they build; the default)")
     try:
-        path = build()
-        lib = Kernels(path)
+        lib, digest = build()
     except (BuildError, OSError, subprocess.SubprocessError) as e:
         reason = str(e) or type(e).__name__
     else:
         failure = self_test(lib)
         if failure is None:
-            return lib, f"native kernels from {path}"
-        reason = f"{path} failed its self-test: {failure}"
+            return lib, f"native kernels built by this process (sha256 {digest[:16]})"
+        reason = f"the library built by this process failed its self-test: {failure}"
     warnings.warn(f"normcert oracle: the native kernels are unavailable ({reason}); the pure torch path runs "
                   f"instead (slower, same guarantees). Set {ENV}=0 to choose it and silence this warning.",
                   RuntimeWarning)
@@ -214,9 +218,10 @@ def compiler() -> list[str] | None:
     return None
 
 
-def cache_dir() -> Path:
-    """$NORMCERT_CACHE, else ~/.cache/normcert; where that cannot be created, a folder of this user's
-    own in the temp dir (a shared one would let another user plant the library this process loads)."""
+def build_root() -> Path:
+    """Where each process's build folder goes: $NORMCERT_CACHE, else ~/.cache/normcert; where that
+    cannot be created, a folder of this user's own in the temp dir (in a shared one another user
+    could watch for the build and replace the library this process loads)."""
     home = Path(os.environ.get("NORMCERT_CACHE") or Path.home() / ".cache" / "normcert")
     try:
         home.mkdir(parents=True, exist_ok=True)
@@ -232,23 +237,26 @@ def cache_dir() -> Path:
     return tmp
 
 
-def build() -> Path:
-    """The compiled kernels' path: compiled once per source, flags and compiler, then taken from the cache."""
+def build() -> tuple[Kernels, str]:
+    """The native kernels compiled by this process from the package's ``native.c`` (module
+    docstring), and the sha256 of the library file they were loaded from.  BuildError where the
+    compiler fails, or where the file changed between the build and the load."""
     cc = compiler()
     if cc is None:
         raise BuildError("no C compiler: CC is not set and none of cc, gcc, clang is on PATH")
     source = resources.files(__package__).joinpath(SOURCE).read_bytes()
-    version = _run([*cc, "--version"], cwd=None)
-    key = hashlib.sha256(b"\0".join([source, *(f.encode() for f in FLAGS), shlex.join(cc).encode(), version,
-                                     platform.machine().encode(), platform.system().encode()]))
-    cache = cache_dir()
-    so = cache / f"native-{key.hexdigest()[:20]}.so"
-    if not so.exists():
-        with tempfile.TemporaryDirectory(dir=cache, prefix="build-") as tmp:
-            (Path(tmp) / SOURCE).write_bytes(source)
-            _run([*cc, *FLAGS, "-o", "native.so", SOURCE], cwd=tmp)
-            os.replace(Path(tmp) / "native.so", so)  # atomic: concurrent builders each install a complete file
-    return so
+    folder = Path(tempfile.mkdtemp(dir=build_root(), prefix="build-"))
+    try:
+        (folder / SOURCE).write_bytes(source)
+        _run([*cc, *FLAGS, "-o", "native.so", SOURCE], cwd=folder)
+        so = folder / "native.so"
+        digest = hashlib.sha256(so.read_bytes()).hexdigest()
+        lib = Kernels(so)
+        if hashlib.sha256(so.read_bytes()).hexdigest() != digest:
+            raise BuildError(f"{so} changed between its build and its load (another process wrote it)")
+        return lib, digest
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run(cmd: list[str], cwd) -> bytes:

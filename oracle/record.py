@@ -15,9 +15,11 @@ a weight of ones or a bias of zeros, and gets no gradient.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import torch
 
 from . import validate as v
@@ -101,6 +103,24 @@ class Out:
             raise ValueError(f"Out {self.name}: a dtype of its own or its input {self.like}'s, not both")
 
 
+def ieee(bound: Callable) -> Callable:
+    """``bound`` computed under ``np.errstate(all="ignore")``.  A bound is IEEE float64 arithmetic in
+    which inf and NaN are values with a meaning: an input row holding inf, a sum that overflows, 0 inf
+    on a row that carries no claim; every bound decides such rows by its claim and isfinite guards,
+    never by a floating-point warning.  Unsilenced, numpy's warnings would be normcert's own noise in
+    every run, and under ``PYTHONWARNINGS=error`` an exception in the checking code."""
+    if getattr(bound, "ieee", False):  # a record made again (``dataclasses.replace``): wrapped once
+        return bound
+
+    @functools.wraps(bound)
+    def quiet(*args, **kwargs):
+        with np.errstate(all="ignore"):
+            return bound(*args, **kwargs)
+
+    quiet.ieee = True
+    return quiet
+
+
 @dataclass(frozen=True)
 class Op:
     """One op.
@@ -112,7 +132,8 @@ class Op:
     vjp:         oracle VJP, ``vjp(B, cotangents, **args) -> {arg: gradient}`` (None without grads)
     forward_bound: the error model's forward bound, ``forward_bound(args, exact, kernel=True)``;
                  ``kernel=False`` gives the oracle's own error alone
-    grad_bound:  the error model's gradient bound, ``grad_bound(args, cotangents, exact)`` (None without grads)
+    grad_bound:  the error model's gradient bound, ``grad_bound(args, cotangents, exact)`` (None without grads);
+                 both run under ``ieee`` (no floating-point warnings: inf and NaN are values of theirs)
     call:        ``call(kernel, args) -> outputs``: how a kernel is called, args by name
     rowwise:     output row r depends on input row r only
     scale_invariant: y(c x, c^2 eps) = y(x, eps);  shift_invariant: y(x + d) = y(x)
@@ -152,6 +173,9 @@ class Op:
     width_multiple: int = 1
 
     def __post_init__(self):
+        for name in ("forward_bound", "grad_bound"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, ieee(getattr(self, name)))
         if bool(self.grads) != (self.vjp is not None) or bool(self.grads) != (self.grad_bound is not None):
             raise ValueError(f"Op {self.name}: vjp and grad_bound are given exactly when grads are")
         tensors = {a.name for a in self.args if KINDS[a.kind].tensor}

@@ -30,6 +30,7 @@ from ..oracle.kinds import KINDS
 from ..oracle.validate import stream_dtypes
 
 from .case import Case
+from .strategies import surround
 
 
 def fit(case: Case, domain: Domain) -> Case:
@@ -134,16 +135,17 @@ def _halves(t: torch.Tensor, n: int) -> torch.Tensor:
 
 def _relayout(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``v``'s values in ``like``'s kind of layout: contiguous; rows at a stride past their length
-    (3 more, as ``strategies.layout_tensor``'s "sliced"); or the last two dims transposed in memory."""
+    (3 more, as ``strategies.layout_tensor``'s "sliced"); or the last two dims transposed in memory.
+    Storage around the values is ``strategies.surround``'s, as in every layout the strategies make."""
     if like.is_contiguous() or v.dim() == 0:
         return v.contiguous()
     if like.stride(-1) == 1:
-        buf = torch.zeros(*v.shape[:-1], v.shape[-1] + 3, dtype=v.dtype, device=v.device)
+        buf = surround((*v.shape[:-1], v.shape[-1] + 3), v.dtype, v.device)
         buf[..., : v.shape[-1]] = v
         return buf[..., : v.shape[-1]]
     if v.dim() >= 2:
         return v.transpose(-1, -2).contiguous().transpose(-1, -2)
-    buf = torch.zeros(2 * v.shape[0], dtype=v.dtype, device=v.device)  # a strided vector
+    buf = surround((2 * v.shape[0],), v.dtype, v.device)  # a strided vector
     buf[::2] = v
     return buf[::2]
 

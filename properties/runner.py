@@ -6,8 +6,10 @@ towards it with ``target``), and on failure re-raises with the shrunk case,
 the property, the dtype and the replay command.  Every run leaves one
 ``Result`` in its session's ``results`` for the certificate, made once at its end
 (``record``): ``pass`` only when the search completed with every case checked,
-``error`` where it stopped otherwise.  ``forward_only`` and ``gradcheck`` are the
-backward families' own runs.
+``error`` where it stopped otherwise: an exception in normcert's own checking code
+(everything the kernel raises is a ``ContractViolation`` or a refusal by then,
+``sandbox.kernel_code``), reported as normcert's, not the kernel's (``harness_error``).
+``forward_only`` and ``gradcheck`` are the backward families' own runs.
 
 What a kernel supports is its declared domain (``impls.domain``): cases are
 drawn inside it (``fitting``), a dtype outside it is ``not-supported`` without a
@@ -309,7 +311,8 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
         res = search.conclude(outcome, message, failed, time.perf_counter() - t0, judge)
     if res.outcome in FAILED:
         raise PropertyFailure(
-            f"{prop} fails for {impl.id} ({impl.backend}) in {res.dtype}: {res.message}\n"
+            f"{prop} {'could not be checked' if res.outcome == 'error' else 'fails'} for {impl.id} ({impl.backend}) "
+            f"in {res.dtype}: {res.message}\n"
             f"  {'first failing case (not shrunk: ' + search.shrinks_not + ')' if search.shrinks_not else 'shrunk case'}: "
             f"{res.worst_where}\n  replay: {res.replay}"
         ) from None
@@ -432,7 +435,7 @@ class _Search:
         if isinstance(e, Flaky):
             message = f"nondeterministic: the same case gave another result when run again ({message})"
         elif not failure:
-            message = f"{type(e).__name__} while checking: {message}"
+            message = harness_error(e, message)
         return outcome, message, case
 
     def conclude(self, outcome: str, message: str, failed, seconds: float, judge) -> Result:
@@ -450,6 +453,12 @@ class _Search:
                       examples=cover.examples, refused=cover.refused, domain=domain, seconds=seconds,
                       worst_units=worst.units, worst_ulps=worst.ulps, worst_where=where,
                       unclaimed=worst.unclaimed, replay=replay)
+
+
+def harness_error(e: BaseException, message: str) -> str:
+    """The result message for ``e`` (said as ``message``), raised in normcert's own checking code (the
+    oracle, the bounds, the strategies, Hypothesis), not in the kernel's call: the harness's error."""
+    return f"normcert's own error, not the kernel's: {type(e).__name__} in its checking code: {message}"
 
 
 def outside_domain(session, impl, prop: str, dtype) -> Result | None:

@@ -50,6 +50,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
+from ..impls import conventions
 from ..oracle import OPS
 from ..oracle.formats import compute_format, fmt
 from ..oracle.kinds import KINDS
@@ -270,12 +271,12 @@ def device_normal(shape: tuple[int, int], dtype, device, seed: int, stride: int 
                   chunk: int = 1 << 26) -> torch.Tensor:
     """Standard normal values rounded (nearest even) to ``dtype``, made on ``device`` a chunk at a
     time (no float32 copy of the whole tensor), as a (rows, width) view with row stride ``stride``
-    (default: contiguous) into zeros; the same bits for the same seed on the same device."""
+    (default: contiguous) into a ``surround`` buffer; the same bits for the same seed on the same device."""
     rows, width = shape
     stride = width if stride is None else stride
     gen = torch.Generator(device=device).manual_seed(seed)
     wide = torch.float64 if dtype == torch.float64 else torch.float32
-    flat = torch.zeros((rows - 1) * stride + width if rows else 0, dtype=dtype, device=device)
+    flat = surround(((rows - 1) * stride + width if rows else 0,), dtype, device)
     view = flat.as_strided((rows, width), (stride, 1))
     if stride == width:
         for a in range(0, flat.numel(), chunk):
@@ -465,22 +466,32 @@ def hostile_rows(rng, dtype, values, kinds):
     return flat.reshape(values.shape)
 
 
+def surround(shape, dtype, device) -> torch.Tensor:
+    """A fresh buffer for a view to be cut from, every element ``conventions.POISON`` (a NaN with a
+    payload no arithmetic makes; zeros for a dtype without one): the storage around a view normcert
+    hands to a kernel holds bits no kernel writes, so a write outside the view (a memset over the
+    view's whole span) changes bits that ``sandbox.check_unmutated`` and the @inplace convention
+    compare, instead of writing zeros over zeros."""
+    return conventions.poisoned(shape, dtype, device)
+
+
 def layout_tensor(values, dtype, layout, device):
-    """A tensor holding exactly ``values`` in the given memory layout."""
+    """A tensor holding exactly ``values`` in the given memory layout; any storage around it (the
+    sliced rows' tails, a fused QKV buffer's q and v, an offset's head) is ``surround``'s."""
     shape = values.shape
     if layout == "transposed" and len(shape) >= 2:
         base = torch.from_numpy(np.ascontiguousarray(np.swapaxes(values, -1, -2))).to(dtype)
         return base.to(device).transpose(-1, -2)
     if layout == "sliced":
-        buf = torch.zeros(shape[:-1] + (shape[-1] + 3,), dtype=dtype, device=device)
+        buf = surround(shape[:-1] + (shape[-1] + 3,), dtype, device)
         buf[..., : shape[-1]] = torch.from_numpy(values).to(dtype)
         return buf[..., : shape[-1]]
     if layout == "fused_qkv":  # (tokens, heads, d): the k part of a (tokens, 3, heads, d) q|k|v buffer
-        buf = torch.zeros(shape[:-2] + (3,) + shape[-2:], dtype=dtype, device=device)
+        buf = surround(shape[:-2] + (3,) + shape[-2:], dtype, device)
         buf[..., 1, :, :] = torch.from_numpy(values).to(dtype)
         return buf[..., 1, :, :]
     if layout == "offset":
-        buf = torch.zeros(values.size + 5, dtype=dtype, device=device)
+        buf = surround((values.size + 5,), dtype, device)
         buf[5:] = torch.from_numpy(values.reshape(-1)).to(dtype)
         return buf[5:].view(shape)
     return torch.from_numpy(np.ascontiguousarray(values)).to(dtype).to(device)
@@ -508,7 +519,8 @@ def tensors(draw, rng, dtype, shape, device, profiles=PROFILES, hostile=True, la
 def vectors(draw, rng, n, x_dtype, device, name, around, profiles, bucket=None):
     """A length-n vector around ``around`` (a weight's 1, a bias's 0), in x.dtype or float32, by one of
     ``profiles``: "ones" / "zeros" (``around`` itself), "normal" (around + N(0, 1)), "lattice"
-    (random bit patterns, exponents in [-3, 1]); contiguous or at stride 2.  ``name`` salts the spins."""
+    (random bit patterns, exponents in [-3, 1]); contiguous or at stride 2 (every other element
+    ``surround``'s).  ``name`` salts the spins."""
     dtype = draw(choice([x_dtype, torch.float32], bucket, name + "dtype"))
     f = fmt(dtype)
     profile = draw(choice(list(profiles), bucket, name))
@@ -520,7 +532,7 @@ def vectors(draw, rng, n, x_dtype, device, name, around, profiles, bucket=None):
         v = lattice(rng, f, (n,), -3, 1)
     strided = draw(st.booleans() if bucket is None else choice([False, True], bucket, name + "strided"))
     if strided:
-        buf = torch.zeros(2 * n, dtype=dtype, device=device)
+        buf = surround((2 * n,), dtype, device)
         buf[::2] = torch.from_numpy(v).to(dtype)
         return buf[::2]
     return torch.from_numpy(v).to(dtype).to(device)

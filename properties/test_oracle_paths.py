@@ -10,13 +10,15 @@
   ``native.status()`` says why, and a fallback warns once.
 * The self-test rejects kernels that break the contract the certified sums
   rely on, and accepts the pure path's own maths.
-* The build is reproducible (same bytes from two caches) and safe to race.
+* The build is reproducible (the same sha256 from two builders at once), leaves nothing behind,
+  and a library planted in the cache by an earlier run is not loaded by a later one.
 Where no C compiler works, the tests that need the native kernels skip.
 """
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -177,7 +179,7 @@ def test_a_failing_compiler_is_reported_with_its_message(monkeypatch, tmp_path):
                              f"sys.exit(3)'")
     with pytest.warns(RuntimeWarning, match="exited with status 3: cc: no licence"):
         status = native.status()
-    assert not status.native and "--version exited with status 3: cc: no licence" in status.reason
+    assert not status.native and "native.c exited with status 3: cc: no licence" in status.reason
 
 
 def test_the_environment_variable_forces_the_pure_path(monkeypatch, tmp_path):
@@ -274,12 +276,49 @@ def test_self_test_rejects_broken_kernels(broken, message):
 def test_build_is_reproducible_and_safe_to_race(monkeypatch, tmp_path):
     if native.compiler() is None:
         pytest.skip("no C compiler on this machine")
-    monkeypatch.setenv("NORMCERT_CACHE", str(tmp_path / "a"))
-    with ThreadPoolExecutor(2) as pool:  # two builders at once into one empty cache
-        first, second = pool.map(lambda _: native.build(), range(2))
-    assert first == second and [p.name for p in (tmp_path / "a").iterdir()] == [first.name], \
-        "two builders must leave one complete library and nothing else"
-    monkeypatch.setenv("NORMCERT_CACHE", str(tmp_path / "b"))
-    other = native.build()
-    assert other.name == first.name and other.read_bytes() == first.read_bytes(), "the build is not reproducible"
-    assert native.self_test(native.Kernels(other)) is None
+    monkeypatch.setenv("NORMCERT_CACHE", str(tmp_path))
+    with ThreadPoolExecutor(2) as pool:  # two builders at once under one folder
+        (first, digest), (second, again) = pool.map(lambda _: native.build(), range(2))
+    assert digest == again, "the build is not reproducible"
+    assert list(tmp_path.iterdir()) == [], "a build must leave nothing behind for a later run to load"
+    assert native.self_test(first) is None and native.self_test(second) is None
+
+
+def test_a_library_replaced_between_its_build_and_its_load_is_refused(monkeypatch, tmp_path):
+    if native.compiler() is None:
+        pytest.skip("no C compiler on this machine")
+    monkeypatch.setenv("NORMCERT_CACHE", str(tmp_path))
+    load = native.Kernels
+
+    def raced(path):  # another process swaps the file as this one loads it
+        kernels = load(path)
+        (path.parent / "other.so").write_bytes(b"another library")
+        os.replace(path.parent / "other.so", path)
+        return kernels
+
+    monkeypatch.setattr(native, "Kernels", raced)
+    with pytest.raises(native.BuildError, match="native.so changed between its build and its load"):
+        native.build()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_library_planted_in_the_cache_is_not_loaded(monkeypatch, tmp_path):
+    """One run of a hostile kernel replaces every library a run left in NORMCERT_CACHE with one of its
+    own (here: the real kernels plus a marker, so it passes the self-test); the next run loads
+    what it built itself.  (The next run's cache is a copy at another path: this process has the
+    first run's library loaded, and dlopen would hand back that one for the same file name.)"""
+    if native.compiler() is None:
+        pytest.skip("no C compiler on this machine")
+    forget_choice(monkeypatch, tmp_path)
+    assert native.status().native
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "native.c").write_bytes(native.resources.files(native.__package__).joinpath(native.SOURCE).read_bytes()
+                                       + b"\nint nc_planted = 1;\n")
+    native._run([*native.compiler(), *native.FLAGS, "-o", "native.so", "native.c"], cwd=planted)
+    later = shutil.copytree(tmp_path / "cache", tmp_path / "later")
+    for so in later.rglob("*.so"):
+        shutil.copy(planted / "native.so", so)
+    monkeypatch.setenv("NORMCERT_CACHE", str(later))
+    monkeypatch.setattr(native, "_chosen", [])  # a later run
+    assert native.status().native and not hasattr(native.kernels().lib, "nc_planted")

@@ -16,6 +16,7 @@ import weakref
 import torch
 
 from ...impls.eager import up
+from ..case import extent
 
 
 def _rms(x, weight, eps):
@@ -152,6 +153,14 @@ def rms_inplace_writes_around_its_view(x, weight, eps):
     (the q and v around the k part of a fused QKV buffer)."""
     y = _rms(x, weight, eps)
     torch.empty(0, dtype=torch.uint8).set_(x.untyped_storage()).zero_()
+    x.copy_(y)
+
+
+def rms_inplace_zeroes_span(x, weight, eps):
+    """@inplace: y written into x correctly, after a memset over x's storage span, first element to
+    last (a sliced row's tail; the v and q between the k rows of a fused QKV buffer)."""
+    y = _rms(x, weight, eps)
+    torch.as_strided(x, (extent(x),), (1,)).zero_()
     x.copy_(y)
 
 

@@ -3,8 +3,10 @@
 Correct kernels in each convention are certified; a kernel that leaves part of
 ``out`` unwritten, returns what its convention does not, writes an input its
 convention does not mutate, or forgets one of its in-place outputs is rejected
-with a message that says so; a declared convention that cannot fit the op is a
-usage error; a replay file keeps the convention.
+with a message that says so; the storage around every view normcert hands over
+holds ``POISON``, not zeros, so that a write around a view changes bits; a
+declared convention that cannot fit the op is a usage error; a replay file keeps
+the convention.
 """
 from __future__ import annotations
 
@@ -15,11 +17,15 @@ import sys
 import numpy as np
 import pytest
 import torch
+from hypothesis import Phase, find, settings
 
 from ... import impls
 from ...impls import conventions
+from ...oracle.formats import bits
 from .. import runner
 from ..measure import PropertyFailure
+from .. import strategies
+from .. import fitting
 from ..families import BY_NAME
 from ..session import Session
 
@@ -83,6 +89,33 @@ def test_unwritten_elements_are_told_from_computed_nans():
         buf[0] = float("nan")
         buf[1] = torch.tensor(0.0, dtype=dtype).log().neg().mul(0)  # inf * 0: a computed NaN
         assert conventions.unwritten(buf) == 1
+
+
+def _around(t: torch.Tensor) -> torch.Tensor:
+    """The bits of t's storage outside its view."""
+    flat = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage())
+    inside = torch.zeros(flat.numel(), dtype=torch.bool)
+    torch.empty(0, dtype=torch.bool).set_(inside.untyped_storage(), t.storage_offset(), t.shape, t.stride()).fill_(True)
+    return bits(flat[~inside])
+
+
+def test_the_storage_around_every_view_normcert_makes_is_poison():
+    """Layouts drawn (sliced, fused QKV, offset; a strided weight), made by fitting, and the large
+    family's far rows: around the view, every element holds the dtype's POISON."""
+    rng = np.random.default_rng(0)
+    views = [strategies.layout_tensor(rng.standard_normal((3, 4, 8)), dtype, layout, "cpu")
+             for dtype in conventions.POISON for layout in ("sliced", "fused_qkv", "offset")]
+    weight = strategies.vectors(rng, 8, torch.bfloat16, "cpu", "weight", 1.0, ("normal",))
+    views.append(find(weight, lambda w: not w.is_contiguous(), settings=settings(database=None, phases=[Phase.generate])))
+    views += [fitting._relayout(torch.ones(3, 8), views[0]), fitting._relayout(torch.ones(8), views[-1])]
+    views.append(strategies.device_normal((3, 8), torch.float16, "cpu", seed=0, stride=20))
+    for v in views:
+        around = _around(v)
+        assert around.numel() and (around == _signed_poison(v.dtype)).all(), (v.dtype, v.stride())
+
+
+def _signed_poison(dtype) -> int:
+    return conventions._signed(conventions.POISON[dtype], torch.finfo(dtype).bits)
 
 
 @pytest.mark.parametrize("spec, message", [

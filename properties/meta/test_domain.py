@@ -1,7 +1,9 @@
 """Declared domains: a kernel states what it supports, the suite checks it there and nowhere else.
 
 * ``impls.domain.parse`` reads every key, says a domain back in its own syntax, and refuses a bad
-  one in one line naming the key;
+  one in one line naming the key; it reads text or a plain dict, never an object the kernel built
+  (a Domain subclass that says nothing), and refuses a domain whose fitted cases would not fit
+  ``MAX_FITTED_ELEMENTS``;
 * ``fitting.fit`` puts any drawn case of any op inside any domain, and keeps it a valid input;
 * an honest kernel that refuses rows not a multiple of 8 is certified once it declares so, and
   fails (the refusal named) while it does not; a refusal inside a declared domain fails; a
@@ -10,6 +12,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -20,7 +23,7 @@ from hypothesis import strategies as st
 from ...impls import make
 from ...impls import UsageError
 from ...impls import registry as impls_registry
-from ...impls.domain import Domain, DomainError, parse
+from ...impls.domain import MAX_FITTED_ELEMENTS, Domain, DomainError, parse
 from ...oracle import OPS
 from ...oracle.formats import DTYPE_NAMES, DTYPES
 from .. import runner
@@ -90,6 +93,68 @@ def test_a_bad_attribute_is_a_usage_error_naming_the_kernel():
     k.normcert_domain = "width_multiple=eight"
     with pytest.raises(UsageError, match="'k': normcert_domain: width_multiple='eight'"):
         _impl(k)
+
+
+class _Quiet(Domain):
+    """A domain object a kernel built: it says nothing of what it restricts."""
+
+    def describe(self) -> str:
+        return ""
+
+    def spec(self) -> str:
+        return ""
+
+
+class _Eight(str):
+    """A str a kernel built: equal to anything."""
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
+
+
+@pytest.mark.parametrize("declared, says", [
+    (_Quiet(max_width=8), "a _Quiet object is not accepted"),
+    (Domain(max_width=8), "a Domain object is not accepted"),
+    (_Eight("max_width=8"), "expected a string of KEY=VALUE items or a dict, got _Eight"),
+    ({"params": _Eight("same")}, "'params': expected string keys and values that are strings"),
+])
+def test_a_domain_is_read_only_from_text_or_a_plain_dict(declared, says):
+    def k(x, weight, eps):
+        return x
+
+    k.normcert_domain = declared
+    with pytest.raises(UsageError, match=f"'k': normcert_domain: {says}"):
+        _impl(k)
+
+
+def test_a_record_built_with_a_domain_object_is_refused_or_read_again():
+    """An entry point hands over Impl records it built: their domain is read again from its fields."""
+    plain = _impl(hostile.rms_multiple_of_8)
+    with pytest.raises(UsageError, match="'rms_multiple_of_8': domain: a _Quiet object is not accepted"):
+        dataclasses.replace(plain, domain=_Quiet(max_width=8))
+    again = dataclasses.replace(plain, domain=Domain(dtypes=("float32",), max_width="64"))
+    assert again.domain == Domain(dtypes=("float32",), max_width=64)
+
+
+@pytest.mark.parametrize("op, multiple, most", [("rms_norm", 65536, 2047), ("silu_and_mul", 4096, 2046)])
+def test_a_domain_too_large_to_fit_is_a_usage_error_naming_the_limit(op, multiple, most):
+    """65537 rows (the "many" bucket) widened to 65536 would be 17 GB of float32: refused when the
+    kernel is registered (the attribute) or given its domain (--domain), before any case."""
+    def k(x, *args):
+        return x
+
+    k.normcert_domain = f"width_multiple={multiple}"
+    says = (rf"'k': domain: width_multiple={multiple} fits {op}'s largest case \(65537 rows\) to rows of {multiple}, "
+            rf"{65537 * multiple} elements, past normcert's limit of {MAX_FITTED_ELEMENTS} elements "
+            rf"\(for {op}: width_multiple at most {most}\)")
+    with pytest.raises(UsageError, match=says):
+        make(op, "k", "plugin", k)
+    k.normcert_domain = f"width_multiple={most}"
+    fits = make(op, "k", "plugin", k)
+    with pytest.raises(UsageError, match=says):
+        dataclasses.replace(fits, domain=parse(f"width_multiple={multiple}"))
 
 
 # ------------------------------------------------------------------ fitting

@@ -10,15 +10,17 @@ import gc
 import sys
 import threading
 import time
+import warnings
 import weakref
 
 import pytest
 import torch
 
 from ... import impls
-from ...impls import flushes_denormals, interpreter, make
+from ...impls import eager, flushes_denormals, interpreter, make
 from ...impls.conventions import ConventionViolation
 from .. import runner, sandbox, strategies
+from ..case import extent
 from ..families import BY_NAME
 from ..measure import PropertyFailure
 from ..run_settings import PROGRESSING
@@ -78,9 +80,23 @@ def test_an_exception_while_checking_is_an_error_not_a_pass(session):
     def broken_check(session, impl, case, worst):
         raise ValueError("the assessment broke")
 
-    with pytest.raises(PropertyFailure, match="ValueError while checking"):
+    with pytest.raises(PropertyFailure, match="accuracy could not be checked for rms_norm:rms_refuses_long_rows "
+                                              r"\(plugin\) in float32: normcert's own error, not the kernel's: "
+                                              "ValueError in its checking code: the assessment broke"):
         _accuracy(session, hostile.rms_refuses_long_rows, check=broken_check)
     assert session.results[-1].outcome == "error"
+
+
+def test_normcert_s_own_arithmetic_raises_no_warning(session):
+    """Under PYTHONWARNINGS=error a warning from the bounds (0 inf on an infinite row, an overflowing
+    sum) would be an exception in the checking code: a correct kernel's extremes pass without one."""
+    extremes = BY_NAME["extremes"]
+    impl = make("layer_norm", "eager", "plugin", eager.layer_norm)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = runner.run(session, "extremes", impl, F32, extremes.cases("layer_norm", F32, "cpu"), extremes.check,
+                         max_examples=10)
+    assert res.outcome == "pass"
 
 
 def test_a_hang_fails_its_own_result_only(session):
@@ -267,6 +283,20 @@ def test_an_inplace_kernel_that_writes_around_its_view_is_caught():
                      convention="inplace")
     with pytest.raises(ConventionViolation, match="bytes of x's storage outside its view were written"):
         scribbles.fn(x, w, 1e-6)
+    honest = make("rms_norm", "honest", "plugin", hostile.rms_inplace, convention="inplace")
+    assert torch.equal(honest.fn(x, w, 1e-6), hostile._rms(x, w, 1e-6))
+
+
+@pytest.mark.parametrize("layout, shape", [("sliced", (3, 40)), ("fused_qkv", (3, 4, 16))])
+def test_an_inplace_kernel_that_zeroes_its_span_is_caught_in_the_layouts_normcert_draws(layout, shape):
+    """A memset over x's span before y is written into x: the storage around the views the strategies
+    make holds POISON (zeros would let it pass), so the zeroed bits around the view are seen."""
+    values = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64).numpy()
+    x, w = strategies.layout_tensor(values, F32, layout, "cpu"), torch.ones(shape[-1])
+    assert extent(x) > x.numel()  # storage around the view inside its span
+    zeroes = make("rms_norm", "zeroes", "plugin", hostile.rms_inplace_zeroes_span, convention="inplace")
+    with pytest.raises(ConventionViolation, match="bytes of x's storage outside its view were written"):
+        zeroes.fn(x, w, 1e-6)
     honest = make("rms_norm", "honest", "plugin", hostile.rms_inplace, convention="inplace")
     assert torch.equal(honest.fn(x, w, 1e-6), hostile._rms(x, w, 1e-6))
 
