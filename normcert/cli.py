@@ -298,6 +298,8 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
         judged = "not certified"
     if certificate and judged != run["verdict"]:
         _correct(certificate, judged, disagreement)
+    if certificate:
+        _summarise(certificate)
     if run["results"]:
         from normcert.properties.certificate import claimed, verdict_line  # noqa: PLC0415
 
@@ -313,6 +315,17 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
     if judged == "certified":
         return 0
     return final if final not in (0, NO_TESTS) else 1
+
+
+def _summarise(certificate: str) -> None:
+    """The CI job summary (``$GITHUB_STEP_SUMMARY``) from the certificate as judged here."""
+    from normcert.properties.certificate import append_step_summary  # noqa: PLC0415
+
+    try:
+        with open(certificate) as f:
+            append_step_summary(json.load(f))
+    except (OSError, ValueError, KeyError) as e:
+        print(f"normcert: the CI job summary was not written ({e})", file=sys.stderr)
 
 
 def _incomplete(certificate: str, why: str) -> None:

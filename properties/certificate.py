@@ -312,8 +312,11 @@ def case_studies(cert: dict) -> list[str]:
     return lines
 
 
-def write(path: str, session, results: list[dict], config, run: dict) -> None:
-    _replace(path, finite_json(build(session, results, config, run)))
+def write(path: str, session, results: list[dict], config, run: dict) -> dict:
+    """Write the certificate of the run (JSON, Markdown, badge); returns it."""
+    cert = finite_json(build(session, results, config, run))
+    _replace(path, cert)
+    return cert
 
 
 def write_incomplete(path: str, why: str) -> None:
@@ -325,13 +328,53 @@ def write_incomplete(path: str, why: str) -> None:
                     "implementations": {}, "results": []})
 
 
+def badge_path(path: str) -> str:
+    """The shields.io endpoint file beside the certificate: ``c.json`` -> ``c.badge.json``."""
+    return os.path.splitext(path)[0] + ".badge.json"
+
+
+def badge(cert: dict) -> dict:
+    """A shields.io endpoint badge (``https://img.shields.io/endpoint?url=...``) of the verdict."""
+    colour = {"certified": "brightgreen", "incomplete": "lightgrey"}.get(cert["verdict"], "red")
+    return {"schemaVersion": 1, "label": "normcert", "message": cert["verdict"], "color": colour}
+
+
+def step_summary(cert: dict) -> str:
+    """A short Markdown verdict for a CI job summary (``$GITHUB_STEP_SUMMARY``): the headline, the
+    failing cells with their first line, and the command that replays each."""
+    lines = [f"### normcert: {headline(cert)}", ""]
+    failing = [r for r in cert["results"] if r["outcome"] in ("fail", "error")]
+    if cert.get("disagreement"):
+        lines += [f"**The run's reports and its results disagree:** {cert['disagreement']}", ""]
+    if failing:
+        lines += ["| kernel | property | dtype | what failed |", "|---|---|---|---|"]
+        for r in failing:
+            first = str(r["message"]).splitlines()[0][:200].replace("|", "\\|") if r["message"] else ""
+            lines.append(f"| {r['impl']} | {r['property']} | {r['dtype']} | {first} |")
+        replays = [r["replay"] for r in failing if str(r["replay"]).startswith("normcert replay ")]
+        if replays:
+            lines += ["", "Replay a failing case on any machine:", "", "```", *replays, "```"]
+    if cert["not_run"]:
+        lines += ["", f"{len(cert['not_run'])} check(s) of the scope did not run, e.g. {cert['not_run'][0]}."]
+    return "\n".join(lines) + "\n"
+
+
+def append_step_summary(cert: dict) -> None:
+    """Append ``step_summary`` to ``$GITHUB_STEP_SUMMARY`` where a CI job sets it (GitHub Actions)."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if target:
+        with open(target, "a") as f:
+            f.write(step_summary(cert))
+
+
 def _replace(path: str, cert: dict) -> None:
     """Write the JSON and the Markdown beside it (``files.write_atomic``: never through a link, never
     half-written); a Markdown file there that is not a normcert certificate is left alone (OSError)."""
     md = markdown_path(path)
     if foreign_markdown(md):
         raise UnsafePath(f"{md} is not a normcert certificate: not replaced")
-    for target, text in ((path, to_json(cert)), (md, markdown(cert))):
+    for target, text in ((path, to_json(cert)), (md, markdown(cert)),
+                         (badge_path(path), json.dumps(badge(cert)) + "\n")):
         write_atomic(target, text)
 
 

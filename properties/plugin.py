@@ -520,7 +520,9 @@ class Suite:
                "domains": {i.id: i.domain.describe() for i in self.session.impls}, "replayed": self.replayed}
         if self.certificate:
             try:
-                certificate.write(self.certificate, self.session, self.results, session.config, run)
+                cert = certificate.write(self.certificate, self.session, self.results, session.config, run)
+                if not os.environ.get(RUN_RECORD):  # under ``normcert certify`` its parent writes it, judged again
+                    certificate.append_step_summary(cert)
             except OSError as e:  # its folder removed or made read-only mid-run (by the kernel, say), a link
                 report.write_line(f"normcert: not certified: the certificate {self.certificate} could not be "
                                   f"written ({e.strerror or e})", red=True)
