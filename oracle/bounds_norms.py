@@ -62,6 +62,14 @@ class NormInput:
                (add_rms_norm's residual_out cotangent), or 0
     error:     a bound on how far each value the kernel normalises may be from ``values``
                besides ``rounded``'s rounding, absolute (the gated norm's x silu(z), formed in c), or 0
+    stored:    the dtype the rows' gradient is stored in where it is not x's, or None (x's): the
+               fused form's residual gradient in a float32 stream beside a float16 / bfloat16 x.
+               Its final roundings are that dtype's (``Context(x.dtype, stored)``: the sum with
+               ``cotangent`` in c and the store), never x's: a correct kernel computes dx in c and
+               stores it in the stream's dtype, and a rounding through x's dtype on the way
+               (flash-linear-attention's layer_norm backward) is 2**16 float32 roundings in bfloat16.
+               The terms of dx before its rounding (c's, and SAVED for intermediates a kernel may keep
+               in x's dtype) are the same for both gradients
     """
 
     values: np.ndarray
@@ -69,6 +77,12 @@ class NormInput:
     claim: np.ndarray | bool = True
     cotangent: np.ndarray | float = 0.0
     error: np.ndarray | float = 0.0
+    stored: torch.dtype | None = None
+
+    def stored_context(self, dtype) -> Context:
+        """The context of the rows' gradient's final rounding for a kernel of main dtype ``dtype``:
+        its compute format c, and ``stored`` (default ``dtype``) as the output dtype."""
+        return Context(dtype, self.stored)
 
     def rounding(self, dtype, kernel=True) -> float:
         """The relative perturbation u_s of rounded rows for a kernel of main dtype ``dtype``: the
@@ -171,7 +185,8 @@ def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.
         g = dy * w
         g_err = multiplier_rel * np.abs(g) + np.abs(w) * cotangent_error
         tiny = np.abs(x * rho) < 2 * ctx.lam_o  # xhat may be saved subnormal, or flushed
-        dx_err = _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, rows.cotangent, tiny)
+        dx_err = _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, rows.cotangent, tiny,
+                               rows.stored_context(args["x"].dtype))
         dw_err = _rms_dweight_error(ctx, affine_grad_context(args, "weight"), x, dy, rho, rho_rel, delta,
                                     cotangent_error, tiny, exact.get("weight", 0.0))
     claim = claim & np.isfinite(rho_rel)
@@ -187,7 +202,7 @@ def moved_product(values, errors):
     return reach - exact
 
 
-def _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, cotangent, tiny):
+def _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, cotangent, tiny, out_ctx):
     """dx_i = rho g_i - rho^3 x_i M, M = mean(g x), for a kernel whose rho is within R = rho_rel,
     each x_i within delta_i and g_i within e_i = g_err_i, to all orders in them (``moved_product``):
 
@@ -199,7 +214,8 @@ def _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, cotangent, tiny):
                              (4 u_c: the products' roundings)
 
     plus SAVED + 2 u_c on the first product (``rms_norm_bwd``'s llama order), dx's rounding (after the
-    rows' own cotangent is added), the flush floors lam_c, and the floor of a tiny saved xhat."""
+    rows' own cotangent is added) in the dtype it is stored in (``out_ctx``: ``NormInput.stored``),
+    the flush floors lam_c, and the floor of a tiny saved xhat."""
     saved = ROUNDINGS * ctx.uo  # intermediates saved in x.dtype for backward
     reach_x, reach_g = np.abs(x) + delta, np.abs(g) + g_err
     direct = rho * np.abs(g)  # |rho g_i|
@@ -213,7 +229,7 @@ def _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, cotangent, tiny):
               + rho ** 3 * (k * reach_x * (mean_gx + d_mean) - np.abs(x) * mean_gx))
     # dx = dx_rms + the rows' own cotangent is rounded after the add: its magnitude, not |dx|, sets the rounding
     via_mean = rho ** 3 * np.abs(x)  # |rho^3 x_i|, the factor of M
-    dx_err = (dx_err + ctx.round_out(direct + via_mean * mean_gx + np.abs(cotangent))
+    dx_err = (dx_err + out_ctx.round_out(direct + via_mean * mean_gx + np.abs(cotangent))
               + ctx.lam_c * (1 + direct + via_mean))
     return dx_err + ROUNDINGS * ctx.lam_o * rho ** 2 * (mean_gx * tiny + np.abs(x) * row_mean(np.abs(g) * tiny))
 
@@ -277,7 +293,8 @@ def layer_norm_bwd(args, cot, exact, rows=None):
     """dx = rho (g - mean g - xhat mean(g xhat)), g = dy w (``error_model.normalisation_vjp_error``);
     dw = sum_rows dy xhat, db = sum_rows dy (``error_model.row_sum_error``); each plus its rounding.
     rows: a ``NormInput`` (``_layer_rows``); its cotangent (the fused form's dresidual_out) is added
-    to dx before dx is rounded, so the rounding is of |dx - cotangent| + |cotangent|, not |dx|."""
+    to dx before dx is rounded, so the rounding is of |dx - cotangent| + |cotangent|, not |dx|, and
+    in the dtype dx is stored in (``NormInput.stored``)."""
     ctx = Context(args["x"].dtype)
     norm, rows = _layer_rows(ctx, args, rows)
     dx_err, dw_err, db_err = _affine_grads(ctx, args, norm, to_float64(cot[0]),
@@ -286,7 +303,7 @@ def layer_norm_bwd(args, cot, exact, rows=None):
     with np.errstate(all="ignore"):
         rounded = np.abs(exact["x"] - rows.cotangent) + np.abs(rows.cotangent)
     return {
-        "x": np.where(norm.claim, dx_err + ctx.round_out(rounded), np.inf),
+        "x": np.where(norm.claim, dx_err + rows.stored_context(args["x"].dtype).round_out(rounded), np.inf),
         "weight": np.where(norm.claim.all(), dw_err + weight_ctx.round_out(np.abs(exact.get("weight", 0.0))), np.inf),
         "bias": db_err + bias_ctx.round_out(np.abs(exact.get("bias", 0.0))),
     }

@@ -564,6 +564,42 @@ def add_ln_stream_narrowed(x, residual, weight, bias, eps):
     return y.to(x.dtype), s.to(x.dtype).to(residual.dtype)
 
 
+class _AddLnResidualGradNarrowed(torch.autograd.Function):
+    """add_layer_norm as flash-linear-attention's ``layer_norm(..., residual, prenorm=True)`` stores
+    it: s = x + r formed in float32 and stored as residual_out in the stream's dtype, the two-pass
+    LayerNorm of it; the backward forms dx = rho (g - mean g - xhat mean(g xhat)) + dresidual_out in
+    float32, right, and then casts it to x's dtype before storing the residual's gradient, though
+    that gradient is returned in the stream's dtype (float32 beside a bfloat16 x)."""
+
+    @staticmethod
+    def forward(ctx, x, residual, weight, bias, eps):
+        s = (up(x) + up(residual)).to(residual.dtype)
+        sf = up(s, x)
+        d = sf - sf.mean(-1, keepdim=True)
+        rho = torch.rsqrt(d.pow(2).mean(-1, keepdim=True) + eps)
+        xhat = d * rho
+        ctx.save_for_backward(x, residual, weight, bias, xhat, rho)
+        return (xhat * up(weight, x) + up(bias, x)).to(x.dtype), s
+
+    @staticmethod
+    def backward(ctx, dy, dres):
+        x, residual, weight, bias, xhat, rho = ctx.saved_tensors
+        n, d = x.shape[-1], up(dy, x)
+        g = d * up(weight, x)
+        dx = rho * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True)) + up(dres, x)
+        dw = (d * xhat).reshape(-1, n).sum(0).to(weight.dtype)
+        db = d.reshape(-1, n).sum(0).to(bias.dtype)
+        return dx.to(x.dtype), dx.to(x.dtype).to(residual.dtype), dw, db, None
+
+
+@bug("add_layer_norm", "gradients")
+def add_ln_residual_grad_narrowed(x, residual, weight, bias, eps):
+    """The residual's float32 gradient passed through x's dtype (flash-linear-attention's
+    ``layer_norm`` backward on rows wider than 512): in bfloat16 it carries u_bf16 of |dx|, 2**16
+    times the float32 rounding a float32 gradient may have."""
+    return _AddLnResidualGradNarrowed.apply(x, residual, weight, bias, eps)
+
+
 # ------------------------------------------------------------------ layer_norm bugs
 @bug("layer_norm", "accuracy", "extremes", "invariance")
 def ln_one_pass(x, weight, bias, eps):
