@@ -30,8 +30,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from .error_model import (FN_ULPS, ORACLE, ROUNDINGS, U_64, Context, affine_bound, claimable_rows, normalisation_error,
-                          normalisation_vjp_error, row_mean, row_sum_error, signed_reach,
+from .error_model import (COTANGENT_PATHS, FN_ULPS, ORACLE, ROUNDINGS, U_64, Context, affine_bound, claimable_rows,
+                          normalisation_error, normalisation_vjp_error, row_mean, row_sum_error, signed_reach,
                           sum_over_rows)
 from .formats import to_float64
 from .kinds import KINDS
@@ -78,6 +78,22 @@ class NormInput:
     cotangent: np.ndarray | float = 0.0
     error: np.ndarray | float = 0.0
     stored: torch.dtype | None = None
+
+    def carried(self, dtype) -> np.ndarray | float:
+        """The error of the additions that carry ``cotangent``, past the one that dx's rounding
+        (``Context.round_out``, its first rounding) already counts: (COTANGENT_PATHS - 1) u_c |cotangent|.
+
+        Autograd through a decomposed forward sums s's gradient from each use of s, in c, the
+        cotangent first: dx = ((cot + t_1) + t_2) + t_3 for a LayerNorm written as torch ops (BERT's:
+        t_1, t_2, t_3 from the output's centring s - mu, the variance's (s - mu)**2 and the mean mu), or
+        for an RMSNorm whose mean square is s * s (both operands, and s rho).  Each addition rounds in
+        c on a partial sum that holds cot, so cot carries up to COTANGENT_PATHS u_c |cot|, where the
+        model's dx rounding had counted one; the t_j's own magnitudes are the VJP's pointwise terms,
+        rho P_i, whose roundings ``error_model.normalisation_vjp_error`` already bounds.  Observed: a
+        float32 add + LayerNorm written as torch ops (two-pass, autograd) rejected with
+        dx = dres + dx_norm, |dres| ~ 1 >> |dx_norm| ~ 1e-3 (residual ~ 1e3): error 1.33e-7 = 2.2 u_32
+        |dx| against a bound of 2 u_32 |dx| plus the VJP's terms (1.29e-7)."""
+        return (COTANGENT_PATHS - 1) * Context(dtype).uc * np.abs(self.cotangent)
 
     def stored_context(self, dtype) -> Context:
         """The context of the rows' gradient's final rounding for a kernel of main dtype ``dtype``:
@@ -167,7 +183,8 @@ def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.
     rows: a ``NormInput`` (default: x) whose values the kernel may see moved by delta_i
     (``NormInput.perturbation``; the fused sum rounded, u_s |s_i|): rho moves by ``moved_rho``,
     which compounds with rho's own error, R = (1 + rho_rel)(1 + moved_rho) - 1; x_i and M move
-    with the rows.  Its cotangent is added to dx before dx is rounded.
+    with the rows.  Its cotangent is added to dx before dx is rounded, and may ride along
+    autograd's further additions (``NormInput.carried``).
     multiplier: the factor after normalising (default: the weight; gemma_rms_norm's is 1 + weight);
     multiplier_rel: its relative error in the kernel; cotangent_error: a bound on dy's own error (the
     gated norm's dy silu(z)), absolute.  Together g_i is off by e_i = multiplier_rel |g_i| + |w_i|
@@ -186,7 +203,7 @@ def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.
         g_err = multiplier_rel * np.abs(g) + np.abs(w) * cotangent_error
         tiny = np.abs(x * rho) < 2 * ctx.lam_o  # xhat may be saved subnormal, or flushed
         dx_err = _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, rows.cotangent, tiny,
-                               rows.stored_context(args["x"].dtype))
+                               rows.stored_context(args["x"].dtype)) + rows.carried(args["x"].dtype)
         dw_err = _rms_dweight_error(ctx, affine_grad_context(args, "weight"), x, dy, rho, rho_rel, delta,
                                     cotangent_error, tiny, exact.get("weight", 0.0))
     claim = claim & np.isfinite(rho_rel)
@@ -294,7 +311,8 @@ def layer_norm_bwd(args, cot, exact, rows=None):
     dw = sum_rows dy xhat, db = sum_rows dy (``error_model.row_sum_error``); each plus its rounding.
     rows: a ``NormInput`` (``_layer_rows``); its cotangent (the fused form's dresidual_out) is added
     to dx before dx is rounded, so the rounding is of |dx - cotangent| + |cotangent|, not |dx|, and
-    in the dtype dx is stored in (``NormInput.stored``)."""
+    in the dtype dx is stored in (``NormInput.stored``); autograd's further additions that carry it
+    (``NormInput.carried``) add (COTANGENT_PATHS - 1) u_c |cotangent|."""
     ctx = Context(args["x"].dtype)
     norm, rows = _layer_rows(ctx, args, rows)
     dx_err, dw_err, db_err = _affine_grads(ctx, args, norm, to_float64(cot[0]),
@@ -303,7 +321,8 @@ def layer_norm_bwd(args, cot, exact, rows=None):
     with np.errstate(all="ignore"):
         rounded = np.abs(exact["x"] - rows.cotangent) + np.abs(rows.cotangent)
     return {
-        "x": np.where(norm.claim, dx_err + rows.stored_context(args["x"].dtype).round_out(rounded), np.inf),
+        "x": np.where(norm.claim, dx_err + rows.stored_context(args["x"].dtype).round_out(rounded)
+                      + rows.carried(args["x"].dtype), np.inf),
         "weight": np.where(norm.claim.all(), dw_err + weight_ctx.round_out(np.abs(exact.get("weight", 0.0))), np.inf),
         "bias": db_err + bias_ctx.round_out(np.abs(exact.get("bias", 0.0))),
     }

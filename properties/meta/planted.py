@@ -1102,6 +1102,20 @@ def add_ln_unfused(x, residual, weight, bias, eps):
     return _LnSequential.apply(s, weight, bias, eps).to(x.dtype), s
 
 
+@correct("add_layer_norm")
+def add_ln_torch_ops(x, residual, weight, bias, eps):
+    """The plainest add + LayerNorm: torch ops in the compute format, BERT's two-pass LayerNorm (the
+    centred s - mu formed twice, for the variance and for the output; a division by the standard
+    deviation), autograd for the backward: s's gradient sums the residual_out cotangent with three
+    VJP terms, each addition rounding on a partial sum that holds the cotangent
+    (``bounds_norms.NormInput.carried``)."""
+    s = up(x) + up(residual)
+    mu = s.mean(-1, keepdim=True)
+    var = (s - mu).pow(2).mean(-1, keepdim=True)
+    y = (s - mu) / torch.sqrt(var + eps) * up(weight, x) + up(bias, x)
+    return y.to(x.dtype), s.to(residual.dtype)
+
+
 class _RmsSequential(torch.autograd.Function):
     """RMSNorm whose mean square and backward means are left-to-right sums:
     dx = rho (g - xhat mean(g xhat)), xhat = x rho, g = dy w; dweight sums the rows left to right."""
