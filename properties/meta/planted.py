@@ -961,6 +961,26 @@ def gated_vllm_order(x, z, weight, eps, norm_before_gate):
     return _GatedFp32Backward.apply(x, z, weight, eps, norm_before_gate, _gated_vllm_forward, False)
 
 
+def _gated_transformers_forward(x, z, weight, eps, norm_before_gate):
+    """transformers' order, the weight in x's dtype (a module cast to it): gating after (Qwen3-Next's
+    RMSNormGated), x rho rounded to x.dtype, times the weight, rounded, times silu(z) in fp32,
+    rounded again; gating first (Mamba-2's MambaRMSNormGated), x silu(z) normalised in fp32, rounded
+    to x.dtype, times the weight, rounded."""
+    xf, w = up(x), weight.to(x.dtype)
+    if not norm_before_gate:
+        g = xf * F.silu(up(z, x))
+        return w * (g * _rms(g, eps)).to(x.dtype)
+    return (up(w * (xf * _rms(xf, eps)).to(x.dtype), x) * F.silu(up(z, x))).to(x.dtype)
+
+
+@correct("rms_norm_gated")
+def gated_transformers_order(x, z, weight, eps, norm_before_gate):
+    """transformers' forward order with a training kernel's backward in fp32 (``gated_vllm_order``'s):
+    a float32 weight beside a half-precision x is rounded to x's dtype, one more rounding than
+    rms_norm's two where the gate comes first (``bounds_gated_norm._weight_rounding``)."""
+    return _GatedFp32Backward.apply(x, z, weight, eps, norm_before_gate, _gated_transformers_forward, False)
+
+
 @correct("rms_norm_dynamic_quant")
 def dq_vllm_order(x, weight, eps, qdtype, scale_ub):
     """vLLM's order: x rho rounded to x.dtype, times the weight and rounded again (v in x.dtype);
