@@ -9,8 +9,14 @@ Fused with the residual add (``fused_forward``, ``fused_grad``): op(x, r, ...) =
                   no claim (a kernel may normalise the rounded sum, the residual stream it stores,
                   and then gets inf where the exact y is finite)
     residual_out  0: bit-exact
-    dx = dr       base's dx at s, with s's rounding (u_s |s_i|) in its terms, and the residual_out
+    dx            base's dx at s, with s's rounding (u_s |s_i|) in its terms, and the residual_out
                   cotangent added before dx is rounded (``bounds_norms.rms_norm_bwd``)
+    dr            the same value, the same terms; its final roundings (the cotangent's add in c, the
+                  store) are those of r's dtype, not x's (``NormInput.stored``): a float32 stream's
+                  gradient beside a bfloat16 x is bounded by 2 u_32 (|dx - dres| + |dres|), not by
+                  2 u_bf16 of it.  A kernel that rounds it through x's dtype (flash-linear-attention's
+                  layer_norm backward) errs by u_bf16 |dx|, which the bf16 bound (0.5 to 0.7 of it)
+                  let through; in float16 the same cast overflows past 65504 and was caught already
 
 On halves (``halves``): op(x) = base(x[..., :h], x[..., h:]) (``record.Op.halves``, ``oracle.halves``):
 base's bounds on the two halves, its gradient bounds joined along the last dim.
@@ -22,6 +28,8 @@ rounded to c, and 1 / scale and a product, or a division).  The output must lie 
 [RNE(v - B), RNE(v + B)] (``assessment.assess``, ``record.Op.quantised``).
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -59,11 +67,17 @@ def fused_forward(base, main: str, residual: str):
 
 def fused_grad(base, main: str, residual: str):
     """The gradient bound of base fused with the residual add: cotangents (dy, dresidual_out);
-    main and residual get the same gradient, and the same bound."""
+    main and residual get the same gradient, and the same bound but for its final rounding, which is
+    in the residual's dtype (module docstring): a float32 stream's is base's with ``stored`` float32."""
 
     def bound(args, cot, exact):
-        grads = base(args, cot, exact, rows=_summed(args, main, residual, cotangent=to_float64(cot[1])))
-        grads[residual] = grads[main]
+        rows = _summed(args, main, residual, cotangent=to_float64(cot[1]))
+        grads = base(args, cot, exact, rows=rows)
+        stream = args[residual].dtype
+        if stream == args[main].dtype:
+            grads[residual] = grads[main]
+        else:
+            grads[residual] = base(args, cot, exact, rows=replace(rows, stored=stream))[main]
         return grads
 
     return bound

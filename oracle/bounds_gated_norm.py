@@ -16,7 +16,22 @@ LAM_64 covers both.  So each s_i is off by
                           bound on r (its output roundings allow a kernel to round r to x.dtype
                           before gating)
     not norm_before_gate  y = rms_norm(g):  rms_norm's bound with g's values moved by |x| e_s
-                          (``bounds_norms.NormInput.error``: s_i's own move and rho's)
+                          (``bounds_norms.NormInput.error``: s_i's own move and rho's), plus,
+                          where the weight is not in x's dtype, its rounding to x's dtype:
+                          u_o (|y_i| + lam_o |ghat_i|), ghat = g rho_g (``_weight_rounding``)
+
+The weight's rounding.  The transformers order (Qwen3-Next's ``RMSNormGated`` gating after, the
+Mamba-2 ``MambaRMSNormGated`` gating first) multiplies by the weight in x's dtype: the normalised
+value rounded to o, times w rounded to o (exact where w is already in x's dtype, u_o |w_i| where it is
+a float32 weight beside a float16 / bfloat16 x, or u_o lam_o below lam_o), the product rounded to o,
+and, gating after, times s in c and rounded to o again.  Gating after, that is four roundings to o
+on |y|, the two of r's bound (``ROUNDINGS``, times |s|) and the two of y's round_out: no term is
+needed.  Gating first, y = RNE_o(w_o RNE_o(ghat)) is three, one past rms_norm's two, so the bound
+adds the weight's: |ghat_i| |w_i - w_o,i| <= u_o (|y_i| + lam_o |ghat_i|) (to first order; the
+product with the other roundings' relative errors is within rms_norm's second-order slack, as
+u_o^2 < u_c).  Observed without it: float16 extremes, a float32 weight (w = 2.17, x ~ 3e4, z = 309),
+y = 2.21484375 against 2.21208, 1.07 of the bound (1.41 ulp of float16: three roundings of 0.5 ulp
+each, less what cancels, where the bound allowed 1.32).
 
 Gradients (s' = silu'(z) = sigma (1 + z (1 - sigma)), off by e_s' = (silu_rel + 3 u_c + ORACLE)
 sigma (1 + |z| (1 - sigma)) + lam_c (1 + |z|), as ``bounds_gated.swiglu_bwd``: its terms in absolute
@@ -83,12 +98,24 @@ def rms_norm_gated_fwd(args, exact, kernel=True):
     s, s_err, _, _ = _silu(ctx, to_float64(args["z"]))
     x, r, _, _ = _normalised(ctx, args)
     if not args["norm_before_gate"]:
-        return rms_norm_fwd(args, exact, kernel, rows=_gated_rows(x, s, s_err))
+        rows = _gated_rows(x, s, s_err)
+        (bound,) = rms_norm_fwd(args, exact, kernel, rows=rows)
+        return (bound + _weight_rounding(ctx, args, rows.values, np.abs(exact[0])),)
     (r_bound,) = rms_norm_fwd(args, (r,), kernel)
     y = np.abs(exact[0])
     with np.errstate(all="ignore"):
         bound = _times(r_bound, np.abs(s)) + np.abs(r) * s_err + ctx.uc * y + ctx.round_out(y)
     return (np.where(np.isinf(r_bound) & np.isinf(y), -np.inf, bound),)
+
+
+def _weight_rounding(ctx, args, g, y):
+    """u_o (|y_i| + lam_o |ghat_i|), ghat = g rho_g: the move of y = w ghat when the kernel multiplies
+    by the weight rounded to x's dtype (module docstring); 0 where the weight is in x's dtype."""
+    if args["weight"].dtype == args["x"].dtype:
+        return 0.0
+    with np.errstate(all="ignore"):
+        rho, _ = inverse_rms(ctx, g, args["eps"])
+        return ctx.uo * (y + ctx.lam_o * np.abs(g * rho))
 
 
 def rms_norm_gated_bwd(args, cot, exact):

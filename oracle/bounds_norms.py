@@ -30,8 +30,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from .error_model import (FN_ULPS, ORACLE, ROUNDINGS, U_64, Context, affine_bound, claimable_rows, normalisation_error,
-                          normalisation_vjp_error, row_mean, row_sum_error, signed_reach,
+from .error_model import (COTANGENT_PATHS, FN_ULPS, ORACLE, ROUNDINGS, U_64, Context, affine_bound, claimable_rows,
+                          normalisation_error, normalisation_vjp_error, row_mean, row_sum_error, signed_reach,
                           sum_over_rows)
 from .formats import to_float64
 from .kinds import KINDS
@@ -62,6 +62,14 @@ class NormInput:
                (add_rms_norm's residual_out cotangent), or 0
     error:     a bound on how far each value the kernel normalises may be from ``values``
                besides ``rounded``'s rounding, absolute (the gated norm's x silu(z), formed in c), or 0
+    stored:    the dtype the rows' gradient is stored in where it is not x's, or None (x's): the
+               fused form's residual gradient in a float32 stream beside a float16 / bfloat16 x.
+               Its final roundings are that dtype's (``Context(x.dtype, stored)``: the sum with
+               ``cotangent`` in c and the store), never x's: a correct kernel computes dx in c and
+               stores it in the stream's dtype, and a rounding through x's dtype on the way
+               (flash-linear-attention's layer_norm backward) is 2**16 float32 roundings in bfloat16.
+               The terms of dx before its rounding (c's, and SAVED for intermediates a kernel may keep
+               in x's dtype) are the same for both gradients
     """
 
     values: np.ndarray
@@ -69,6 +77,28 @@ class NormInput:
     claim: np.ndarray | bool = True
     cotangent: np.ndarray | float = 0.0
     error: np.ndarray | float = 0.0
+    stored: torch.dtype | None = None
+
+    def carried(self, dtype) -> np.ndarray | float:
+        """The error of the additions that carry ``cotangent``, past the one that dx's rounding
+        (``Context.round_out``, its first rounding) already counts: (COTANGENT_PATHS - 1) u_c |cotangent|.
+
+        Autograd through a decomposed forward sums s's gradient from each use of s, in c, the
+        cotangent first: dx = ((cot + t_1) + t_2) + t_3 for a LayerNorm written as torch ops (BERT's:
+        t_1, t_2, t_3 from the output's centring s - mu, the variance's (s - mu)**2 and the mean mu), or
+        for an RMSNorm whose mean square is s * s (both operands, and s rho).  Each addition rounds in
+        c on a partial sum that holds cot, so cot carries up to COTANGENT_PATHS u_c |cot|, where the
+        model's dx rounding had counted one; the t_j's own magnitudes are the VJP's pointwise terms,
+        rho P_i, whose roundings ``error_model.normalisation_vjp_error`` already bounds.  Observed: a
+        float32 add + LayerNorm written as torch ops (two-pass, autograd) rejected with
+        dx = dres + dx_norm, |dres| ~ 1 >> |dx_norm| ~ 1e-3 (residual ~ 1e3): error 1.33e-7 = 2.2 u_32
+        |dx| against a bound of 2 u_32 |dx| plus the VJP's terms (1.29e-7)."""
+        return (COTANGENT_PATHS - 1) * Context(dtype).uc * np.abs(self.cotangent)
+
+    def stored_context(self, dtype) -> Context:
+        """The context of the rows' gradient's final rounding for a kernel of main dtype ``dtype``:
+        its compute format c, and ``stored`` (default ``dtype``) as the output dtype."""
+        return Context(dtype, self.stored)
 
     def rounding(self, dtype, kernel=True) -> float:
         """The relative perturbation u_s of rounded rows for a kernel of main dtype ``dtype``: the
@@ -153,7 +183,8 @@ def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.
     rows: a ``NormInput`` (default: x) whose values the kernel may see moved by delta_i
     (``NormInput.perturbation``; the fused sum rounded, u_s |s_i|): rho moves by ``moved_rho``,
     which compounds with rho's own error, R = (1 + rho_rel)(1 + moved_rho) - 1; x_i and M move
-    with the rows.  Its cotangent is added to dx before dx is rounded.
+    with the rows.  Its cotangent is added to dx before dx is rounded, and may ride along
+    autograd's further additions (``NormInput.carried``).
     multiplier: the factor after normalising (default: the weight; gemma_rms_norm's is 1 + weight);
     multiplier_rel: its relative error in the kernel; cotangent_error: a bound on dy's own error (the
     gated norm's dy silu(z)), absolute.  Together g_i is off by e_i = multiplier_rel |g_i| + |w_i|
@@ -171,7 +202,8 @@ def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.
         g = dy * w
         g_err = multiplier_rel * np.abs(g) + np.abs(w) * cotangent_error
         tiny = np.abs(x * rho) < 2 * ctx.lam_o  # xhat may be saved subnormal, or flushed
-        dx_err = _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, rows.cotangent, tiny)
+        dx_err = _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, rows.cotangent, tiny,
+                               rows.stored_context(args["x"].dtype)) + rows.carried(args["x"].dtype)
         dw_err = _rms_dweight_error(ctx, affine_grad_context(args, "weight"), x, dy, rho, rho_rel, delta,
                                     cotangent_error, tiny, exact.get("weight", 0.0))
     claim = claim & np.isfinite(rho_rel)
@@ -187,7 +219,7 @@ def moved_product(values, errors):
     return reach - exact
 
 
-def _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, cotangent, tiny):
+def _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, cotangent, tiny, out_ctx):
     """dx_i = rho g_i - rho^3 x_i M, M = mean(g x), for a kernel whose rho is within R = rho_rel,
     each x_i within delta_i and g_i within e_i = g_err_i, to all orders in them (``moved_product``):
 
@@ -199,7 +231,8 @@ def _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, cotangent, tiny):
                              (4 u_c: the products' roundings)
 
     plus SAVED + 2 u_c on the first product (``rms_norm_bwd``'s llama order), dx's rounding (after the
-    rows' own cotangent is added), the flush floors lam_c, and the floor of a tiny saved xhat."""
+    rows' own cotangent is added) in the dtype it is stored in (``out_ctx``: ``NormInput.stored``),
+    the flush floors lam_c, and the floor of a tiny saved xhat."""
     saved = ROUNDINGS * ctx.uo  # intermediates saved in x.dtype for backward
     reach_x, reach_g = np.abs(x) + delta, np.abs(g) + g_err
     direct = rho * np.abs(g)  # |rho g_i|
@@ -213,7 +246,7 @@ def _rms_dx_error(ctx, x, g, rho, rho_rel, delta, g_err, cotangent, tiny):
               + rho ** 3 * (k * reach_x * (mean_gx + d_mean) - np.abs(x) * mean_gx))
     # dx = dx_rms + the rows' own cotangent is rounded after the add: its magnitude, not |dx|, sets the rounding
     via_mean = rho ** 3 * np.abs(x)  # |rho^3 x_i|, the factor of M
-    dx_err = (dx_err + ctx.round_out(direct + via_mean * mean_gx + np.abs(cotangent))
+    dx_err = (dx_err + out_ctx.round_out(direct + via_mean * mean_gx + np.abs(cotangent))
               + ctx.lam_c * (1 + direct + via_mean))
     return dx_err + ROUNDINGS * ctx.lam_o * rho ** 2 * (mean_gx * tiny + np.abs(x) * row_mean(np.abs(g) * tiny))
 
@@ -277,7 +310,9 @@ def layer_norm_bwd(args, cot, exact, rows=None):
     """dx = rho (g - mean g - xhat mean(g xhat)), g = dy w (``error_model.normalisation_vjp_error``);
     dw = sum_rows dy xhat, db = sum_rows dy (``error_model.row_sum_error``); each plus its rounding.
     rows: a ``NormInput`` (``_layer_rows``); its cotangent (the fused form's dresidual_out) is added
-    to dx before dx is rounded, so the rounding is of |dx - cotangent| + |cotangent|, not |dx|."""
+    to dx before dx is rounded, so the rounding is of |dx - cotangent| + |cotangent|, not |dx|, and
+    in the dtype dx is stored in (``NormInput.stored``); autograd's further additions that carry it
+    (``NormInput.carried``) add (COTANGENT_PATHS - 1) u_c |cotangent|."""
     ctx = Context(args["x"].dtype)
     norm, rows = _layer_rows(ctx, args, rows)
     dx_err, dw_err, db_err = _affine_grads(ctx, args, norm, to_float64(cot[0]),
@@ -286,7 +321,8 @@ def layer_norm_bwd(args, cot, exact, rows=None):
     with np.errstate(all="ignore"):
         rounded = np.abs(exact["x"] - rows.cotangent) + np.abs(rows.cotangent)
     return {
-        "x": np.where(norm.claim, dx_err + ctx.round_out(rounded), np.inf),
+        "x": np.where(norm.claim, dx_err + rows.stored_context(args["x"].dtype).round_out(rounded)
+                      + rows.carried(args["x"].dtype), np.inf),
         "weight": np.where(norm.claim.all(), dw_err + weight_ctx.round_out(np.abs(exact.get("weight", 0.0))), np.inf),
         "bias": db_err + bias_ctx.round_out(np.abs(exact.get("bias", 0.0))),
     }

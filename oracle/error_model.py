@@ -51,6 +51,14 @@ where the terms may also carry ``SAVED`` = 2 u_x (x.dtype's unit roundoff): a
 correct kernel may save forward intermediates for backward in x.dtype (the
 llama order saves round(x * rho), and its dweight is computed from it).
 
+A gradient that reaches the normalised rows directly (the fused form's residual_out cotangent) is
+summed with the VJP's terms in c: autograd through a decomposed forward adds the gradient of s from
+each of its uses, starting from that cotangent, so the cotangent rides along every one of those
+additions, each rounding on a partial sum that holds it.  A correct kernel's forward uses s at most
+``COTANGENT_PATHS`` = 3 times (a LayerNorm written as torch ops: the mean, the centring for the
+variance and the centring for the output, as BERT's LayerNorm does; an RMSNorm: both operands of
+s * s and the product s rho); ``bounds_norms.NormInput.carried`` states the term.
+
 Domain: a row whose mean square is not representable in the compute format
 (e.g. |x| ~ 1e30 in bfloat16, where x**2 overflows float32) is outside the
 contract of a float32-computing kernel.  Its bound is +inf (no claim), and the
@@ -70,6 +78,7 @@ from .formats import compute_format, fmt
 
 ROUNDINGS = 2
 FN_ULPS = 2
+COTANGENT_PATHS = 3  # the most uses of a normalised row s in a correct kernel's forward (module docstring)
 U_64 = 2.0 ** -53  # float64's unit roundoff
 ORACLE = 8 * U_64
 LAM_64 = 2.0 ** -1022  # ORACLE * LAM_64 = 8 * 2**-1075: eight roundings among float64's subnormals

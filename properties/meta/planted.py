@@ -564,6 +564,42 @@ def add_ln_stream_narrowed(x, residual, weight, bias, eps):
     return y.to(x.dtype), s.to(x.dtype).to(residual.dtype)
 
 
+class _AddLnResidualGradNarrowed(torch.autograd.Function):
+    """add_layer_norm as flash-linear-attention's ``layer_norm(..., residual, prenorm=True)`` stores
+    it: s = x + r formed in float32 and stored as residual_out in the stream's dtype, the two-pass
+    LayerNorm of it; the backward forms dx = rho (g - mean g - xhat mean(g xhat)) + dresidual_out in
+    float32, right, and then casts it to x's dtype before storing the residual's gradient, though
+    that gradient is returned in the stream's dtype (float32 beside a bfloat16 x)."""
+
+    @staticmethod
+    def forward(ctx, x, residual, weight, bias, eps):
+        s = (up(x) + up(residual)).to(residual.dtype)
+        sf = up(s, x)
+        d = sf - sf.mean(-1, keepdim=True)
+        rho = torch.rsqrt(d.pow(2).mean(-1, keepdim=True) + eps)
+        xhat = d * rho
+        ctx.save_for_backward(x, residual, weight, bias, xhat, rho)
+        return (xhat * up(weight, x) + up(bias, x)).to(x.dtype), s
+
+    @staticmethod
+    def backward(ctx, dy, dres):
+        x, residual, weight, bias, xhat, rho = ctx.saved_tensors
+        n, d = x.shape[-1], up(dy, x)
+        g = d * up(weight, x)
+        dx = rho * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True)) + up(dres, x)
+        dw = (d * xhat).reshape(-1, n).sum(0).to(weight.dtype)
+        db = d.reshape(-1, n).sum(0).to(bias.dtype)
+        return dx.to(x.dtype), dx.to(x.dtype).to(residual.dtype), dw, db, None
+
+
+@bug("add_layer_norm", "gradients")
+def add_ln_residual_grad_narrowed(x, residual, weight, bias, eps):
+    """The residual's float32 gradient passed through x's dtype (flash-linear-attention's
+    ``layer_norm`` backward on rows wider than 512): in bfloat16 it carries u_bf16 of |dx|, 2**16
+    times the float32 rounding a float32 gradient may have."""
+    return _AddLnResidualGradNarrowed.apply(x, residual, weight, bias, eps)
+
+
 # ------------------------------------------------------------------ layer_norm bugs
 @bug("layer_norm", "accuracy", "extremes", "invariance")
 def ln_one_pass(x, weight, bias, eps):
@@ -925,6 +961,26 @@ def gated_vllm_order(x, z, weight, eps, norm_before_gate):
     return _GatedFp32Backward.apply(x, z, weight, eps, norm_before_gate, _gated_vllm_forward, False)
 
 
+def _gated_transformers_forward(x, z, weight, eps, norm_before_gate):
+    """transformers' order, the weight in x's dtype (a module cast to it): gating after (Qwen3-Next's
+    RMSNormGated), x rho rounded to x.dtype, times the weight, rounded, times silu(z) in fp32,
+    rounded again; gating first (Mamba-2's MambaRMSNormGated), x silu(z) normalised in fp32, rounded
+    to x.dtype, times the weight, rounded."""
+    xf, w = up(x), weight.to(x.dtype)
+    if not norm_before_gate:
+        g = xf * F.silu(up(z, x))
+        return w * (g * _rms(g, eps)).to(x.dtype)
+    return (up(w * (xf * _rms(xf, eps)).to(x.dtype), x) * F.silu(up(z, x))).to(x.dtype)
+
+
+@correct("rms_norm_gated")
+def gated_transformers_order(x, z, weight, eps, norm_before_gate):
+    """transformers' forward order with a training kernel's backward in fp32 (``gated_vllm_order``'s):
+    a float32 weight beside a half-precision x is rounded to x's dtype, one more rounding than
+    rms_norm's two where the gate comes first (``bounds_gated_norm._weight_rounding``)."""
+    return _GatedFp32Backward.apply(x, z, weight, eps, norm_before_gate, _gated_transformers_forward, False)
+
+
 @correct("rms_norm_dynamic_quant")
 def dq_vllm_order(x, weight, eps, qdtype, scale_ub):
     """vLLM's order: x rho rounded to x.dtype, times the weight and rounded again (v in x.dtype);
@@ -1064,6 +1120,20 @@ def add_ln_unfused(x, residual, weight, bias, eps):
     """The sum rounded to the stream first, then ``ln_sequential_sum`` of it."""
     s = (up(x) + up(residual)).to(residual.dtype)
     return _LnSequential.apply(s, weight, bias, eps).to(x.dtype), s
+
+
+@correct("add_layer_norm")
+def add_ln_torch_ops(x, residual, weight, bias, eps):
+    """The plainest add + LayerNorm: torch ops in the compute format, BERT's two-pass LayerNorm (the
+    centred s - mu formed twice, for the variance and for the output; a division by the standard
+    deviation), autograd for the backward: s's gradient sums the residual_out cotangent with three
+    VJP terms, each addition rounding on a partial sum that holds the cotangent
+    (``bounds_norms.NormInput.carried``)."""
+    s = up(x) + up(residual)
+    mu = s.mean(-1, keepdim=True)
+    var = (s - mu).pow(2).mean(-1, keepdim=True)
+    y = (s - mu) / torch.sqrt(var + eps) * up(weight, x) + up(bias, x)
+    return y.to(x.dtype), s.to(residual.dtype)
 
 
 class _RmsSequential(torch.autograd.Function):
