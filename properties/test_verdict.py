@@ -3,6 +3,7 @@ what a declared scope expects (``families.expected``) and how normcert writes it
 """
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -78,3 +79,22 @@ def test_an_unrelated_markdown_beside_the_certificate_is_never_replaced(tmp_path
     assert (tmp_path / "README.md").read_text() == "# my project\n"
     certificate.write_incomplete(str(tmp_path / "c.json"), "test")
     certificate.check_writable(str(tmp_path / "c.json"))  # its own Markdown may be replaced
+
+
+def test_ci_surfaces_a_badge_and_a_job_summary(tmp_path, monkeypatch):
+    path = str(tmp_path / "c.json")
+    certificate.write_incomplete(path, "test")
+    assert json.loads((tmp_path / "c.badge.json").read_text()) == {
+        "schemaVersion": 1, "label": "normcert", "message": "incomplete", "color": "lightgrey"}
+    cert = json.loads((tmp_path / "c.json").read_text())
+    cert.update(verdict="not certified", results=[
+        {**_row("fail", message="y[0]: got 1.0, exact 2.0 | more\nsecond line"), "property": "accuracy",
+         "replay": "normcert replay failures/x.npz"}])
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    certificate.append_step_summary(cert)
+    text = summary.read_text()
+    assert text.startswith("### normcert: not certified")
+    assert "| rms_norm:k | accuracy | float32 | y[0]: got 1.0, exact 2.0 \\| more |" in text
+    assert "normcert replay failures/x.npz" in text and "second line" not in text
+    assert certificate.badge(cert)["color"] == "red"
