@@ -6,6 +6,7 @@
                      [-- PYTEST-ARGS...]
     normcert replay FILE [--impl OP=MODULE:ATTR ...] [--device cpu|cuda] [--kernel-timeout S]
     normcert list
+    normcert schema
 
 ``certify`` and ``replay`` run normcert's properties through pytest (the same
 plugin as ``pytest --pyargs normcert.properties``) and end with a verdict table.
@@ -45,7 +46,7 @@ NO_TESTS = 5  # pytest's exit status when it collected nothing
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="normcert", description="Certify numerical kernels against exact oracles.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{certify,replay,list}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{certify,replay,list,schema}")
     c = sub.add_parser("certify", help="certify kernels: OP=MODULE:ATTR ...")
     c.add_argument("impls", nargs="*", metavar="OP=MODULE:ATTR")
     c.add_argument("--agree", nargs=2, action="append", default=[], metavar=("OP=MODULE:ATTR", "OP=MODULE:ATTR"),
@@ -72,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--device", choices=("cpu", "cuda"))
     r.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result nor progress for this long is hung")
     sub.add_parser("list", help="the registry of implementations")
+    sub.add_parser("schema", help="print the certificate's JSON Schema")
     return p
 
 
@@ -248,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     a.pytest_args = argv[cut + 1:]
     if a.command == "list":
         return _list()
+    if a.command == "schema":
+        from normcert.properties.certificate import schema  # noqa: PLC0415 - imports nothing heavy
+
+        print(json.dumps(schema(), indent=1))
+        return 0
     if a.command == "certify" and not (a.impls or a.agree):
         print("normcert certify: give the kernels to certify, OP=MODULE:ATTR ..., or --agree OP=MODULE:ATTR "
               "OP=MODULE:ATTR", file=sys.stderr)

@@ -1,6 +1,7 @@
 """The certificate: what was checked, on what, and the worst error seen.
 
-JSON schema ``normcert-certificate/7`` (documented in the README):
+JSON schema ``normcert-certificate/7`` (``certificate.schema.json`` beside this file, printed by
+``normcert schema``; documented in the README):
 
     {"run": "complete" | "incomplete: ..." | "interrupted" | "stopped early: ..." (always the first line),
      "schema": "normcert-certificate/7",
@@ -56,6 +57,12 @@ import normcert
 from .files import UnsafePath, write_atomic
 
 SCHEMA = "normcert-certificate/7"
+
+
+def schema() -> dict:
+    """The certificate's JSON Schema (``certificate.schema.json``): its ``$id`` is ``SCHEMA``."""
+    with open(os.path.join(os.path.dirname(__file__), "certificate.schema.json")) as f:
+        return json.load(f)
 
 
 def check_writable(path: str, flag: str = "--certificate") -> None:

@@ -28,6 +28,7 @@ from ..impls import make, plugin
 from .certificate import check_failures_dir, check_writable, implementations, to_json
 from .case import Case
 from .replay import save_failure
+from .certificate_helpers import read_certificate
 
 GOOD = "rms_norm=normcert.impls.eager:rms_norm"
 
@@ -69,7 +70,7 @@ def test_a_run_that_dies_leaves_an_incomplete_certificate(tmp_path):
     assert "not certified: the kernel's process exited with status 0 before normcert's end of run" in r.stderr
     first = (tmp_path / "c.json").read_text().splitlines()[0]
     assert first.startswith('{"run": "incomplete: the kernel\'s process exited with status 0')
-    assert json.loads((tmp_path / "c.json").read_text())["verdict"] == "incomplete"
+    assert read_certificate(tmp_path / "c.json")["verdict"] == "incomplete"
     assert "incomplete" in (tmp_path / "c.md").read_text().splitlines()[0]
 
 
@@ -77,7 +78,7 @@ def test_a_finished_run_records_verdict_and_exit_status(tmp_path):
     r = _run(["-m", "normcert", "certify", GOOD, "--profile", "dev", "--certificate", "c.json",
               "--property", "accuracy", "--dtype", "float32"], tmp_path)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    cert = json.loads((tmp_path / "c.json").read_text())
+    cert = read_certificate(tmp_path / "c.json")
     assert (cert["run"], cert["verdict"], cert["pytest_exit_status"]) == ("complete", "certified", 0)
     assert cert["scope"] == {"properties": ["accuracy"], "dtypes": ["float32"]} and cert["not_run"] == []
     assert cert["results"][0]["domain"].startswith("rows <= ")
@@ -90,7 +91,7 @@ def test_a_crashed_xdist_worker_is_recorded_and_not_certified(tmp_path):
     r = _run(["-m", "normcert", "certify", "rms_norm=crashy:rms", "-n", "1", "--certificate", "c.json",
               "--property", "accuracy", "--dtype", "float32"], tmp_path)
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
-    cert = json.loads((tmp_path / "c.json").read_text())
+    cert = read_certificate(tmp_path / "c.json")
     assert cert["verdict"] == "not certified" and cert["pytest_exit_status"] == 1
     assert [c.split("::")[-1] for c in cert["crashed"]] == ["test_accuracy[rms_norm:crashy:rms-float32]"]
     assert "crashed tests: " + cert["crashed"][0] in (tmp_path / "c.md").read_text()
@@ -118,7 +119,7 @@ def test_ctrl_c_leaves_an_interrupted_certificate(tmp_path):
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=120)
     assert run.returncode == 2, out[-2000:] + err[-2000:]
-    cert = json.loads((tmp_path / "c.json").read_text())
+    cert = read_certificate(tmp_path / "c.json")
     assert (tmp_path / "c.json").read_text().startswith('{"run": "interrupted"')
     assert (cert["verdict"], cert["pytest_exit_status"]) == ("not certified", 2)
     assert "run interrupted" in (tmp_path / "c.md").read_text().splitlines()[0]
@@ -154,7 +155,7 @@ def test_the_run_ends_with_its_parent(tmp_path):
     while _alive(child) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(child)
-    assert json.loads((tmp_path / "c.json").read_text())["verdict"] == "incomplete"
+    assert read_certificate(tmp_path / "c.json")["verdict"] == "incomplete"
 
 
 @pytest.mark.parametrize("option, value, says", [

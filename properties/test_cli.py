@@ -11,11 +11,13 @@
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 from normcert.cli import verdict_table
+from normcert.properties.certificate import SCHEMA, schema
 
 
 def _run(args, cwd, extra_env=()):
@@ -81,3 +83,10 @@ def test_plugin_is_inert_in_other_runs(tmp_path):
     misused = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--normcert-impl", "rms_norm=m:f"], tmp_path)
     assert misused.returncode == 4
     assert "--pyargs normcert.properties" in misused.stderr
+
+
+def test_schema_prints_the_certificate_schema(tmp_path):
+    out = _run(["-m", "normcert", "schema"], tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    printed = json.loads(out.stdout)
+    assert printed == schema() and printed["$id"] == SCHEMA

@@ -10,10 +10,11 @@ written through a link.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
+
+from .certificate_helpers import read_certificate
 
 PLUGIN = '''
 import pytest
@@ -68,8 +69,7 @@ def _run(args, cwd):
 
 
 def _certificate(path) -> dict:
-    with open(path) as f:
-        return json.load(f)
+    return read_certificate(path)
 
 
 def test_normcert_certify_judges_the_rows_whatever_the_folder_holds(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 from normcert.impls import registry
 
 from . import certificate, families, files, verdict
+from .certificate_helpers import read_certificate
 
 
 def _row(outcome, dtype="float32", prop="accuracy", message=""):
@@ -86,7 +87,7 @@ def test_ci_surfaces_a_badge_and_a_job_summary(tmp_path, monkeypatch):
     certificate.write_incomplete(path, "test")
     assert json.loads((tmp_path / "c.badge.json").read_text()) == {
         "schemaVersion": 1, "label": "normcert", "message": "incomplete", "color": "lightgrey"}
-    cert = json.loads((tmp_path / "c.json").read_text())
+    cert = read_certificate(tmp_path / "c.json")
     cert.update(verdict="not certified", results=[
         {**_row("fail", message="y[0]: got 1.0, exact 2.0 | more\nsecond line"), "property": "accuracy",
          "replay": "normcert replay failures/x.npz"}])

@@ -24,6 +24,7 @@ from ..families import BY_NAME
 from ..measure import PropertyFailure
 from ..session import Session
 from . import planted
+from ..certificate_helpers import read_certificate
 
 PLANTED = "normcert.properties.meta.planted"
 
@@ -67,7 +68,7 @@ def test_the_command_line_certifies_each_and_rejects_the_pair_then_replays_it(tm
                           "--certificate", str(tmp_path / "cert.json")],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-2000:]
-    rows = {(r["impl"], r["property"]): r["outcome"] for r in json.loads((tmp_path / "cert.json").read_text())["results"]}
+    rows = {(r["impl"], r["property"]): r["outcome"] for r in read_certificate(tmp_path / "cert.json")["results"]}
     once, llama = f"rms_norm:{PLANTED}:rms_once_twin", f"rms_norm:{PLANTED}:rms_llama_order"
     assert rows == {(once, "accuracy"): "pass", (llama, "accuracy"): "pass", (llama, "agreement"): "fail"}
     (saved,) = (tmp_path / "f").iterdir()

@@ -8,7 +8,6 @@ a grad_fn on some inputs and not on others is always one, the op's 2x4 sample in
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from ..outcomes import certify, certify_gradcheck
 from ..session import Session
 
 from . import hostile, planted
+from ..certificate_helpers import read_certificate
 
 
 def _impl(fn, backward):
@@ -83,7 +83,7 @@ def test_cli_certifies_a_forward_only_kernel_and_says_so(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "rms_forward_only not certified for gradients or gradcheck: forward only" in out.stdout
     assert "not certified (forward only)" in out.stdout.split("normcert verdict")[1]
-    doc = json.loads(cert.read_text())
+    doc = read_certificate(cert)
     outcomes = {(r["property"], r["dtype"]): r["outcome"] for r in doc["results"]}
     assert set(outcomes.values()) == {"not-certified"} and len(outcomes) == 5, outcomes  # 4 dtypes + gradcheck
     assert doc["verdict"] == "certified" and doc["summary"] == {"not-certified": 5}
