@@ -116,7 +116,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("accuracy", accuracy.check_accuracy, accuracy.accuracy_cases, core=True, buckets=BUCKETS),
     Family("contract", contract.check_contract, contract.contract_cases, core=True),
     Family("extremes", accuracy.check_accuracy, accuracy.extreme_cases, core=True, buckets=SHAPES),
-    Family("served", served.check_served, served.served_cases, core=True, divide=2,
+    Family("served", served.check_served, served.served_cases, core=True, divide=3,
            buckets=("odd", "strided")),
     Family("fusion", fusion.check_fusion, fusion.fusion_cases, applies=lambda op: op.unfused is not None,
            buckets=SHAPES),
@@ -143,7 +143,7 @@ CASE_CHECKS = tuple(f for f in FAMILIES if f.check)  # the families a replay fil
 
 def examples(family: Family, profile_examples: int) -> int:
     """The random examples of one run of ``family`` under a profile of ``profile_examples``: divided by
-    the family's ``divide``, at least 2 (the served family: 12 // 2 = 6 cases under ci, besides its buckets)."""
+    the family's ``divide``, at least 2 (the served family: 12 // 6 = 2 cases under ci, besides its buckets)."""
     return max(2, profile_examples // family.divide)
 
 

@@ -4,8 +4,9 @@ Every property family calls a kernel the one way a test does: grad mode on, no a
 buffers, torch's thread count as the run left it (``AS_TESTED``).  A server calls the same kernel
 otherwise, and each path may hold its own bug (a ``torch.is_grad_enabled()`` fast path, statistics
 rounded under autocast, a result cached by the input's address, a multi-threaded CPU loop).  The
-``served`` family (``checks.served``) calls the kernel on each of its cases once under every mode
-that applies, and holds each call to the oracle under the same bound as accuracy does:
+``served`` family (``checks.served``) calls the kernel on each of its cases under every mode that
+applies (a grad-off mode and a thread mode in one call: ``calls``), and holds each call to the
+oracle under the same bound as accuracy does:
 
     no_grad         inside ``torch.no_grad()``
     inference_mode  inside ``torch.inference_mode()`` (how ``vllm``/``sglang`` run a model)
@@ -99,6 +100,20 @@ MODES: tuple[Mode, ...] = (
     Mode("cuda graph", None, _gpu_only),
 )
 BY_NAME = {m.name: m for m in MODES}
+
+
+def calls(device: str, dtype: torch.dtype, trains: bool) -> list[tuple[Mode, ...]]:
+    """The calls the served family makes on each case: the applicable modes, a grad-off mode and a
+    thread mode entered together in one call (no_grad with 1 thread, inference mode with N), the
+    others alone.  Each mode still meets every case; a bug of either mode of a pair shows in their
+    call, which the failure names by both ("no_grad + threads=1")."""
+    run, _ = applicable(device, dtype, trains)
+    grad_off = [m for m in run if m.name in ("no_grad", "inference_mode")]
+    threads = [m for m in run if m.name.startswith("threads=")]
+    rest = [m for m in run if m not in grad_off and m not in threads]
+    paired = [tuple(p) for p in zip(grad_off, threads)]
+    single = grad_off[len(paired):] + threads[len(paired):]
+    return paired + [(m,) for m in single + rest]
 
 
 def applicable(device: str, dtype: torch.dtype, trains: bool) -> tuple[list[Mode], dict[str, str]]:

@@ -9,12 +9,15 @@ format), calls it again and checks the second result against the oracle of -x; x
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+
 import torch
 
 from ... import oracle
 from ..case import valid_positions
 from ..measure import PropertyFailure, check_against_oracle
-from ..modes import applicable
+from ..modes import applicable, calls
 from ..sandbox import invoke
 from .accuracy import accuracy_cases
 
@@ -25,30 +28,37 @@ def served_cases(op, dtype, device, bucket=None):
 
 
 def check_served(session, impl, case, worst):
-    modes, _ = applicable(session.device, case.dtype, trains(impl))
     where = valid_positions(case)
-    for mode in modes:
+    for modes in calls(session.device, case.dtype, trains(impl)):
+        name = " + ".join(m.name for m in modes)
+        within = functools.partial(_entered, modes, session.device)
         try:
-            if mode.reuses:
-                _reused(session, impl, case, worst, mode, where)
-            elif mode.enter is None:
-                continue  # cuda graph: ``_graph`` below, on a GPU
-            else:
-                outs = invoke(session, impl, case, within=lambda m=mode: m.enter(session.device), mode=mode.name)
+            if any(m.reuses for m in modes):
+                _reused(session, impl, case, worst, within, name, where)
+            elif all(m.enter is not None for m in modes):
+                outs = invoke(session, impl, case, within=within, mode=name)
                 check_against_oracle(outs, case, worst, where=where)
         except PropertyFailure as e:
-            raise PropertyFailure(f"called under {mode.name}: {e}") from None
+            raise PropertyFailure(f"called under {name}: {e}") from None
 
 
-def _reused(session, impl, case, worst, mode, where):
+@contextlib.contextmanager
+def _entered(modes, device):
+    """Every mode of ``modes`` entered, in order (in the kernel's thread: ``sandbox.invoke``)."""
+    with contextlib.ExitStack() as stack:
+        for m in modes:
+            stack.enter_context(m.enter(device))
+        yield
+
+
+def _reused(session, impl, case, worst, within, name, where):
     """Two calls on the same storage, new values written in place between them."""
-    within = lambda: mode.enter(session.device)  # noqa: E731
-    invoke(session, impl, case, within=within, mode=mode.name)
+    invoke(session, impl, case, within=within, mode=name)
     x = case.main
     with torch.no_grad():
         x.neg_()
     try:
-        outs = invoke(session, impl, case, within=within, mode=mode.name)
+        outs = invoke(session, impl, case, within=within, mode=name)
         check_against_oracle(outs, case, worst, where=where)
     finally:
         with torch.no_grad():

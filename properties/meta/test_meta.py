@@ -257,8 +257,9 @@ def test_correct_variant_is_certified(op, fn, session, request):
     for k in range(request.config.getoption("--normcert-meta-seeds")):
         session.seed = base + 1000 * k
         for family in CASE_CHECKS:
-            # the bitwise pair is not a correctness claim; large is a GPU's (test_large_family_at_a_cpu_scale)
-            if family.bitwise or family.profile or not family.covers(impl, bitwise=False):
+            # the bitwise pair is not a correctness claim; large is a GPU's (test_large_family_at_a_cpu_scale);
+            # a variant's claim is its arithmetic, which served checks as accuracy does (its modes: test_modes)
+            if family.bitwise or family.profile or family.name == "served" or not family.covers(impl, bitwise=False):
                 continue
             for dtype in DTYPES:
                 _run(session, family, impl, dtype)
