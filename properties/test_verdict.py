@@ -7,10 +7,13 @@ import json
 import os
 
 import pytest
+import torch
 
 from normcert.impls import registry
 
 from . import certificate, families, files, verdict
+from .case import Case
+from .runner import Coverage
 from .certificate_helpers import read_certificate
 
 
@@ -99,3 +102,15 @@ def test_ci_surfaces_a_badge_and_a_job_summary(tmp_path, monkeypatch):
     assert "| rms_norm:k | accuracy | float32 | y[0]: got 1.0, exact 2.0 \\| more |" in text
     assert "normcert replay failures/x.npz" in text and "second line" not in text
     assert certificate.badge(cert)["color"] == "red"
+
+
+def test_a_result_s_domain_names_a_fitted_bucket_as_fitted():
+    """The domain text describes the cases that ran: a bucket fitted into a declared domain changed shape."""
+    cover = Coverage()
+    plain = Case.sample("rms_norm", torch.float32)
+    plain.notes["bucket"] = "odd"
+    fitted = plain.copy()
+    fitted.notes.update(bucket="many", fitted="row length 7 -> 8")
+    cover.checked(plain)
+    cover.checked(fitted)
+    assert cover.domain.endswith("buckets: odd, many (fitted to the domain)"), cover.domain
