@@ -1,6 +1,6 @@
 """The certificate: what was checked, on what, and the worst error seen.
 
-JSON schema ``normcert-certificate/7`` (``certificate.schema.json`` beside this file, printed by
+JSON schema ``normcert-certificate/7`` (``normcert-certificate.schema.json`` beside this file, printed by
 ``normcert schema``; documented in the README):
 
     {"run": "complete" | "incomplete: ..." | "interrupted" | "stopped early: ..." (always the first line),
@@ -60,8 +60,8 @@ SCHEMA = "normcert-certificate/7"
 
 
 def schema() -> dict:
-    """The certificate's JSON Schema (``certificate.schema.json``): its ``$id`` is ``SCHEMA``."""
-    with open(os.path.join(os.path.dirname(__file__), "certificate.schema.json")) as f:
+    """The certificate's JSON Schema (``normcert-certificate.schema.json``): its ``$id`` is ``SCHEMA``."""
+    with open(os.path.join(os.path.dirname(__file__), "normcert-certificate.schema.json")) as f:
         return json.load(f)
 
 

@@ -1,5 +1,5 @@
 """For the tests: read a certificate a run wrote, and hold it to the published schema
-(``certificate.schema.json``, ``normcert schema``): every certificate a test reads is validated."""
+(``normcert-certificate.schema.json``, ``normcert schema``): every certificate a test reads is validated."""
 from __future__ import annotations
 
 import json
