@@ -38,6 +38,7 @@ import tempfile
 import time
 from collections import defaultdict
 
+from normcert.properties import verdict
 from normcert.properties.run_settings import HEARTBEAT, KERNEL_TIMEOUT, PROFILES, RUN_RECORD, STALLED
 
 USAGE = 4
@@ -119,7 +120,7 @@ def verdict_table(results: list[dict]) -> list[str]:
     cells: dict[tuple, dict] = defaultdict(dict)
     for r in results:
         cells[(r["impl"], r["prop"])][r["dtype"]] = r
-    dtypes = [d for d in ("float64", "float32", "float16", "bfloat16") if any(r["dtype"] == d for r in results)]
+    dtypes = [d for d in verdict.DTYPE_ORDER if any(r["dtype"] == d for r in results)]
     word = {"pass": "pass", "fail": "FAIL", "warn": "warn", "expected-fail": "xfail",
             "not-supported": "not certified", "not-certified": "not certified (forward only)"}
     rows = [("implementation", "property", *dtypes)]
@@ -291,8 +292,6 @@ def main(argv: list[str] | None = None) -> int:
 def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> int:
     """The exit status of a finished run, judged here from its rows (``verdict.judge``), not from the
     child's word: a certificate the child wrote "certified" against its own rows is corrected."""
-    from normcert.properties import verdict  # noqa: PLC0415 - imports nothing heavy
-
     final = run["pytest_exit_status"]
     if a.command == "replay":
         if ending:
@@ -346,14 +345,14 @@ def _incomplete(certificate: str, why: str) -> None:
 
 def _correct(certificate: str, judged: str, disagreement: str) -> None:
     """Rewrite the certificate's verdict where the child's differs from this process's judgement."""
-    from normcert.properties.certificate import _replace  # noqa: PLC0415
+    from normcert.properties.certificate import write_files  # noqa: PLC0415
 
     try:
         with open(certificate) as f:
             cert = json.load(f)
         cert.update(verdict=judged, disagreement=disagreement or "the run's own verdict differed from its result "
                                                                   "rows; corrected by normcert's parent process")
-        _replace(certificate, cert)
+        write_files(certificate, cert)
     except (OSError, ValueError, KeyError):
         _incomplete(certificate, "the run's certificate disagreed with its result rows and could not be corrected")
 

@@ -55,6 +55,7 @@ import pytest
 import normcert
 
 from .files import UnsafePath, write_atomic
+from .verdict import DTYPE_ORDER
 
 SCHEMA = "normcert-certificate/7"
 
@@ -260,8 +261,6 @@ def claimed(domains: dict[str, str], rows: list[dict]) -> dict[str, str]:
     return out
 
 
-DTYPE_ORDER = ("float64", "float32", "float16", "bfloat16")
-
 
 def verdict_line(verdict: str, domains: dict[str, str], scope: dict, state: str) -> str:
     """The verdict in one line, as the certificate's first line and ``normcert certify``'s last say it:
@@ -322,14 +321,14 @@ def case_studies(cert: dict) -> list[str]:
 def write(path: str, session, results: list[dict], config, run: dict) -> dict:
     """Write the certificate of the run (JSON, Markdown, badge); returns it."""
     cert = finite_json(build(session, results, config, run))
-    _replace(path, cert)
+    write_files(path, cert)
     return cert
 
 
 def write_incomplete(path: str, why: str) -> None:
     """The certificate of a run that has not finished (or ended without normcert's end-of-run step):
     written before any kernel code is imported, replaced by ``write`` when the run ends."""
-    _replace(path, {"run": f"incomplete: {why}", "schema": SCHEMA, "verdict": "incomplete", "disagreement": "",
+    write_files(path, {"run": f"incomplete: {why}", "schema": SCHEMA, "verdict": "incomplete", "disagreement": "",
                     "pytest_exit_status": None, "deselected": [], "crashed": [], "scope": {}, "not_run": [],
                     "config": {}, "environment": {"normcert": normcert.__version__}, "summary": {},
                     "implementations": {}, "results": []})
@@ -374,7 +373,7 @@ def append_step_summary(cert: dict) -> None:
             f.write(step_summary(cert))
 
 
-def _replace(path: str, cert: dict) -> None:
+def write_files(path: str, cert: dict) -> None:
     """Write the JSON and the Markdown beside it (``files.write_atomic``: never through a link, never
     half-written); a Markdown file there that is not a normcert certificate is left alone (OSError)."""
     md = markdown_path(path)

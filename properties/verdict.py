@@ -16,6 +16,9 @@ this module imports nothing heavy, so the parent stays free of torch.
 """
 from __future__ import annotations
 
+DTYPE_ORDER = ("float64", "float32", "float16", "bfloat16")
+"""The order every table and headline lists dtypes in."""
+
 FAILING = ("fail", "error")
 """Outcomes that fail a run (a case study's failure is "expected-fail", a non-gating one "warn")."""
 
