@@ -25,8 +25,8 @@ from ..oracle import OPS
 from . import conventions
 from .domain import Domain, DomainError, check_size, parse
 
-BACKENDS = ("eager", "compiled", "triton", "case-study", "plugin")
-MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "triton_norms", "triton_gated_norm",
+BACKENDS = ("eager", "compiled", "custom-op", "triton", "case-study", "plugin")
+MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "custom_op", "triton_norms", "triton_gated_norm",
                                                  "triton_dynamic_quant", "triton_group_quant", "triton_swiglu",
                                                  "triton_geglu",
                                                  "case_studies"))
@@ -46,6 +46,8 @@ class Impl:
     convention: str = ""  # "", or how it writes its outputs (``conventions``); fn is then the adapted callable
     agrees_with: "Impl | None" = field(default=None, compare=False)  # must give its bits (``--agree``)
     import_fault: str = ""  # what importing its module did to the process (``imported``): every call of it fails
+    kernel: Callable | None = field(default=None, compare=False)  # fn before its convention's adapter (``make``)
+    compiles: bool = False  # served compiled: a torch custom op, or --compile (``properties.checks.compiled``)
 
     def __post_init__(self):
         """The domain is read again as normcert's own (``domain.parse`` of its fields), whoever built
@@ -92,7 +94,15 @@ def make(op, name, backend, fn, **kw) -> Impl:
         conventions.check(convention, OPS[op])
     except ValueError as e:
         raise UsageError(f"{name!r}: {e}") from None
-    return Impl(op, name, backend, conventions.adapt(convention, OPS[op], fn), target, **kw)
+    kw["compiles"] = kw.get("compiles") or is_custom_op(fn)
+    return Impl(op, name, backend, conventions.adapt(convention, OPS[op], fn), target, kernel=fn, **kw)
+
+
+def is_custom_op(fn) -> bool:
+    """Is ``fn`` a torch operator: one made with ``torch.library.custom_op``, or reached as
+    ``torch.ops.NAMESPACE.NAME`` (an overload packet) or ``....default`` (an overload)?  Such a
+    kernel is one a compiled model calls, and is checked so (``properties.checks.compiled``)."""
+    return isinstance(fn, (torch.library.CustomOpDef, torch._ops.OpOverload, torch._ops.OpOverloadPacket))
 
 
 FLUSHED_AT_IMPORT = "set flush-to-zero at import (torch.set_flush_denormal(True))"

@@ -1,7 +1,7 @@
 """The ``normcert`` command (also ``python -m normcert``).
 
     normcert certify OP=MODULE:ATTR [...] [--agree OP=MODULE:ATTR OP=MODULE:ATTR] [--device cpu|cuda] [--profile dev|ci|thorough|large]
-                     [--domain SPEC] [--certificate PATH] [--seed N] [--bitwise] [--require-backward]
+                     [--domain SPEC] [--compile] [--certificate PATH] [--seed N] [--bitwise] [--require-backward]
                      [--kernel-timeout S] [-n N]
                      [-- PYTEST-ARGS...]
     normcert replay FILE [--impl OP=MODULE:ATTR ...] [--device cpu|cuda] [--kernel-timeout S]
@@ -63,6 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("-n", dest="workers", metavar="N", help="pytest-xdist workers (a number or auto)")
     c.add_argument("--domain", metavar="SPEC",
                    help="the kernels' declared domain, e.g. 'dtypes=float16,bfloat16 width_multiple=8' (README)")
+    c.add_argument("--compile", action="store_true",
+                   help="check the kernels as a compiled model calls them (torch.library.opcheck of the operators "
+                        "they call, torch.compile(fullgraph=True)); a torch operator always is")
     c.add_argument("--property", action="append", default=[], metavar="NAME",
                    help="declare the scope: only these property families (repeatable); the certificate says so")
     c.add_argument("--dtype", action="append", default=[], metavar="DTYPE",
@@ -98,6 +101,8 @@ def _pytest_args(a) -> list[str]:
             args += ["--normcert-kernel-timeout", a.kernel_timeout]
         if a.domain is not None:
             args += ["--normcert-domain", a.domain]
+        if a.compile:
+            args.append("--normcert-compile")
         if a.workers:
             args += ["-n", a.workers]
         args += [f"--normcert-property={p}" for p in a.property] + [f"--normcert-dtype={d}" for d in a.dtype]

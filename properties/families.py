@@ -21,7 +21,7 @@ from ..oracle import OPS, Op
 from ..oracle.formats import DTYPE_NAMES
 from ..oracle.validate import finite_number
 
-from .checks import accuracy, agreement, bitwise, contract, fusion, gradients, invariance, large, masks, served
+from .checks import accuracy, agreement, bitwise, compiled, contract, fusion, gradients, invariance, large, masks, served
 from .strategies import BUCKETS, LARGE, REFILLS, transforms
 
 # the call past 2**20 elements is accuracy's alone (its cost); the near-constant groups accuracy's and gradients'
@@ -88,7 +88,8 @@ class Family:
     params: its own draws beside the op's arguments (``Param``), which a replay file must carry;
     pair: it checks a kernel against the kernel it must agree with (``Impl.agrees_with``, ``--agree``)
     and runs on such kernels alone; divide: its random search takes the profile's examples divided by
-    this (``examples``): the served family calls the kernel once per mode on each case."""
+    this (``examples``): the served family calls the kernel once per mode on each case; compiles: it
+    runs on kernels a compiled model calls alone (``Impl.compiles``: a torch operator, or --compile)."""
 
     name: str
     check: Callable | None
@@ -102,14 +103,16 @@ class Family:
     params: tuple[Param, ...] = ()
     pair: bool = False
     divide: int = 1
+    compiles: bool = False
 
     def covers(self, impl, bitwise: bool) -> bool:
         """Does the family run on ``impl``?  It must have a claim about the op; a bitwise family
         skips kernels registered as expected to fail (the case studies) unless ``bitwise``: their
         registered reason is numerical, and without --bitwise a bitwise result is only a warning.
-        A pair family runs on a kernel that must agree with another."""
+        A pair family runs on a kernel that must agree with another, a compiling family on a kernel
+        a compiled model calls."""
         return (self.applies(OPS[impl.op]) and (bitwise or not (self.bitwise and impl.expected_failure))
-                and (not self.pair or impl.agrees_with is not None))
+                and (not self.pair or impl.agrees_with is not None) and (not self.compiles or impl.compiles))
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -117,7 +120,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("contract", contract.check_contract, contract.contract_cases, core=True),
     Family("extremes", accuracy.check_accuracy, accuracy.extreme_cases, core=True, buckets=SHAPES),
     Family("served", served.check_served, served.served_cases, core=True, divide=3,
-           buckets=("odd", "strided")),
+           buckets=("odd", "strided"), params=(Param("cot_seed", "seed"),)),
+    Family("compiled", compiled.check_compiled, compiled.compiled_cases, divide=3, compiles=True),
     Family("fusion", fusion.check_fusion, fusion.fusion_cases, applies=lambda op: op.unfused is not None,
            buckets=SHAPES),
     Family("padding", masks.check_padding, masks.padded_cases, applies=lambda op: op.mask is not None,

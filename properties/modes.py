@@ -12,7 +12,9 @@ oracle under the same bound as accuracy does:
     inference_mode  inside ``torch.inference_mode()`` (how ``vllm``/``sglang`` run a model)
     autocast        inside ``torch.autocast(device, bfloat16)``, float32 cases of an op with a
                     backward (a training step): the output's dtype still decides its bound, so a
-                    float32 result must be float32-accurate
+                    float32 result must be float32-accurate; the gradients of that forward (its
+                    backward run outside autocast, as torch's AMP recipe does) are held to the
+                    gradients family's bound, for a kernel whose outputs carry a grad_fn
     threads=1       torch's intra-op pool at 1 thread (CPU)
     threads=N       ... at N = max(2, cores) threads (CPU): a CPU loop split across threads
     reused buffer   called again on the same input storage after new values (-x, exact) are
@@ -63,12 +65,14 @@ class Mode:
     """name: as the certificate writes it; enter(device): the context the kernel is called in (entered
     in the kernel's own thread, around the call alone); skip(device, dtype, trains): why the mode does
     not run here ("" where it runs), ``trains``: the kernel's outputs carry a grad_fn; reuses: the mode
-    is the second call on the same storage with new values (``checks.served``), not a context."""
+    is the second call on the same storage with new values (``checks.served``), not a context;
+    backward: the gradients of the call are checked too (``checks.gradients``)."""
 
     name: str
     enter: Callable[[str], contextlib.AbstractContextManager] | None
     skip: Callable[[str, torch.dtype, bool], str]
     reuses: bool = False
+    backward: bool = False
 
 
 def _always(device, dtype, trains) -> str:
@@ -93,7 +97,7 @@ def _gpu_only(device, dtype, trains) -> str:
 MODES: tuple[Mode, ...] = (
     Mode("no_grad", lambda device: torch.no_grad(), _always),
     Mode("inference_mode", lambda device: torch.inference_mode(), _always),
-    Mode("autocast", _autocast, _float32_training),
+    Mode("autocast", _autocast, _float32_training, backward=True),
     Mode("threads=1", lambda device: _threads(1), _cpu_only),
     Mode(f"threads={threads_n()}", lambda device: _threads(threads_n()), _cpu_only),
     Mode("reused buffer", lambda device: torch.no_grad(), _always, reuses=True),

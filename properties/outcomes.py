@@ -17,8 +17,8 @@ from ..oracle.formats import DTYPE_NAMES
 
 from .checks.large import need_bytes, one_at_a_time
 from .measure import PropertyFailure
-from .runner import (NO_GRAD_FN, Result, forward_only, gradcheck, inference_convention, outside_domain, record,
-                     run_family, scheduled)
+from .probes import inference_convention
+from .runner import NO_GRAD_FN, Result, forward_only, gradcheck, outside_domain, record, run_family, scheduled
 
 
 def certify(session, family, impl, dtype, *, judge=None) -> Result:

@@ -12,6 +12,7 @@ certify`` takes the short forms):
     --normcert-agree OP=MODULE:ATTR  certify these too, each op's kernels giving the same bits
                                      as its first (repeatable: two or more per op)
     --normcert-domain SPEC           their declared domain (``impls.domain``), replacing a normcert_domain attribute
+    --normcert-compile               check them as a compiled model calls them too (``checks.compiled``)
     --normcert-device cpu|cuda       default: cuda when available
     --normcert-seed N                global seed; each test's Hypothesis seed derives from it
     --normcert-bitwise               make the bitwise properties gating
@@ -106,6 +107,9 @@ def pytest_addoption(parser):
     g.addoption("--normcert-domain", default=None, metavar="SPEC",
                 help="the declared domain of every --normcert-impl kernel, e.g. 'dtypes=float16,bfloat16 width_multiple=8' "
                      "(replaces its normcert_domain attribute; keys in the README)")
+    g.addoption("--normcert-compile", action="store_true",
+                help="check every --normcert-impl kernel as a compiled model calls it (the compiled family: "
+                     "torch.library.opcheck, torch.compile(fullgraph=True)); a torch operator always is")
     g.addoption("--normcert-property", action="append", default=[], metavar="NAME",
                 help="declare the run's scope: only these property families (repeatable, or comma-separated); "
                      "the certificate states it")
@@ -274,6 +278,8 @@ def _replay_target(path: str, meta: dict, registry, plugins):
     mine = sorted((i for i in plugins if i.op == meta["op"] and _spec(i) != partner),
                   key=lambda i: _spec(i) != meta["impl"])  # the file's own kernel first, where given
     impl = _trusted(path, meta["impl"], meta["op"], registry, mine)
+    if meta["property"] == "compiled":  # a kernel given --compile then: replayed compiled
+        impl = dataclasses.replace(impl, compiles=True)
     if not partner:
         return impl
     other = _trusted(path, partner, meta["op"], registry, [i for i in plugins if _spec(i) == partner])
@@ -353,6 +359,11 @@ class Suite:
                                            f"give {flag('impl')} too")
                 declared = impls.parse(spec, where=flag("domain"))
                 plugins = _with_domain(plugins, declared)
+            if config.getoption("--normcert-compile"):
+                if not plugins:
+                    raise impls.UsageError(f"{flag('compile')} checks the {flag('impl')} kernels compiled: "
+                                           f"give {flag('impl')} too")
+                plugins = [dataclasses.replace(i, compiles=True) for i in plugins]
             registry = impls.registry()
             replay = config.getoption("--normcert-replay")
             if replay:

@@ -81,6 +81,15 @@ def probe(session, impl, dtype) -> bool:
     return on_sample(session, impl, dtype)[0] != "refused"
 
 
+def inference_convention(session, impl) -> str:
+    """Why a kernel is forward only by its calling convention ("" where it is not): @inplace, @out
+    and @outkw are inference conventions, so a kernel called so is forward only unless a backward is
+    asked for (its copy_ into the buffers may record a partial graph)."""
+    if impl.convention and not (impl.backward or session.require_backward):
+        return f"@{impl.convention} is an inference calling convention"
+    return ""
+
+
 def has_backward(session, impl, dtype) -> bool:
     """Do the kernel's outputs carry a grad_fn on the op record's sample input, with the
     inputs that get gradients requiring grad?  (A kernel that refuses the sample or

@@ -38,6 +38,7 @@ from .. import oracle
 from ..oracle.formats import DTYPE_NAMES
 
 from .case import Case
+from .checks.compiled import MODES as COMPILED_MODES
 from .checks.served import modes_ran
 from .checks.gradcheck import finite_differences, gradcheck_case, which_side
 from .checks.gradients import fresh_leaves
@@ -45,7 +46,7 @@ from .families import BY_NAME, examples
 from .fitting import fit
 from .measure import PropertyFailure, Worst
 from .modes import AS_TESTED
-from .probes import accepts_weightless, first_call, has_backward, probe, runs_interpreted
+from .probes import accepts_weightless, first_call, has_backward, inference_convention, probe, runs_interpreted
 from .replay import save_failure
 from .sandbox import ContractViolation, KernelHung, NotSupported, first_line, invoke, kernel_code
 from .strategies import buckets, large_buckets
@@ -75,15 +76,6 @@ class Result:
 
 
 NO_GRAD_FN = "its outputs carry no grad_fn"
-
-
-def inference_convention(session, impl) -> str:
-    """Why a kernel is forward only by its calling convention ("" where it is not): @inplace, @out
-    and @outkw are inference conventions, so a kernel called so is forward only unless a backward is
-    asked for (its copy_ into the buffers may record a partial graph)."""
-    if impl.convention and not (impl.backward or session.require_backward):
-        return f"@{impl.convention} is an inference calling convention"
-    return ""
 
 
 def forward_only(session, family, impl, dtype) -> Result | None:
@@ -265,6 +257,8 @@ def record(session, impl, prop: str, dtype: str, outcome: str, **fields) -> Resu
         fields["message"] = f"{fields['message']}; {slow}" if fields.get("message") else slow
     if prop == "served":
         fields.setdefault("modes", modes_ran(session, impl, getattr(torch, dtype)))
+    elif prop == "compiled":
+        fields.setdefault("modes", COMPILED_MODES)
     fields.setdefault("threads", torch.get_num_threads())
     res = Result(impl.id, impl.op, impl.backend, prop, dtype, outcome, **fields)
     session.results.append(res)

@@ -42,7 +42,8 @@ class Session:
     heartbeat: the file ``beat`` touches (``$NORMCERT_HEARTBEAT``, set by ``normcert certify``), or None;
     tuned: kernel id -> its autotuners, forced config by config (``forcing``);
     first_calls: (kernel id, dtype) -> what was wrong with the kernel's first call of that dtype in this
-    process ("" if nothing: ``probes.first_call``), the support probe's call."""
+    process ("" if nothing: ``probes.first_call``), the support probe's call;
+    compiled: kernel id -> the kernel as ``torch.compile`` makes it (``checks.compiled``), made once."""
 
     device: str = "cpu"
     seed: int = 0
@@ -67,6 +68,7 @@ class Session:
     heartbeat: str | None = field(default_factory=lambda: os.environ.get(HEARTBEAT))
     tuned: dict = field(default_factory=dict)
     first_calls: dict = field(default_factory=dict)
+    compiled: dict = field(default_factory=dict)
 
     def forcing(self, impl) -> Forcing:
         """The kernel's autotuners, run under the config the runner selects (``impls.autotune``);

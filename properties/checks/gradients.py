@@ -50,11 +50,13 @@ def case_cotangents(case, outs) -> tuple[torch.Tensor, ...]:
     return cot
 
 
-def check_gradients(session, impl, case, worst):
+def check_gradients(session, impl, case, worst, within=None, mode=""):
+    """``within`` / ``mode``: the calling mode the forward is called in (``modes``; autocast), as
+    ``sandbox.invoke`` takes them; the backward runs outside it."""
     info = case.record
     live, leaves = fresh_leaves(case)
     with torch.enable_grad():
-        outs = invoke(session, impl, live)
+        outs = invoke(session, impl, live, within=within, mode=mode)
     carrying = [o.grad_fn is not None for o in outs]
     if not any(carrying):
         raise ContractViolation(f"{impl.id}: its outputs carry a grad_fn on some inputs, none on this case")

@@ -5,7 +5,10 @@ For each case, every mode that applies (``modes.applicable``) calls the kernel o
 outputs are checked against the oracle of the inputs it was given; a failure names the mode.  The
 reused-buffer mode calls the kernel, writes -x into x's own storage (negation is exact in every
 format), calls it again and checks the second result against the oracle of -x; x is put back
-(negated again: bit for bit) whatever happens.  ``cuda graph`` captures the call on a GPU.
+(negated again: bit for bit) whatever happens.  A mode with a ``backward`` (autocast) checks the
+gradients of its call too, as the gradients family does, with the cotangents of the case's
+``cot_seed``, on a kernel whose outputs carry a grad_fn (``probes.has_backward``; a forward-only
+kernel's is the gradients family's verdict).  ``cuda graph`` captures the call on a GPU.
 """
 from __future__ import annotations
 
@@ -13,18 +16,26 @@ import contextlib
 import functools
 
 import torch
+from hypothesis import strategies as st
 
 from ... import oracle
 from ..case import valid_positions
 from ..measure import PropertyFailure, check_against_oracle
 from ..modes import applicable, calls
 from ..sandbox import invoke
+from ..probes import has_backward, inference_convention
+from ..strategies import integer
 from .accuracy import accuracy_cases
+from .gradients import check_gradients
 
 
-def served_cases(op, dtype, device, bucket=None):
-    """accuracy's cases: ordinary, lattice, offset and constant rows in every layout."""
-    return accuracy_cases(op, dtype, device, bucket=bucket)
+@st.composite
+def served_cases(draw, op, dtype, device, bucket=None):
+    """accuracy's cases (ordinary, lattice, offset and constant rows in every layout), with a
+    ``cot_seed`` for the gradients a backward mode checks."""
+    case = draw(accuracy_cases(op, dtype, device, bucket=bucket))
+    case.params["cot_seed"] = draw(integer(0, 2 ** 32 - 1, bucket, "cot_seed"))
+    return case
 
 
 def check_served(session, impl, case, worst):
@@ -38,6 +49,8 @@ def check_served(session, impl, case, worst):
             elif all(m.enter is not None for m in modes):
                 outs = invoke(session, impl, case, within=within, mode=name)
                 check_against_oracle(outs, case, worst, where=where)
+                if any(m.backward for m in modes) and _has_gradients(session, impl, case.dtype):
+                    check_gradients(session, impl, case, worst, within=within, mode=name)
         except PropertyFailure as e:
             raise PropertyFailure(f"called under {name}: {e}") from None
 
@@ -63,6 +76,11 @@ def _reused(session, impl, case, worst, within, name, where):
     finally:
         with torch.no_grad():
             x.neg_()
+
+
+def _has_gradients(session, impl, dtype) -> bool:
+    """Do the kernel's outputs carry a grad_fn (not forward only by its calling convention or its outputs)?"""
+    return not inference_convention(session, impl) and has_backward(session, impl, dtype)
 
 
 def trains(impl) -> bool:

@@ -33,6 +33,36 @@ def rms_autocast_bf16_stats(x, weight, eps):
     return eager_rms_norm(x, weight, eps)
 
 
+class _SavesBf16UnderAutocast(torch.autograd.Function):
+    """RMSNorm whose forward is right under autocast, and whose saved 1/rms is rounded to bfloat16
+    when autocast was on (a training kernel that keeps its statistics in the autocast dtype)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps):
+        xf = x.float()
+        inv = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        y = (xf * inv * weight.float()).to(x.dtype)
+        kept = inv.to(torch.bfloat16).float() if torch.is_autocast_enabled(x.device.type) else inv
+        ctx.save_for_backward(x, weight, kept)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, inv = ctx.saved_tensors
+        xf, g = x.float(), dy.float() * weight.float()
+        xhat = xf * inv
+        dx = inv * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+        dw = (dy.float() * xhat).reshape(-1, x.shape[-1]).sum(0)
+        return dx.to(x.dtype), dw.to(weight.dtype), None
+
+
+def rms_autocast_backward_bf16(x, weight, eps):
+    """Its forward is right in every mode; under autocast its backward uses a bfloat16 1/rms."""
+    if weight is None:
+        weight = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
+    return _SavesBf16UnderAutocast.apply(x, weight, eps)
+
+
 _RESULTS: dict = {}
 
 
@@ -85,5 +115,5 @@ def rms_served_twin(x, weight, eps):
 
 
 BUGS = {rms_no_grad_drops_eps: "served", rms_autocast_bf16_stats: "served", rms_cached_by_address: "served",
-        rms_first_call_zeros: "accuracy", rms_wrong_multithreaded: "served"}
+        rms_first_call_zeros: "accuracy", rms_wrong_multithreaded: "served", rms_autocast_backward_bf16: "served"}
 """Each bug, and the family that must kill it (the warm-up bug: the first family to call it)."""

@@ -19,7 +19,8 @@ from . import planted_modes
 F32 = torch.float32
 SAYS = {"rms_no_grad_drops_eps": "called under no_grad", "rms_autocast_bf16_stats": "called under autocast",
         "rms_cached_by_address": "called under reused buffer", "rms_wrong_multithreaded": r"called under inference_mode \+ threads=\d",
-        "rms_first_call_zeros": "its first call in float32 in this process"}
+        "rms_first_call_zeros": "its first call in float32 in this process",
+        "rms_autocast_backward_bf16": "called under autocast: dx"}
 
 
 def _impl(fn):
