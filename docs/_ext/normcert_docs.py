@@ -80,15 +80,24 @@ def _type(spec: dict) -> str:
         kind = f"array of {_type(spec['items'])}"
     if "anyOf" in spec or "oneOf" in spec:
         kind = " or ".join(_type(s) for s in spec.get("anyOf", spec.get("oneOf")))
+    if kind == "object" and isinstance(spec.get("additionalProperties"), dict):
+        kind = f"object of {_type(spec['additionalProperties'])} by name"
     if "pattern" in spec:
         kind = f"{kind} matching {spec['pattern']}"
     return kind or "any"
 
 
-def _table(obj: dict) -> nodes.table:
+def _rows(obj: dict, prefix: str):
+    """One row per field; an object's own fields follow it as ``field.sub``."""
     required = set(obj.get("required", ()))
-    rows = [(name, _type(spec), "yes" if name in required else "", spec.get("description", ""))
-            for name, spec in obj.get("properties", {}).items()]
+    for name, spec in obj.get("properties", {}).items():
+        yield prefix + name, _type(spec), "yes" if name in required else "", spec.get("description", "")
+        if isinstance(spec, dict) and spec.get("properties"):
+            yield from _rows(spec, f"{prefix}{name}.")
+
+
+def _table(obj: dict) -> nodes.table:
+    rows = list(_rows(obj, ""))
     table = nodes.table()
     group = nodes.tgroup(cols=4)
     table += group
@@ -102,7 +111,7 @@ def _table(obj: dict) -> nodes.table:
         row = nodes.row()
         for i, text in enumerate(cells):
             entry = nodes.entry()
-            entry += nodes.paragraph(text="", children=[nodes.literal(text=text)] if i == 0 else [nodes.Text(text)])
+            entry += nodes.paragraph("", "", nodes.literal(text, text) if i == 0 else nodes.Text(text))
             row += entry
         target += row
     return table
