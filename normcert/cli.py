@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result nor progress for this long is hung")
     c.add_argument("-n", dest="workers", metavar="N", help="pytest-xdist workers (a number or auto)")
     c.add_argument("--domain", metavar="SPEC",
-                   help="the kernels' declared domain, e.g. 'dtypes=float16,bfloat16 width_multiple=8' (README)")
+                   help="the kernels' declared domain, e.g. 'dtypes=float16,bfloat16 width_multiple=8' (docs/reference/op-contracts.md)")
     c.add_argument("--property", action="append", default=[], metavar="NAME",
                    help="declare the scope: only these property families (repeatable); the certificate says so")
     c.add_argument("--dtype", action="append", default=[], metavar="DTYPE",
