@@ -42,7 +42,7 @@ signature its cases show (dtype, grad mode, a size of 0 or 1, ...): on the 2-cor
 rms_norm's took 92 compilations and 49 s under ``DOMAIN`` and the 16 ops' float32 cases alone 211 s
 of the default run, which had counted on 87 s for all of them because past Dynamo's 8th
 recompilation they ran *eagerly*.  On CPU ``normcert certify --impl rms_norm=normcert.impls.compiled:rms_norm``
-checks one (inductor's C++ code: its GeGLU is rejected there, see the README)."""
+checks one (inductor's C++ code: its GeGLU is rejected there, see docs/explanation/findings.md)."""
 
 QUANTISED_DOMAIN = DOMAIN + " dtypes=float32,float16,bfloat16"
 """An op with a quantised output is not compiled for float64 inputs: inductor's Triton

@@ -1,6 +1,6 @@
 """Calling conventions: kernels that write into the caller's buffers, called under the contract.
 
-The contract (README) is out of place: ``y = fn(*inputs)``.  Real kernels also
+The contract (docs/reference/op-contracts.md) is out of place: ``y = fn(*inputs)``.  Real kernels also
 write into buffers they are handed and return nothing.  A plug-in declares its
 convention as ``--impl OP=MODULE:ATTR@CONVENTION``:
 

@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result nor progress for this long is hung")
     c.add_argument("-n", dest="workers", metavar="N", help="pytest-xdist workers (a number or auto)")
     c.add_argument("--domain", metavar="SPEC",
-                   help="the kernels' declared domain, e.g. 'dtypes=float16,bfloat16 width_multiple=8' (README)")
+                   help="the kernels' declared domain, e.g. 'dtypes=float16,bfloat16 width_multiple=8' (docs/reference/op-contracts.md)")
     c.add_argument("--compile", action="store_true",
                    help="check the kernels as a compiled model calls them (torch.library.opcheck of the operators "
                         "they call, torch.compile(fullgraph=True)); a torch operator always is")

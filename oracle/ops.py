@@ -1,6 +1,6 @@
 """The ops normcert knows: one ``Op`` record each (see ``record``).
 
-The call conventions are the contract in the README: out-of-place, tensors
+The call conventions are the contract in docs/reference/op-contracts.md: out-of-place, tensors
 positional in the order below, eps last; rms_norm's weight and layer_norm's
 weight and bias may be None (ones, zeros); batch_norm takes ``mask=`` by keyword;
 deep_norm takes its sublayer as a callable (the suite's affine one); GELU's form

@@ -1,7 +1,7 @@
 """The certificate: what was checked, on what, and the worst error seen.
 
 JSON schema ``normcert-certificate/7`` (``normcert-certificate.schema.json`` beside this file, printed by
-``normcert schema``; documented in the README):
+``normcert schema``; documented in docs/reference/certificate.md):
 
     {"run": "complete" | "incomplete: ..." | "interrupted" | "stopped early: ..." (always the first line),
      "schema": "normcert-certificate/7",

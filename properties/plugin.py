@@ -106,7 +106,7 @@ def pytest_addoption(parser):
     g.addoption("--normcert-meta-seeds", type=int, default=1, help="global seeds each correct planted variant is certified under")
     g.addoption("--normcert-domain", default=None, metavar="SPEC",
                 help="the declared domain of every --normcert-impl kernel, e.g. 'dtypes=float16,bfloat16 width_multiple=8' "
-                     "(replaces its normcert_domain attribute; keys in the README)")
+                     "(replaces its normcert_domain attribute; keys in docs/reference/op-contracts.md)")
     g.addoption("--normcert-compile", action="store_true",
                 help="check every --normcert-impl kernel as a compiled model calls it (the compiled family: "
                      "torch.library.opcheck, torch.compile(fullgraph=True)); a torch operator always is")
