@@ -19,13 +19,14 @@ page (``compare.html``) shares the style.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 
 import jinja2
 
-from .certificate import headline
+from .certificate import SCHEMA, headline, schema
 from .report_replay import replay_view
 from .verdict import DTYPE_ORDER
 
@@ -270,6 +271,33 @@ def environment() -> jinja2.Environment:
     env.filters["plain"] = plain
     env.filters["sortkey"] = sortkey
     return env
+
+
+def load(path: str) -> dict:
+    """The certificate at ``path``, held to the published schema (with ``jsonschema`` where it is
+    installed, else its required fields); ValueError says in one line what is wrong."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            cert = json.load(f)
+    except OSError as e:
+        raise ValueError(e.strerror or str(e)) from None
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"not JSON ({str(e)[:120]})") from None
+    if not isinstance(cert, dict) or cert.get("schema") != SCHEMA:
+        found = cert.get("schema") if isinstance(cert, dict) else type(cert).__name__
+        raise ValueError(f"not a {SCHEMA} certificate (its schema: {found!r})")
+    try:
+        import jsonschema  # noqa: PLC0415 - in the test extra, not the core install
+    except ImportError:
+        missing = [k for k in schema()["required"] if k not in cert]
+        if missing:
+            raise ValueError(f"not a complete certificate: no {', '.join(missing)}") from None
+        return cert
+    try:
+        jsonschema.validate(cert, schema())
+    except jsonschema.ValidationError as e:
+        raise ValueError(f"does not fit the schema at {e.json_path}: {e.message.splitlines()[0][:160]}") from None
+    return cert
 
 
 def render(certificate: dict) -> str:
