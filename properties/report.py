@@ -23,6 +23,7 @@ import json
 import math
 import os
 import re
+import shlex
 
 import jinja2
 
@@ -61,7 +62,7 @@ def number(value) -> float:
 
 
 def short(value) -> str:
-    """A number in at most 4 significant digits; "inf" and "nan" as they are."""
+    """A number to 3 significant digits; "inf" and "nan" as they are."""
     v = number(value)
     return f"{v:.3g}" if math.isfinite(v) else str(v)
 
@@ -210,8 +211,6 @@ def where_fields(where: str) -> dict[str, str]:
 
 def replay_file(command: str) -> str:
     """The replay file a row's ``replay`` field names ("normcert replay PATH"), or "" for none."""
-    import shlex  # noqa: PLC0415
-
     if not command.startswith("normcert replay "):
         return ""
     try:
