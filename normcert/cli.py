@@ -7,7 +7,12 @@
     normcert replay FILE [--impl OP=MODULE:ATTR ...] [--device cpu|cuda] [--kernel-timeout S]
     normcert list
     normcert schema
+    normcert report CERT.json [-o REPORT.html]
+    normcert compare A.json B.json [--format text|markdown|html] [-o PATH]
 
+``report`` draws a certificate as one HTML page that works offline (``properties.report``; ``certify
+--report PATH`` writes it after the run, from the certificate as judged here); ``compare`` lists the
+cells whose outcome or error / bound changed between two certificates (``properties.compare``).
 ``certify`` and ``replay`` run normcert's properties through pytest (the same
 plugin as ``pytest --pyargs normcert.properties``) and end with a verdict table.
 Exit status: 0 certified (or, for replay, the property now holds), 1 a property
@@ -47,7 +52,7 @@ NO_TESTS = 5  # pytest's exit status when it collected nothing
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="normcert", description="Certify numerical kernels against exact oracles.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{certify,replay,list,schema}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{certify,replay,list,schema,report,compare}")
     c = sub.add_parser("certify", help="certify kernels: OP=MODULE:ATTR ...")
     c.add_argument("impls", nargs="*", metavar="OP=MODULE:ATTR")
     c.add_argument("--agree", nargs=2, action="append", default=[], metavar=("OP=MODULE:ATTR", "OP=MODULE:ATTR"),
@@ -55,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--device", choices=("cpu", "cuda"))
     c.add_argument("--profile", choices=tuple(PROFILES), default="ci")
     c.add_argument("--certificate", metavar="PATH")
+    c.add_argument("--report", metavar="PATH", help="after the run, write the certificate's HTML report here")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--bitwise", action="store_true")
     c.add_argument("--require-backward", action="store_true", help="a forward-only kernel fails (training kernels)")
@@ -78,6 +84,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result nor progress for this long is hung")
     sub.add_parser("list", help="the registry of implementations")
     sub.add_parser("schema", help="print the certificate's JSON Schema")
+    rep = sub.add_parser("report", help="a certificate as one offline HTML page")
+    rep.add_argument("certificate", metavar="CERT.json")
+    rep.add_argument("-o", dest="output", metavar="PATH", help="the HTML file (default: beside CERT.json, as .html)")
+    cmp = sub.add_parser("compare", help="the cells that changed between two certificates")
+    cmp.add_argument("before", metavar="A.json")
+    cmp.add_argument("after", metavar="B.json")
+    cmp.add_argument("--format", choices=("text", "markdown", "html"), default="text")
+    cmp.add_argument("-o", dest="output", metavar="PATH", help="write here instead of standard output")
     return p
 
 
@@ -261,10 +275,21 @@ def main(argv: list[str] | None = None) -> int:
 
         print(json.dumps(schema(), indent=1))
         return 0
+    if a.command in ("report", "compare"):
+        from normcert.properties.report_cli import compare, report  # noqa: PLC0415 - no torch
+
+        return report(a) if a.command == "report" else compare(a)
     if a.command == "certify" and not (a.impls or a.agree):
         print("normcert certify: give the kernels to certify, OP=MODULE:ATTR ..., or --agree OP=MODULE:ATTR "
               "OP=MODULE:ATTR", file=sys.stderr)
         return USAGE
+    if a.command == "certify" and a.report:
+        from normcert.properties.report_cli import check_report  # noqa: PLC0415
+
+        problem = check_report(a.report, a.certificate)
+        if problem:
+            print(f"normcert certify: --report {a.report}: {problem}", file=sys.stderr)
+            return USAGE
     # none of pytest's variables: PYTEST_ADDOPTS / PYTEST_PLUGINS would configure the run, and an
     # xdist worker's PYTEST_XDIST_WORKER (normcert run from a test) would make the child a worker
     # autoloading off: the child loads normcert's plugins by name (``PLUGINS``) and no others
@@ -287,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         why = ending or f"the kernel's process exited with status {status} before normcert's end of run"
         if certificate and status != USAGE:  # a usage error was refused before the run began
             _incomplete(certificate, why)
+            _report(certificate, a.report)
         if status in (USAGE, 2, 3):
             return status  # a usage error, Ctrl-C or pytest's internal error: pytest has said which
         print(f"normcert: not certified: {why}", file=sys.stderr)
@@ -323,6 +349,8 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
         print(f"normcert: {ending}", file=sys.stderr)
     if not run["results"]:
         print("normcert: nothing was checked", file=sys.stderr)
+    if certificate:
+        _report(certificate, a.report)
     if judged == "certified":
         return 0
     return final if final not in (0, NO_TESTS) else 1
@@ -337,6 +365,18 @@ def _summarise(certificate: str) -> None:
             append_step_summary(json.load(f))
     except (OSError, ValueError, KeyError) as e:
         print(f"normcert: the CI job summary was not written ({e})", file=sys.stderr)
+
+
+def _report(certificate: str, path: str | None) -> None:
+    """``certify --report PATH``: the HTML report of the certificate as judged here (a failure to
+    write it is said, and does not change the verdict)."""
+    if not path:
+        return
+    from normcert.properties.report_cli import write_report  # noqa: PLC0415
+
+    problem = write_report(certificate, path)
+    print(f"normcert: the report was not written: {problem}" if problem else f"normcert: report: {path}",
+          file=sys.stderr if problem else sys.stdout)
 
 
 def _incomplete(certificate: str, why: str) -> None:

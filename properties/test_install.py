@@ -62,6 +62,8 @@ def test_wheel_certifies_a_kernel_from_the_users_folder(tmp_path):
     top = {p.name for p in site.iterdir() if not p.name.endswith(".dist-info")}
     assert top <= {"normcert", "bin"}, f"the wheel installs generic names: {sorted(top)}"
     assert (site / "normcert" / "oracle" / "native.c").is_file(), "the wheel must ship the oracle's C source"
+    assert (site / "normcert" / "properties" / "report_templates" / "report.html").is_file(), \
+        "the wheel must ship the report's templates"
 
     (work / "mykern.py").write_text(MYKERN)
     env.update(PYTHONPATH=str(site), HYPOTHESIS_STORAGE_DIRECTORY=str(tmp_path / "hyp"))

@@ -1,0 +1,127 @@
+"""The HTML report (``report.render``) of hand-built certificates: a heat map cell per expected check
+with its outcome's class, a card per failing row with its replay command, non-finite numbers, HTML
+escaping, the failing input row drawn from a replay file, and ``normcert report``'s command line."""
+from __future__ import annotations
+
+import json
+import os
+from html.parser import HTMLParser
+
+import pytest
+
+from normcert import cli
+
+from . import report, report_samples
+from .report_samples import HOSTILE
+
+
+class Page(HTMLParser):
+    """What the tests look for in a page: cells (data-cell -> classes and link), failure cards
+    (id -> classes), ids, the text of each card, and every script's text."""
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.cells, self.cards, self.ids, self.card_text, self.scripts = {}, {}, set(), {}, []
+        self._card, self._script = None, False
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.add(a["id"])
+        if "data-cell" in a:
+            self.cells[a["data-cell"]] = (a.get("class", "").split(), a.get("href", ""), a.get("title", ""))
+        if tag == "section" and "failure" in a.get("class", ""):
+            self.cards[a["id"]] = a["class"].split()
+            self._card = a["id"]
+            self.card_text[self._card] = ""
+        self._script = tag == "script"
+
+    def handle_endtag(self, tag):
+        if tag == "section":
+            self._card = None
+        self._script = False
+
+    def handle_data(self, data):
+        if self._card:
+            self.card_text[self._card] += data
+        if self._script:
+            self.scripts.append(data)
+
+
+def test_a_certified_certificate_has_a_cell_per_check_with_its_outcome():
+    cert = report_samples.certified()
+    page = Page(report.render(cert))
+    expected = report_samples.expected_cells(cert)
+    assert {k: v[0] for k, v in page.cells.items()} == {k: ["cell", o] for k, o in expected.items()}
+    assert all(href.lstrip("#") in page.ids for _, href, _ in page.cells.values())
+    assert list(page.cards.values()) == [["failure", "warn"]]  # the warning's note, and no failure
+
+
+def test_each_failing_row_has_a_card_with_its_replay_command(tmp_path):
+    cert = report_samples.failing(str(tmp_path))
+    html = report.render(cert)
+    page = Page(html)
+    assert {k: v[0][1] for k, v in page.cells.items()} == report_samples.expected_cells(cert)
+    failing = [r for r in cert["results"] if r["outcome"] in report.CARD_OUTCOMES]
+    assert len(page.cards) == len(failing) == 3
+    for r in failing:  # each failing cell links to its own card, and the card holds its replay field
+        classes, href, title = page.cells["|".join((r["impl"], r["property"], r["dtype"]))]
+        card = href.lstrip("#")
+        assert page.cards[card] == ["failure", r["outcome"]]
+        assert r["replay"] in page.card_text[card] and r["outcome"] in title
+    first = page.card_text[page.cells["rms_norm:example:k|accuracy|float32"][1].lstrip("#")]
+    assert "bucket" in first and "odd 3x40" in first and "4294967295" in first
+    assert "input x, row 1" in " ".join(first.split()) and "30000" in first  # the row drawn from the replay file
+    assert '<svg class="strip"' in html
+    assert "could not be read (ValueError: no such file)" in html  # the replay file that is not there
+    for entry in cert["not_run"]:  # a hatched cell, linked to its line in the list of checks that did not run
+        classes, href, _ = page.cells["|".join(entry.rsplit(" ", 2))]
+        assert classes == ["cell", "not-run"] and href.lstrip("#") in page.ids
+
+
+def test_non_finite_numbers_render_and_hostile_text_is_escaped(tmp_path):
+    html = report.render(report_samples.failing(str(tmp_path)))
+    page = Page(html)
+    _, _, title = page.cells[f"{HOSTILE}|accuracy|float64"]
+    assert "error/bound inf, inf ulp" in title
+    assert "error/bound nan, inf ulp" in page.cells[f"{HOSTILE}|accuracy|float32"][2]
+    assert "<script>alert" not in html and "&lt;script&gt;alert(&#34;message&#34;)" in html
+    assert len(page.scripts) == 1 and "alert" not in page.scripts[0]  # the sort script alone
+    assert "http://" not in html.replace("http://www.w3.org/2000/svg", "") and "https://" not in html
+
+
+def test_colours_follow_the_log_scale_with_one_as_the_threshold():
+    assert report.colour("pass", 1e-9) == report.colour("pass", 1e-4) != report.colour("pass", 0.5)
+    assert report.colour("pass", 1.0) == "#%02x%02x%02x" % report.PASS_SCALE[-1][1]
+    assert report.colour("fail", 1.5) != report.colour("fail", 1e3) == report.colour("fail", 1e3)
+    assert report.colour("fail", "inf") == report.colour("error", 0.1) == "#%02x%02x%02x" % report.FAIL_SCALE[-1][1]
+    assert report.colour("not-supported", 0) == report.GREY["not-supported"]
+
+
+def test_normcert_report_writes_the_page_and_refuses_bad_input_in_one_line(tmp_path, capsys):
+    cert = tmp_path / "c.json"
+    cert.write_text(json.dumps(report_samples.certified()))
+    assert cli.main(["report", str(cert), "-o", str(tmp_path / "r.html")]) == 0
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    assert cli.main(["report", str(cert)]) == 0 and (tmp_path / "c.html").is_file()  # beside it by default
+    bad = tmp_path / "bad.json"
+    for text, problem in (("{", "not JSON"), ('{"schema": "x"}', "not a normcert-certificate/7 certificate"),
+                          (json.dumps({**report_samples.certified(), "results": [{}]}), "does not fit the schema")):
+        bad.write_text(text)
+        capsys.readouterr()
+        assert cli.main(["report", str(bad), "-o", str(tmp_path / "x.html")]) == cli.USAGE
+        err = capsys.readouterr().err
+        assert err.startswith(f"normcert report: {bad}: {problem}") and err.count("\n") == 1
+    assert cli.main(["report", str(cert), "-o", str(tmp_path / "no" / "r.html")]) == cli.USAGE
+    assert capsys.readouterr().err.startswith(f"normcert report: -o {tmp_path / 'no' / 'r.html'}: folder")
+    assert cli.main(["certify", "rms_norm=example:k", "--report", str(tmp_path / "r.html")]) == cli.USAGE
+    assert "--report" in capsys.readouterr().err and not os.path.exists(tmp_path / "r.json")
+
+
+@pytest.mark.parametrize("damage", [b"not a zip", b""])
+def test_a_damaged_replay_file_gives_a_reason_not_an_exception(tmp_path, damage):
+    cert = report_samples.failing(str(tmp_path))
+    path = tmp_path / "rms_norm-k-accuracy-float32.npz"
+    path.write_bytes(damage)
+    assert "the replay file could not be read (ValueError: not a replay file (.npz))" in report.render(cert)
