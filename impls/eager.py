@@ -67,13 +67,24 @@ def to_e4m3(v):
     return v.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
 
 
-def rms_norm_gated(x, z, weight, eps, norm_before_gate):
-    """rms_norm(x) w silu(z), or rms_norm(x silu(z)) w, in the compute format (F.silu)."""
+def rms_norm_gated(x, z, weight, eps, norm_before_gate, group_size=None):
+    """rms_norm(x) w silu(z), or rms_norm(x silu(z)) w, in the compute format (F.silu), the statistics
+    taken per group: with G = group_size (None: G = n, the whole row) and the row's groups
+    J_j = {jG, ..., jG + G - 1},
+
+        y_i = q_i rho_j w_i (s_i if norm_before_gate),   rho_j = 1 / sqrt((1/G) sum_{k in J_j} q_k^2 + eps),
+        i in J_j,   q = x (norm_before_gate) or x s,   s = silu(z),
+
+    the last dim viewed as (n / G, G) and normalised over the second (the weight alike)."""
     boolean("rms_norm_gated", "norm_before_gate", norm_before_gate)
-    s = F.silu(up(z))
-    if norm_before_gate:
-        return (rms_formula(up(x), up(weight, x), eps) * s).to(x.dtype)
-    return rms_formula(up(x) * s, up(weight, x), eps).to(x.dtype)
+    KINDS["group_size"].check("rms_norm_gated", "group_size", group_size, x)
+    s, w = F.silu(up(z)), up(weight, x)
+    q = up(x) if norm_before_gate else up(x) * s
+    if group_size is None:
+        y = rms_formula(q, w, eps)
+    else:
+        y = rms_formula(q.unflatten(-1, (-1, group_size)), w.unflatten(-1, (-1, group_size)), eps).flatten(-2)
+    return (y * s if norm_before_gate else y).to(x.dtype)
 
 
 def rms_norm_fp8(x, weight, eps, scale):

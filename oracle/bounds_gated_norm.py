@@ -45,6 +45,24 @@ value, since 1 + z (1 - sigma) cancels near z = -1.28, where s' = 0):
                           dz = dg x s': B_g |x s'| + |dg x| e_s' + 2 u_c |dz| + round_out(|dz|) + lam_c
                           (|dg| from its formula in float64)
 
+Groups (``group_size`` = G dividing n; ``rms_norm_gated``'s docstring): on the columns J_j of group j
+the op is the ungrouped one on rows of length G, with w[J_j] and z[J_j], and no quantity of one group
+enters another's outputs; a correct grouped kernel is, on those columns, a correct ungrouped kernel on
+rows of length G (it may order the group's sum as it likes, as an ungrouped one its row's).  So every
+bound above holds per group with the group in place of the row (``per_group`` evaluates each on the
+group's columns and joins them):
+
+    n -> G in rho's relative error, gam(G+1)/2 + (FN_ULPS + 2) u_c + G lam_c / (ms_j + eps), with
+           ms_j = mean(q^2) over the group, not the row (a group of small values beside a large
+           one has its own, larger lam_c term: its rho is the one that may lose bits);
+    n -> G in dx's mean of products, gam(G + 2) on its signed reach, and in the claim: a group
+           carries one where 4 G peak_j^2 < max_c (its own sum of squares cannot overflow c), so
+           an overflowing group takes no claim from the others;
+    dw[J_j] sums dy c_i qhat_i over the rows as before: gam(rows + 2), the rows' count, not n,
+           its claim that of every row's group j.
+
+With G = n (group_size None or n) it is the bound above exactly.
+
 A bound that is +inf (no claim: rms_norm's rows outside the compute format) stays +inf where it is
 multiplied by a zero (s = 0 at z = 0).  Where s = +inf, y = r s may come back NaN from a correct kernel
 (``rms_norm_gated_indeterminate``).  In unclaimed rows y = r s may be infinite exactly (float64 x and
@@ -59,6 +77,36 @@ from .bounds_gated import silu_rel
 from .bounds_norms import NormInput, inverse_rms, affine_values, rms_norm_bwd, rms_norm_fwd
 from .error_model import LAM_64, ORACLE, ROUNDINGS, Context, claimable_rows, row_mean
 from .formats import to_float64
+from .rms_norm_gated import group_columns
+
+
+def per_group(bound):
+    """``bound(args, ...)`` evaluated on each group's columns (module docstring: a grouped op is the
+    ungrouped op per group) and joined along the last dim; the whole row where there is one group.
+    Every tensor or array among the arguments (x, z, the weight, cotangents, exact values) is sliced
+    along its last dim; a tuple or dict of them alike, and the results joined as they came."""
+    def cut(a, cols):
+        if isinstance(a, tuple):
+            return tuple(cut(v, cols) for v in a)
+        if isinstance(a, dict):
+            return {k: cut(v, cols) for k, v in a.items()}
+        return a[..., cols] if getattr(a, "ndim", 0) else a
+
+    def join(parts):
+        if isinstance(parts[0], tuple):
+            return tuple(join([p[i] for p in parts]) for i in range(len(parts[0])))
+        if isinstance(parts[0], dict):
+            return {k: join([p[k] for p in parts]) for k in parts[0]}
+        return np.concatenate(parts, axis=-1)
+
+    def grouped(args, *rest, **kw):
+        cols = group_columns(args["x"].shape[-1], args.get("group_size"))
+        if cols is None:
+            return bound(args, *rest, **kw)
+        return join([bound(cut(args, c), *cut(rest, c), **kw) for c in cols])
+
+    grouped.__name__, grouped.__doc__ = bound.__name__, bound.__doc__
+    return grouped
 
 
 def _times(bound, factor):
@@ -93,6 +141,7 @@ def _gated_rows(x, s, s_err):
         return NormInput(x * s, error=np.abs(x) * s_err + ORACLE * LAM_64)
 
 
+@per_group
 def rms_norm_gated_fwd(args, exact, kernel=True):
     ctx = Context(args["x"].dtype, kernel=kernel)
     s, s_err, _, _ = _silu(ctx, to_float64(args["z"]))
@@ -118,6 +167,7 @@ def _weight_rounding(ctx, args, g, y):
         return ctx.uo * (y + ctx.lam_o * np.abs(g * rho))
 
 
+@per_group
 def rms_norm_gated_bwd(args, cot, exact):
     ctx = Context(args["x"].dtype)
     z, dy = to_float64(args["z"]), to_float64(cot[0])
@@ -148,6 +198,7 @@ def _rms_vjp(g, w, dy, eps):
     return rho * (dy * w - ghat * row_mean(dy * w * ghat))
 
 
+@per_group
 def rms_norm_gated_indeterminate(args):
     """Gate after: y = r s with s = silu(+inf) = +inf is infinite exactly wherever r != 0, but a
     correct kernel may round r to x.dtype, or flush it, to 0 where |r| < lam_o (the model's output

@@ -51,6 +51,10 @@ define a case):
              every one of them divide the rows drawn)
     scale_format  how a group's scale is stored, one of ``dynamic_quant.SCALE_FORMATS``: "float32"
              (as computed) or "ue8m0" (rounded up to a power of two, OCP MX)
+    group_size  None (the whole row) or a positive integer dividing the row length: the gated norm's
+             normalisation groups, group_size consecutive elements of a row sharing their statistics
+             (Mamba-2's ``RMSNormGated(group_size=...)``).  Drawn as None in half the cases, else as
+             n / k for a group count k of GROUP_COUNTS that divides n (k = 1: the whole row, given)
     layout   the memory layout of a per-group scale output, one of SCALE_LAYOUTS: "row_major" (a
              contiguous (rows, groups) tensor) or "column_major" (the same shape, stored groups first,
              as DeepGEMM reads it)
@@ -71,6 +75,7 @@ APPROXIMATE = ("none", "tanh")
 LAYERS = (1, 6, 12, 24, 100)  # DeepNorm depths drawn: alpha = (2N)^(1/4)
 SCALE_UBS = (None, None, 0.5, 2.0, 16.0, 1000.0)
 GROUPS = (32, 64, 128)  # DeepSeek's 1 x 128, vLLM's per-block 64 / 128, OCP MX's 32
+GROUP_COUNTS = (1, 2, 4, 8)  # a gated norm's groups per row: Codestral Mamba and Nemotron-H run 8
 SCALE_LAYOUTS = ("row_major", "column_major")  # a dynamic scale's bound: none, or below to far above a row's peak
 
 
@@ -141,6 +146,15 @@ def _alpha(d, arg) -> float:
     return float((2 * layers) ** 0.25)
 
 
+def _norm_group(d, arg) -> int | None:
+    """None (the whole row) in half the cases, else n / k for a group count k in GROUP_COUNTS dividing n."""
+    sizes = [d.n // k for k in GROUP_COUNTS if d.n and d.n % k == 0]
+    size = d.choose([None] * len(sizes) + sizes, arg.name)
+    if size is not None:
+        d.note(arg.name, f"{d.n // size} group(s) of {size}")
+    return size
+
+
 def _scalar_check(check: Callable) -> Callable:
     return lambda op, name, value, x: check(op, name, value)
 
@@ -184,6 +198,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("group", check=lambda op, name, value, x: v.group_size(op, name, value, x.shape[-1]),
          sample=lambda normal, rows, width: GROUPS[0],
          draw=lambda d, arg: d.choose(list(GROUPS), arg.name), shape=None),
+    Kind("group_size", check=lambda op, name, value, x: value is None or v.group_size(op, name, value, x.shape[-1]),
+         sample=lambda normal, rows, width: None,
+         draw=_norm_group, shape=None, may_be_none=True),
     Kind("scale_format", check=lambda op, name, value, x: v.one_of(op, name, value, SCALE_FORMATS),
          sample=lambda normal, rows, width: "float32",
          draw=lambda d, arg: d.choose(list(SCALE_FORMATS), arg.name), shape=None),

@@ -7,6 +7,17 @@ Per row (last dim, length n), with weight w, gate z (x's shape) and s = silu(z) 
     norm_before_gate:       y = rms_norm(x, w, eps) * s  = x_i rho w_i s_i,   rho = 1 / sqrt(mean(x^2) + eps)
     not norm_before_gate:   y = rms_norm(x * s, w, eps)  = g_i rho_g w_i,     g = x s, rho_g = 1 / sqrt(mean(g^2) + eps)
 
+With groups (``group_size`` = G, a divisor of n; Mamba-2's ``RMSNormGated(group_size=G)``): the row is
+n / G groups of G consecutive elements, J_j = {jG, ..., jG + G - 1}, and each is normalised on its own,
+
+    rho_j = 1 / sqrt((1/G) sum_{k in J_j} q_k^2 + eps)   for i in J_j,   q = x (gate after) or x s (gate first)
+
+that is, the op on a row is the ungrouped op on each group's columns, with that group's slice of w
+and z: y[..., J_j] = rms_norm_gated(x[..., J_j], z[..., J_j], w[J_j]).  The VJP is the ungrouped one's
+on each group alike: the means in dx are over the group, and dw[J_j] sums over the rows as before.
+group_size None (the default) is the whole row, G = n.  ``by_groups`` evaluates exactly that
+decomposition, so everything below is stated for one group and holds for any.
+
 Vector-Jacobian product for cotangent dy (``rms_norm``'s VJP, ``rms_norm.vjp``, is (dx, dw) of
 rms_norm at the rows it normalises):
 
@@ -66,7 +77,38 @@ def _gated_rows(B, x, z, eps):
     return B.pointwise(lambda B, a, b, k: silu_times(B, b, a, k), x, z, c, scaled=True), eps * c * c, c
 
 
-def forward(B, x, z, weight, eps, norm_before_gate):
+def group_columns(n: int, group_size: int | None) -> list[slice] | None:
+    """The column slices of a row's groups, or None where there is one group (the whole row)."""
+    if group_size is None or int(group_size) == n or n == 0:
+        return None
+    size = int(group_size)  # the oracle's scalars come as floats (``kinds.Kind.convert``)
+    return [slice(j, j + size) for j in range(0, n, size)]
+
+
+def by_groups(fn, B, x, z, weight, *rest, group_size=None, cot=None):
+    """fn on each group's columns (x, z and the cotangent sliced along the last dim, the weight
+    alike), its outputs joined again along the last dim: a tuple of arrays (forward) or a dict of
+    gradients (VJP).  One group: fn as it is."""
+    cols = group_columns(x.shape[-1], group_size)
+    if cols is None:
+        return fn(B, x, z, weight, *rest) if cot is None else fn(B, cot, x, z, weight, *rest)
+    part = lambda a, c: np.ascontiguousarray(a[..., c])  # noqa: E731
+    outs = [fn(B, part(x, c), part(z, c), part(weight, c), *rest) if cot is None else
+            fn(B, tuple(part(d, c) for d in cot), part(x, c), part(z, c), part(weight, c), *rest) for c in cols]
+    if cot is None:
+        return tuple(np.concatenate([o[i] for o in outs], axis=-1) for i in range(len(outs[0])))
+    return {k: np.concatenate([o[k] for o in outs], axis=-1) for k in outs[0]}
+
+
+def forward(B, x, z, weight, eps, norm_before_gate, group_size=None):
+    return by_groups(_forward, B, x, z, weight, eps, norm_before_gate, group_size=group_size)
+
+
+def vjp(B, cot, x, z, weight, eps, norm_before_gate, group_size=None):
+    return by_groups(_vjp, B, x, z, weight, eps, norm_before_gate, group_size=group_size, cot=cot)
+
+
+def _forward(B, x, z, weight, eps, norm_before_gate):
     if norm_before_gate:
         (r,) = rms_norm.forward(B, x, weight, eps)
         return (B.pointwise(lambda B, a, b: silu_times(B, b, a), r, z, scaled=True),)
@@ -82,7 +124,7 @@ def _shrink(B, dy):
     return 2.0 ** -(int(np.frexp(peak)[1]) + 1) if np.isfinite(peak) and peak >= 0.5 else 1.0
 
 
-def vjp(B, cot, x, z, weight, eps, norm_before_gate):
+def _vjp(B, cot, x, z, weight, eps, norm_before_gate):
     (dy,) = cot
     if norm_before_gate:
         k = _shrink(B, dy)
