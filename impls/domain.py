@@ -29,6 +29,11 @@ was certified.
     ranks=2,3                 the main tensor's rank is one of these (2..4)
     weightless=yes|no         an optional weight or bias may be None (yes: it must be
                               taken; no: never passed; default: asked once)
+    flags=NAME:yes|no,...     a flag argument (kind "flag") the kernel supports one value
+                              of: norm_before_gate:yes for a gated norm that gates after the
+                              norm only (flash-linear-attention's FusedRMSNormGated).  Its cases
+                              are drawn, then fitted to that value; NAME must be a flag of the
+                              kernel's op (checked when the kernel is registered)
 
 A case is drawn as for any kernel, then *fitted* into the domain
 (``properties.fitting``): the row length rounded up to the multiple (capped at
@@ -55,7 +60,7 @@ rows, the "many" bucket (``strategies.MANY_ROWS`` = 65537 rows), each row widene
 narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to 2047 fits (2046 for a
 [gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
 
-KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless")
+KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags")
 RANKS = (2, 3, 4)
 
 
@@ -75,6 +80,7 @@ class Domain:
     contiguous: str | None = None  # "last" | "all"
     ranks: tuple[int, ...] | None = None
     weightless: bool | None = None
+    flags: tuple[tuple[str, bool], ...] | None = None  # (argument, its one supported value), sorted by name
 
     @property
     def declared(self) -> bool:
@@ -122,6 +128,8 @@ class Domain:
             parts.append("rank " + " or ".join(map(str, self.ranks)))
         if self.weightless is not None:
             parts.append("weightless calls (None weight / bias)" if self.weightless else "no weightless calls")
+        if self.flags is not None:
+            parts += [f"{name}={'yes' if value else 'no'}" for name, value in self.flags]
         return "; ".join(parts)
 
     def spec(self) -> str:
@@ -131,7 +139,9 @@ class Domain:
             value = getattr(self, f.name)
             if value is None or (f.name == "width_multiple" and value == 1):
                 continue
-            if isinstance(value, tuple):
+            if f.name == "flags":
+                value = ",".join(f"{name}:{'yes' if v else 'no'}" for name, v in value)
+            elif isinstance(value, tuple):
                 value = ",".join(map(str, value))
             elif isinstance(value, bool):
                 value = "yes" if value else "no"
@@ -150,6 +160,15 @@ def check_size(domain: Domain, rec, rows: int, where: str) -> None:
     raise DomainError(f"{where}: width_multiple={domain.width_multiple} fits {rec.name}'s largest case ({rows} rows) "
                       f"to rows of {width}, {rows * width} elements, past normcert's limit of {MAX_FITTED_ELEMENTS} "
                       f"elements (for {rec.name}: width_multiple at most {most})")
+
+
+def check_flags(domain: Domain, rec, where: str) -> None:
+    """DomainError unless every flag ``domain`` fixes is an argument of kind "flag" of op record ``rec``."""
+    ours = [a.name for a in rec.args if a.kind == "flag"]
+    for name, value in domain.flags or ():
+        if name not in ours:
+            raise DomainError(f"{where}: flags={name}:{'yes' if value else 'no'}: {name} is not a flag argument of "
+                              f"{rec.name} (its flags: {', '.join(ours) or 'none'})")
 
 
 def parse(spec, where: str = "--domain") -> Domain:
@@ -247,5 +266,23 @@ def _yes_no(where, key, value) -> bool:
     return words[value]
 
 
+def _flags(where, key, value) -> tuple[tuple[str, bool], ...]:
+    """NAME:yes|no items, comma-separated (or a list of them): each flag's one supported value."""
+    words = {"yes": True, "no": False}
+    read = {}
+    for item in _names(value):
+        name, sep, word = item.partition(":")
+        if not sep or not name or word not in words:
+            raise DomainError(f"{where}: {key}={value!r}: expected NAME:yes or NAME:no items, comma-separated "
+                              f"(e.g. flags=norm_before_gate:no), got {item!r}")
+        if name in read:
+            raise DomainError(f"{where}: {key}={value!r}: {name} given twice")
+        read[name] = words[word]
+    if not read:
+        raise DomainError(f"{where}: {key}={value!r}: expected NAME:yes or NAME:no items, comma-separated")
+    return tuple(sorted(read.items()))
+
+
 _READ = {"dtypes": _dtypes, "params": _choice("same", "float32"), "residual": _choice("same", "float32"),
-         "max_width": _positive, "width_multiple": _positive, "contiguous": _choice("last", "all"), "ranks": _ranks, "weightless": _yes_no}
+         "max_width": _positive, "width_multiple": _positive, "contiguous": _choice("last", "all"), "ranks": _ranks, "weightless": _yes_no,
+         "flags": _flags}

@@ -7,7 +7,9 @@ wasted on what the kernel never claimed:
     rank      leading dims flattened (r -> k < r) or 1s prepended (k > r); a mask alike
     width     every row-length dim resized to ``domain.width(n)``: cut to its first n'
               entries, or tiled (the row repeated) to n' > n; a *_and_mul row is resized
-              half by half, [gate[:n'/2] | up[:n'/2]]; a sublayer's n x n matrix in both dims
+              half by half, [gate[:n'/2] | up[:n'/2]]; a sublayer's n x n matrix in both dims;
+              a gated norm's group_size (k groups of n / k) follows as n' / gcd(k, n'): the
+              same number of groups where k divides n', fewer (longer) ones where it does not
     layout    a resized tensor keeps its kind of layout (contiguous, strided rows, transposed);
               under contiguous=last a tensor whose last dim is strided, under contiguous=all
               every non-contiguous tensor, is replaced by its contiguous copy
@@ -16,12 +18,16 @@ wasted on what the kernel never claimed:
     residual  a residual stream cast to x's dtype (residual=same) or, for a float16 / bfloat16 x,
               float32 (residual=float32)
     weightless  no: a None weight or bias becomes its identity (``Case.with_identity``)
+    flags     a flag argument the domain fixes (``flags=NAME:yes|no``) set to that value: the
+              case is then the op's other form on the same tensors, an equally valid input
 
 Every operation is exact on the values it keeps except a cast to a narrower dtype
 (params=same, residual=same), which rounds: the case is then a different, equally valid input; the
 oracle reads the fitted tensors.  ``case.notes["fitted"]`` says what changed.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -44,6 +50,10 @@ def fit(case: Case, domain: Domain) -> Case:
         if filled is not case:
             changed.append("None weight / bias given as ones / zeros")
             case = filled
+    fixed = [(name, value) for name, value in domain.flags or () if case.scalars.get(name) is not value]
+    if fixed:
+        case = case.copy(scalars={**case.scalars, **dict(fixed)})
+        changed += [f"{name} -> {value}" for name, value in fixed]
     t = dict(case.tensors)
     main = t[rec.main]
 
@@ -70,6 +80,13 @@ def fit(case: Case, domain: Domain) -> Case:
             elif kind.shape == "matrix":
                 t[name] = _relayout(_resize(_resize(v, -1, n2), -2, n2), v)
         changed.append(f"row length {n} -> {n2}")
+        scalars = dict(case.scalars)
+        for name, kind in kinds.items():
+            size = scalars.get(name)
+            if kind.name == "group_size" and size is not None:
+                scalars[name] = n2 // math.gcd(n // size, n2) if n2 else None
+                changed.append(f"{name} {size} -> {scalars[name]}")
+        case = case.copy(scalars=scalars)
 
     if domain.contiguous is not None:
         moved = [name for name, v in t.items() if v is not None and not _allowed(v, domain.contiguous)]

@@ -15,6 +15,7 @@ import weakref
 
 import torch
 
+from ...impls.eager import rms_norm_gated as eager_rms_norm_gated
 from ...impls.eager import up
 from ..case import extent
 
@@ -247,6 +248,27 @@ def rms_3d_contiguous_only(x, weight, eps):
 
 
 rms_3d_contiguous_only.normcert_domain = "ranks=3 contiguous=all"
+
+
+def _gated_after_norm_only(x, z, weight, eps, norm_before_gate, group_size=None):
+    """flash-linear-attention's FusedRMSNormGated: y = rms_norm(x) w silu(z), the gate after the norm,
+    and nothing else (its groups as the eager kernel takes them)."""
+    if not norm_before_gate:
+        raise NotImplementedError("gates after the norm only (norm_before_gate=True)")
+    return eager_rms_norm_gated(x, z, weight, eps, True, group_size)
+
+
+def gated_after_norm_only_undeclared(x, z, weight, eps, norm_before_gate, group_size=None):
+    """Gates after the norm only, refuses the gate-first cases, and does not say so."""
+    return _gated_after_norm_only(x, z, weight, eps, norm_before_gate, group_size)
+
+
+def gated_after_norm_only(x, z, weight, eps, norm_before_gate, group_size=None):
+    """The same kernel, the one value of its flag declared."""
+    return _gated_after_norm_only(x, z, weight, eps, norm_before_gate, group_size)
+
+
+gated_after_norm_only.normcert_domain = "flags=norm_before_gate:yes"
 
 
 # ------------------------------------------------------------------ kernel code outside the watchdog (item 8)

@@ -157,6 +157,26 @@ def test_a_domain_too_large_to_fit_is_a_usage_error_naming_the_limit(op, multipl
         dataclasses.replace(fits, domain=parse(f"width_multiple={multiple}"))
 
 
+def test_flags_are_read_said_back_and_checked_against_the_op():
+    d = parse({"flags": ["norm_before_gate:yes"], "dtypes": "float32"})
+    assert d.flags == (("norm_before_gate", True),) and parse(d.spec()) == d
+    assert d.spec() == "dtypes=float32 flags=norm_before_gate:yes" and d.describe() == "dtypes float32; norm_before_gate=yes"
+    with pytest.raises(UsageError, match=r"^'k': domain: flags=norm_before_gate:no: norm_before_gate is not a flag "
+                                         r"argument of rms_norm \(its flags: none\)$"):
+        make("rms_norm", "k", "plugin", lambda x, weight, eps: x, domain="flags=norm_before_gate:no")
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("flags=norm_before_gate", "flags='norm_before_gate': expected NAME:yes or NAME:no items"),
+    ("flags=norm_before_gate:true", "flags='norm_before_gate:true': expected NAME:yes or NAME:no items"),
+    ("flags=norm_before_gate:yes,norm_before_gate:no", "norm_before_gate given twice"),
+])
+def test_a_bad_flags_item_is_one_line_naming_the_key(spec, says):
+    with pytest.raises(DomainError) as e:
+        parse(spec)
+    assert says in str(e.value) and "\n" not in str(e.value) and str(e.value).startswith("--domain: flags=")
+
+
 # ------------------------------------------------------------------ fitting
 DOMAINS = st.builds(Domain, dtypes=st.none(), params=st.sampled_from([None, "same", "float32"]),
                     residual=st.sampled_from([None, "same", "float32"]),
@@ -301,6 +321,48 @@ def test_a_declared_dtype_whose_sample_is_refused_fails(session):
         _run(session, refuses_bf16, torch.bfloat16)
     assert [DTYPE_NAMES[d] for d in DTYPES if _impl(refuses_bf16).domain.admits_dtype(DTYPE_NAMES[d])] == \
         ["float32", "bfloat16"]
+
+
+def _gated_impl(fn, **kw):
+    return make("rms_norm_gated", fn.__name__, "plugin", fn, target=f"normcert.properties.meta.hostile:{fn.__name__}",
+                **kw)
+
+
+def test_a_flag_value_refused_without_its_declaration_fails(session):
+    """flash-linear-attention's FusedRMSNormGated gates after the norm only: refusing the gate-first
+    cases is a refusal inside the domain while the kernel does not declare its flag."""
+    with pytest.raises(PropertyFailure, match=r"refused .*norm_before_gate=False.*|refused the op's sample"):
+        runner.run_family(session, BY_NAME["accuracy"], _gated_impl(hostile.gated_after_norm_only_undeclared), F32,
+                          max_examples=20)
+    assert session.results[-1].outcome == "fail"
+
+
+def test_a_kernel_that_declares_its_flag_is_drawn_and_certified_with_that_value(session):
+    seen = set()
+
+    def counted(x, z, weight, eps, norm_before_gate, group_size=None):
+        seen.add(norm_before_gate)
+        return hostile.gated_after_norm_only(x, z, weight, eps, norm_before_gate, group_size)
+
+    counted.normcert_domain = hostile.gated_after_norm_only.normcert_domain
+    for family in ("accuracy", "extremes", "gradients", "row-independence"):
+        res = runner.run_family(session, BY_NAME[family], _gated_impl(counted), F32, max_examples=20)
+        assert res.outcome == "pass", (family, res.message)
+    assert seen == {True}
+    assert _gated_impl(hostile.gated_after_norm_only).domain.describe() == "norm_before_gate=yes"
+    fitted = fit(Case("rms_norm_gated", {"x": torch.ones(2, 4), "z": torch.ones(2, 4), "weight": torch.ones(4)},
+                      {"eps": 1e-6, "norm_before_gate": False, "group_size": None}), parse("flags=norm_before_gate:yes"))
+    assert fitted.scalars["norm_before_gate"] is True and fitted.notes["fitted"] == "norm_before_gate -> True"
+
+
+def test_a_fitted_width_keeps_the_gated_norms_groups_dividing_it():
+    x = torch.ones(2, 24)
+    case = Case("rms_norm_gated", {"x": x, "z": x, "weight": torch.ones(24)},
+                {"eps": 1e-6, "norm_before_gate": True, "group_size": 3})  # 8 groups
+    assert fit(case, Domain(width_multiple=32)).scalars["group_size"] == 4  # 8 groups of 4
+    cut = fit(case, Domain(width_multiple=5, max_width=20))  # 20 is no multiple of 8 groups: 4 of 5
+    assert cut.scalars["group_size"] == 5 and "group_size 3 -> 5" in cut.notes["fitted"]
+    OPS["rms_norm_gated"].check(cut.oracle_args())
 
 
 def test_rank_and_layout_domains_reach_the_calls_a_property_derives(session):
