@@ -53,8 +53,8 @@ define a case):
              (as computed) or "ue8m0" (rounded up to a power of two, OCP MX)
     group_size  None (the whole row) or a positive integer dividing the row length: the gated norm's
              normalisation groups, group_size consecutive elements of a row sharing their statistics
-             (Mamba-2's ``RMSNormGated(group_size=...)``).  Drawn as None in half the cases, else as
-             n / k for a group count k of GROUP_COUNTS that divides n (k = 1: the whole row, given)
+             (Mamba-2's ``RMSNormGated(group_size=...)``).  Drawn as None or n / k, alike, for the
+             group counts k > 1 of GROUP_COUNTS that divide n; where none does, None or n (given)
     layout   the memory layout of a per-group scale output, one of SCALE_LAYOUTS: "row_major" (a
              contiguous (rows, groups) tensor) or "column_major" (the same shape, stored groups first,
              as DeepGEMM reads it)
@@ -147,9 +147,10 @@ def _alpha(d, arg) -> float:
 
 
 def _norm_group(d, arg) -> int | None:
-    """None (the whole row) in half the cases, else n / k for a group count k in GROUP_COUNTS dividing n."""
-    sizes = [d.n // k for k in GROUP_COUNTS if d.n and d.n % k == 0]
-    size = d.choose([None] * len(sizes) + sizes, arg.name)
+    """None (the whole row) or n / k for a group count k > 1 of GROUP_COUNTS dividing n, alike; on a
+    row no such k divides, None or n (the whole row, given)."""
+    sizes = [d.n // k for k in GROUP_COUNTS if k > 1 and d.n and d.n % k == 0] or ([d.n] if d.n else [])
+    size = d.choose([None] + sizes, arg.name)
     if size is not None:
         d.note(arg.name, f"{d.n // size} group(s) of {size}")
     return size

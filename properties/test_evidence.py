@@ -15,7 +15,8 @@
   blocks): its process stops beating and is ended, with an incomplete certificate;
 * a kernel that changes the working directory does not move the certificate; one that removes
   the certificate's folder gets one line and exit status 1, not a traceback;
-* a declared domain (`--domain`) is what gets certified, and the verdict and certificate say so.
+* a declared domain (`--domain`, or the kernel's own, a flag's one value included) is what gets
+  certified, and the verdict and certificate say so.
 """
 from __future__ import annotations
 
@@ -144,6 +145,17 @@ def test_a_declared_domain_is_what_gets_certified_and_the_verdict_says_so(tmp_pa
     assert record["domain"] == "width_multiple=8" and record["certified_on"] == "row length a multiple of 8"
     first = (tmp_path / "c.md").read_text().splitlines()[0]
     assert first.startswith("# normcert certificate: certified on: row length a multiple of 8"), first
+
+
+def test_a_declared_flag_is_what_gets_certified(tmp_path):
+    """A gated norm that gates after the norm only (flash-linear-attention's FusedRMSNormGated) declares
+    its flag's one value on the kernel: it is certified on it, and the certificate says so."""
+    kernel = "rms_norm_gated=normcert.properties.meta.hostile:gated_after_norm_only"
+    r = _certify(tmp_path, kernel, *SCOPE, "--property", "accuracy")
+    assert r.returncode == 0, _said(r)
+    assert "normcert verdict: certified on: norm_before_gate=yes" in r.stdout
+    record = _cert(tmp_path)["implementations"][kernel.replace("=", ":", 1)]
+    assert record["domain"] == "flags=norm_before_gate:yes" and record["certified_on"] == "norm_before_gate=yes"
 
 
 def test_a_bad_domain_is_one_line_and_exit_4(tmp_path):
