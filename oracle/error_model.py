@@ -34,7 +34,8 @@ Where each bound is derived (each module's docstring states its maths):
     bounds_norms    rms_norm, gemma_rms_norm, layer_norm, batch_norm, deep_norm: forward and gradients
     bounds_gated    swiglu, geglu (both GELU forms): forward, gradients, and where an infinite
                     exact output may come back NaN (``indeterminate``)
-    bounds_gated_norm  rms_norm_gated: rms_norm's bounds composed with SiLU's (gate after, gate first)
+    bounds_gated_norm  rms_norm_gated: rms_norm's bounds composed with SiLU's (gate after, gate first);
+                    with group_size G, per group, G in place of the row length (``per_group``)
     bounds_quant    the dynamically quantised forms (rms_norm_dynamic_quant and its fused form): the
                     kernel's scale against the exact one, y against the kernel's own scale
     bounds_derived  the derived forms, from their base op's bounds: fused with the residual add
