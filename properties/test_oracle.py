@@ -358,15 +358,45 @@ def test_moved_rows_move_rho_by_at_most_moved_rho(n, eps, size, seed):
     (dict(norm_before_gate=1), "norm_before_gate must be True or False, got 1"),
     (dict(norm_before_gate="yes"), "norm_before_gate must be True or False, got 'yes'"),
     (dict(z=torch.zeros(2, 3)), "z must be of shape"),
+    (dict(group_size=3), "group_size must be a divisor of the row length 4, got 3"),
+    (dict(group_size=0), "group_size must be a positive integer, got 0"),
+    (dict(group_size=2.0), "group_size must be a positive integer, got 2.0"),
 ])
 def test_gated_norm_bad_input_is_a_clear_value_error(change, message):
     args = {**dict(x=torch.ones(2, 4), z=torch.ones(2, 4), weight=torch.ones(4), eps=1e-5, norm_before_gate=True),
             **change}
     with pytest.raises(ValueError, match=f"^rms_norm_gated: {re.escape(message)}"):
         oracle.forward("rms_norm_gated", **args)
-    if "norm_before_gate" in change:  # normcert's own kernels say the same
-        with pytest.raises(ValueError, match=f"^rms_norm_gated: {re.escape(message)}"):
-            eager.rms_norm_gated(**args)
+    if "norm_before_gate" in change or "group_size" in change:  # normcert's own kernels say the same
+        from ..impls import triton_gated_norm  # noqa: PLC0415 - Triton imported where it is used
+        for kernel in (eager.rms_norm_gated, triton_gated_norm.rms_norm_gated):
+            with pytest.raises(ValueError, match=f"^rms_norm_gated: {re.escape(message)}"):
+                kernel(**args)
+
+
+@pytest.mark.parametrize("norm_before_gate", [True, False])
+def test_grouped_gated_norm_is_the_ungrouped_op_per_group_and_agrees_with_mpmath(norm_before_gate):
+    """group_size G: each group of G consecutive elements normalised on its own (Mamba-2's
+    RMSNormGated(group_size=G)); float64 and mpmath agree to the oracle's own bound, forward and VJP."""
+    gen = torch.Generator().manual_seed(3)
+    x, z, dy = (torch.randn(3, 16, generator=gen, dtype=torch.float64) for _ in range(3))
+    w = torch.randn(16, generator=gen, dtype=torch.float64)
+    args = dict(x=x, z=z, weight=w, eps=1e-6, norm_before_gate=norm_before_gate, group_size=4)
+    (y,) = oracle.forward("rms_norm_gated", **args)
+    for j in range(4):
+        cols = slice(4 * j, 4 * j + 4)
+        (part,) = oracle.forward("rms_norm_gated", x=x[:, cols], z=z[:, cols], weight=w[cols], eps=1e-6,
+                                 norm_before_gate=norm_before_gate, group_size=None)
+        assert np.array_equal(y[:, cols], part)
+    assert not np.allclose(y, oracle.forward("rms_norm_gated", **{**args, "group_size": None})[0])
+    rec = oracle.OPS["rms_norm_gated"]
+    mp = oracle.forward("rms_norm_gated", path="mpmath", **args)
+    agree("rms_norm_gated", "y", y, mp[0], rec.forward_bound(args, mp, kernel=False)[0])
+    g64, gmp = oracle.vjp("rms_norm_gated", (dy,), **args), oracle.vjp("rms_norm_gated", (dy,), path="mpmath", **args)
+    bounds = rec.grad_bound(args, (dy,), gmp)
+    for k in g64:
+        assert bounds[k].shape == g64[k].shape and np.all(np.isfinite(bounds[k]))
+        agree("rms_norm_gated", "d" + k, g64[k], gmp[k], bounds[k])
 
 
 def test_gated_norm_may_give_nan_where_r_is_below_lam_beside_an_infinite_gate():
