@@ -224,6 +224,25 @@ def silu_and_mul(x):
     return swiglu(gate, value)
 
 
+def silu_mul_rows(x):
+    """silu(gate) * up of x = [gate | up] in the compute format, not rounded to x's dtype: what the
+    fused quant kernels below quantise."""
+    gate, value = x.chunk(2, dim=-1)
+    return F.silu(up(gate)) * up(value)
+
+
+def silu_and_mul_dynamic_quant(x, qdtype, scale_ub):
+    """v = silu(gate) * up in the compute format, quantised per row (``quantise_rows``): vLLM's
+    ``silu_and_mul_per_token_group_quant`` with the whole row as its group."""
+    return quantise_rows("silu_and_mul_dynamic_quant", silu_mul_rows(x), qdtype, scale_ub)
+
+
+def silu_and_mul_group_quant(x, group, scale_format, layout):
+    """v = silu(gate) * up in the compute format, quantised per group of its row (``quantise_groups``):
+    the groups are of the output row, H = n / 2 wide, never across the gate / up boundary."""
+    return quantise_groups("silu_and_mul_group_quant", silu_mul_rows(x), group, scale_format, layout)
+
+
 def gelu(g, approximate):
     """GELU by its defining formulas in g's precision: 0.5 g (1 + erf(g / sqrt 2)), or 0.5 g (1 +
     tanh(sqrt(2 / pi) (g + 0.044715 g**3))).  Not F.gelu: on the CPU (torch 2.13) its erf form gives
@@ -260,6 +279,8 @@ IMPLS = [
     make("deep_norm", "eager", "eager", deep_norm),
     make("swiglu", "eager", "eager", swiglu),
     make("silu_and_mul", "eager", "eager", silu_and_mul),
+    make("silu_and_mul_dynamic_quant", "eager", "eager", silu_and_mul_dynamic_quant),
+    make("silu_and_mul_group_quant", "eager", "eager", silu_and_mul_group_quant),
     make("geglu", "eager", "eager", geglu),
     make("gelu_and_mul", "eager", "eager", gelu_and_mul),
 ]

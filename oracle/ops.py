@@ -16,7 +16,10 @@ add, rms_norm_fp8 is rms_norm quantised, add_rms_norm_fp8 is rms_norm_fp8 fused 
 add, add_layer_norm is layer_norm fused with it, rms_norm_dynamic_quant is rms_norm quantised with
 its own per-row scales and add_rms_norm_dynamic_quant that fused with the residual add,
 rms_norm_group_quant is rms_norm quantised per group and add_rms_norm_group_quant that fused with
-the residual add, silu_and_mul and gelu_and_mul are swiglu and geglu on the two halves of x.  Each
+the residual add, silu_and_mul and gelu_and_mul are swiglu and geglu on the two halves of x, and
+silu_and_mul_dynamic_quant and silu_and_mul_group_quant are silu_and_mul quantised per row and per
+group of its output row (the MoE path's SwiGLU + FP8 quant: vLLM's ``silu_and_mul_quant``, DeepGEMM's
+1 x 128 activations).  Each
 factory is given the derived op's own signature (a fused or quantised op's weight is required where
 rms_norm's is optional); the argument names it needs come from the records, and the drawing limits
 (``width_multiple``, ``max_width``, ``max_rank``) from the base op's.
@@ -88,25 +91,28 @@ def _quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
 
 def _dynamic_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     """base with its first output quantised with a scale per row it computes (``oracle.dynamic_quant``):
-    outputs (y in the qdtype argument's format, the scales, base's others); an inference op."""
+    outputs (y in the qdtype argument's format, the scales, base's others); an inference op.  A
+    halves base (silu_and_mul) gives a halves op, one scale per output row."""
     main = args[0].name
     qdtype = next(a.name for a in args if a.kind == "qdtype")
     scale_ub = next(a.name for a in args if a.kind == "scale_ub")
     return Op(name, args, (Y_DYNAMIC, SCALES, *base.outs[1:]), (), dynamic_quant.forward(base.forward, qdtype, scale_ub),
-              None, bounds_quant.dynamic(base.forward_bound, main, qdtype), None, call=call,
-              rowwise=base.rowwise, scale_invariant=base.scale_invariant)
+              None, bounds_quant.dynamic(base.forward_bound, main, qdtype, base.indeterminate), None, call=call,
+              rowwise=base.rowwise, scale_invariant=base.scale_invariant, halves=base.halves)
 
 
 def _group_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     """base with its first output quantised to float8_e4m3fn with a scale per group of a row it
-    computes (``oracle.dynamic_quant.group_forward``): outputs (y, the scales, base's others); rows
-    a multiple of the largest group drawn; an inference op."""
+    computes (``oracle.dynamic_quant.group_forward``): outputs (y, the scales, base's others); output
+    rows a multiple of the largest group drawn; an inference op.  A halves base (silu_and_mul) gives a
+    halves op: the groups are of its output row, x's two halves are never grouped across."""
     main = args[0].name
     group, form, layout = (next(a.name for a in args if a.kind == k) for k in ("group", "scale_format", "layout"))
     return Op(name, args, (Y_GROUP, GROUP_SCALES, *base.outs[1:]), (),
               dynamic_quant.group_forward(base.forward, "float8_e4m3fn", group, form, layout), None,
-              bounds_quant.per_group(base.forward_bound, main, "float8_e4m3fn", group, form), None, call=call,
-              rowwise=base.rowwise, scale_invariant=base.scale_invariant, width_multiple=max(GROUPS))
+              bounds_quant.per_group(base.forward_bound, main, "float8_e4m3fn", group, form, base.indeterminate), None,
+              call=call, rowwise=base.rowwise, scale_invariant=base.scale_invariant, width_multiple=max(GROUPS),
+              halves=base.halves)
 
 
 RMS_NORM = Op("rms_norm", (X, WEIGHTLESS_WEIGHT, EPS), (Y,), ("x", "weight"),
@@ -131,6 +137,13 @@ SWIGLU = Op("swiglu", (GATE, UP), (Y,), ("gate", "up"),
             swiglu.forward, swiglu.vjp, bounds_gated.swiglu_fwd, bounds_gated.swiglu_bwd,
             call=lambda fn, a: fn(a["gate"], a["up"]),
             rowwise=True, indeterminate=bounds_gated.swiglu_indeterminate)
+SILU_AND_MUL = _on_halves("silu_and_mul", SWIGLU, (X,), call=lambda fn, a: fn(a["x"]))
+SILU_AND_MUL_DYNAMIC_QUANT = _dynamic_quantised(
+    "silu_and_mul_dynamic_quant", SILU_AND_MUL, (X, QDTYPE, SCALE_UB),
+    call=lambda fn, a: fn(a["x"], a["qdtype"], a["scale_ub"]))
+SILU_AND_MUL_GROUP_QUANT = _group_quantised(
+    "silu_and_mul_group_quant", SILU_AND_MUL, (X, GROUP, SCALE_FORMAT, LAYOUT),
+    call=lambda fn, a: fn(a["x"], a["group"], a["scale_format"], a["layout"]))
 GEGLU = Op("geglu", (GATE, UP, APPROXIMATE), (Y,), ("gate", "up"),
            geglu.forward, geglu.vjp, bounds_gated.geglu_fwd, bounds_gated.geglu_bwd,
            call=lambda fn, a: fn(a["gate"], a["up"], a["approximate"]),
@@ -175,7 +188,9 @@ OPS: dict[str, Op] = {
                                  a["weight"], a["bias"], a["eps"]),
            rowwise=True, max_width=128, max_rank=3, centred=True),
         SWIGLU,
-        _on_halves("silu_and_mul", SWIGLU, (X,), call=lambda fn, a: fn(a["x"])),
+        SILU_AND_MUL,
+        SILU_AND_MUL_DYNAMIC_QUANT,
+        SILU_AND_MUL_GROUP_QUANT,
         GEGLU,
         _on_halves("gelu_and_mul", GEGLU, (X, APPROXIMATE), call=lambda fn, a: fn(a["x"], a["approximate"])),
     ]

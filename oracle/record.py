@@ -144,8 +144,8 @@ class Op:
     headwise:    models also apply it per attention head (QK-norm): over the last dim of a
                  (tokens, heads, head_dim) view of a fused QKV projection, one weight of length head_dim
     indeterminate: where an infinite exact output may come back NaN (``bounds_gated``), or None
-    width_multiple: every row drawn is a multiple of this long (the main tensor's x-width; a
-                 per-group op's groups divide it); 1: any length
+    width_multiple: every output row drawn is a multiple of this long (the main tensor's x-width,
+                 half of it for a halves op; a per-group op's groups divide it); 1: any length
     centred:     it subtracts its group's mean (a row; batch_norm's: a channel over positions), so
                  offset, near-constant groups are where it breaks (the mean cancels): the accuracy and
                  gradient families schedule them on every run (``strategies.near_constant_buckets``)
@@ -311,10 +311,11 @@ class Op:
         v.tensor(self.name, self.main, x)
         if self.halves:
             v.even_last_dim(self.name, x)
+        row = x[..., : x.shape[-1] // 2] if self.halves else x  # a halves op's scalars are of its output row
         for a in self.args:
             t = args.get(a.name)
             if a.name != self.main and not (t is None and (a.optional or KINDS[a.kind].may_be_none)):
-                KINDS[a.kind].check(self.name, a.name, t, x)
+                KINDS[a.kind].check(self.name, a.name, t, row if not KINDS[a.kind].tensor else x)
 
     def sample(self, dtype: torch.dtype, device="cpu", rows: int = 3, width: int = 6, seed: int = 0) -> dict:
         """A small ordinary input, the same for every consumer that needs one (the dtype probe,

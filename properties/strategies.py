@@ -683,7 +683,8 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
         shape, layouts = qk, ("fused_qkv",)
     elif bucket is None:
         shape = draw(shapes(max_elems=max_elems, max_n=min(max_n, rec.max_width), max_rank=rec.max_rank,
-                            even=rec.halves, min_rows=min_rows, multiple=rec.width_multiple))
+                            even=rec.halves, min_rows=min_rows,
+                            multiple=rec.width_multiple * (2 if rec.halves else 1)))
     else:
         shape = bucket.shape(rec)
         notes["bucket"] = bucket.label

@@ -14,6 +14,7 @@ import ast
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import find, given, settings
@@ -197,3 +198,40 @@ def test_our_kernels_reject_a_bad_scale(normcert_session, op):
         for scale in (0.0, -1.0, float("inf"), float("nan")):
             with pytest.raises(ValueError, match=f"^{op}: scale must be a positive finite float"):
                 rec.call(impl.fn, {**rec.sample(torch.float32, normcert_session.device), "scale": scale})
+
+
+@pytest.mark.parametrize("op", ["silu_and_mul_dynamic_quant", "silu_and_mul_group_quant"])
+def test_silu_and_mul_quant_is_silu_and_mul_quantised(op):
+    """The SwiGLU quant records are derived, not written: a halves op whose oracle is silu_and_mul's
+    output quantised as the norm quant ops quantise rms_norm's (y times its scale gives silu_and_mul's
+    exact value back), one scale per output row or per group of it."""
+    rec, base = oracle.OPS[op], oracle.OPS["silu_and_mul"]
+    assert rec.halves and not rec.grads and rec.main == "x" and rec.outputs == ("y", "scales")
+    args = rec.sample(torch.float64, rows=3, width=6)
+    y, scales = oracle.forward(op, **args)
+    (v,) = oracle.forward("silu_and_mul", x=args["x"])
+    n = v.shape[-1]
+    assert y.shape == v.shape and n == args["x"].shape[-1] // 2
+    per = scales[..., None] if scales.ndim < y.ndim else np.repeat(scales, args["group"], axis=-1)
+    used = per if op.endswith("dynamic_quant") or args["scale_format"] == "float32" else 2.0 ** np.ceil(np.log2(per))
+    assert np.allclose(y * used, v, rtol=1e-15, atol=0)
+    assert rec.width_multiple == (oracle.OPS["rms_norm_group_quant"].width_multiple if "group" in op else 1)
+
+
+def test_silu_and_mul_group_quant_groups_its_output_row():
+    """The group divides the output row, H = n / 2 wide, not x's: a group of 128 on x of width 256 is
+    one group per row; on x of width 128 (H = 64) it is a ValueError naming the argument."""
+    x = torch.randn(2, 256, dtype=torch.float64)
+    y, scales = oracle.forward("silu_and_mul_group_quant", x=x, group=128, scale_format="float32", layout="row_major")
+    assert y.shape == (2, 128) and scales.shape == (2, 1)
+    with pytest.raises(ValueError, match="group"):
+        oracle.forward("silu_and_mul_group_quant", x=x[:, :128], group=128, scale_format="float32", layout="row_major")
+
+
+def test_silu_and_mul_group_quant_draws_whole_groups_of_its_output():
+    """Rows drawn (at random and in buckets) leave output rows a multiple of the largest group."""
+    rec = oracle.OPS["silu_and_mul_group_quant"]
+    for b in buckets(rec, spin=5):
+        assert b.shape(rec)[-1] // 2 % rec.width_multiple == 0, b
+    case = _first_case(BY_NAME["accuracy"].cases(rec.name, torch.float32, "cpu"))
+    assert case.main.shape[-1] // 2 % rec.width_multiple == 0
