@@ -82,11 +82,13 @@ def quantised(base, main: str, qdtype_of, group_of, format_of, indeterminate=Non
     claim there (bound -inf), the rule the base op's own NaN-for-inf allowance implies once a max is
     taken over it.
 
-    A group whose v, within its bound, reaches past the compute format's largest value (|v| + B_v >=
-    c_max: silu(g) u of two huge halves, whose product overflows float32 though its scale A / q would
-    not) carries no claim either, scale and y: the reference kernel holds v in c before it takes the
-    peak (``error_model``: "Domain", the same rule as a row whose mean square c cannot hold).  A norm's
-    v never gets there (|v| <= sqrt(n) |w|)."""
+    A group whose v, within its bound, reaches past the largest value of the compute format or of
+    x's dtype (|v| + B_v >= min(c_max, o_max): silu(g) u of two huge halves, whose product overflows
+    float32, or float16's 65504, though its scale A / q would not) carries no claim either, scale and
+    y: the reference kernel holds v in c, and may round it to x's dtype (``error_model``: ROUNDINGS;
+    SGLang's silu_and_mul quant rounds silu(g) and the product to it), before it takes the peak --
+    the "Domain" rule of a row whose mean square c cannot hold.  A norm's v gets there only through
+    its weight (|v| <= sqrt(n) |w|)."""
 
     def bound(args, exact, kernel=True, kernel_scale=None, **kw):
         ctx = Context(args[main].dtype, kernel=kernel)
@@ -124,7 +126,7 @@ def quantised(base, main: str, qdtype_of, group_of, format_of, indeterminate=Non
                 return mask.reshape(mask.shape[:-1] + (n // g, g)).any(axis=-1)
 
             reach = np.where(np.isinf(spread(used, y)), np.inf, np.abs(v) + v_err)  # an infinite scale: v is
-            loose = reach >= ctx.cmax  # past the compute format (the module docstring); NaN rows are not
+            loose = reach >= min(ctx.cmax, ctx.omax)  # past c's or x.dtype's range (the docstring); NaN rows not
             if indeterminate is not None:
                 loose = loose | np.asarray(indeterminate(args), dtype=bool)
             group_loose = any_in_group(loose)

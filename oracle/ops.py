@@ -19,13 +19,16 @@ rms_norm_group_quant is rms_norm quantised per group and add_rms_norm_group_quan
 the residual add, silu_and_mul and gelu_and_mul are swiglu and geglu on the two halves of x, and
 silu_and_mul_dynamic_quant and silu_and_mul_group_quant are silu_and_mul quantised per row and per
 group of its output row (the MoE path's SwiGLU + FP8 quant: vLLM's ``silu_and_mul_quant``, DeepGEMM's
-1 x 128 activations).  Each
+1 x 128 activations); silu_and_mul_group_quant_masked is the last on (experts, tokens, 2H) with the
+first counts[e] tokens of each expert valid (``_counted``: vLLM's ``_silu_mul_fp8_quant_deep_gemm``,
+SGLang's ``silu_and_mul_masked_post_quant_fwd``).  Each
 factory is given the derived op's own signature (a fused or quantised op's weight is required where
 rms_norm's is optional); the argument names it needs come from the records, and the drawing limits
 (``width_multiple``, ``max_width``, ``max_rank``) from the base op's.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from . import (batch_norm, bounds_derived, bounds_gated, bounds_gated_norm, bounds_norms, bounds_quant, deep_norm,
@@ -115,6 +118,42 @@ def _group_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
               halves=base.halves)
 
 
+def _zero_padding(x, counts):
+    """x (numpy, float64 or mpmath objects; or torch) with every row t >= counts[e] of each expert set
+    to 0: the rows outside a masked op's contract, never read (``record.Op.valid``)."""
+    if counts is None:
+        return x
+    valid = np.arange(x.shape[-2]) < np.asarray(counts)[..., None]
+    if isinstance(x, torch.Tensor):
+        return torch.where(torch.from_numpy(valid).to(x.device)[..., None], x, torch.zeros((), dtype=x.dtype))
+    out = x.copy()
+    out[~valid] = 0 * out[~valid] if out.dtype == object else 0.0
+    return out
+
+
+def _counted(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
+    """base on an x of shape (experts..., tokens, n) of which only the first counts[e] rows of each
+    expert are valid, counts (an argument of kind "counts") after x: the masked MoE form.  The rows
+    past counts[e] are outside the contract: the oracle and the bounds read them as zeros (so that
+    their values, which the padding strategy overwrites with NaN or huge numbers, cost nothing) and
+    no check reads the outputs there (``Op.valid``); a kernel must not write outside its own outputs
+    (the calling contract: ``properties.sandbox``).  Oracle and bounds are base's, rows being rows."""
+    main, counts = args[0].name, next(a.name for a in args if a.kind == "counts")
+
+    def forward(B, **a):
+        c = a.pop(counts)
+        return base.forward(B, **{**a, main: _zero_padding(a[main], c)})
+
+    def bound(a, exact, kernel=True, **kw):
+        rest = {k: v for k, v in a.items() if k != counts}
+        rest[main] = _zero_padding(a[main], a[counts].detach().cpu().numpy())
+        return base.forward_bound(rest, exact, kernel, **kw)
+
+    return Op(name, args, base.outs, (), forward, None, bound, None, call=call, rowwise=base.rowwise,
+              halves=base.halves, width_multiple=base.width_multiple, max_width=base.max_width,
+              max_rank=base.max_rank)
+
+
 RMS_NORM = Op("rms_norm", (X, WEIGHTLESS_WEIGHT, EPS), (Y,), ("x", "weight"),
               rms_norm.forward, rms_norm.vjp, bounds_norms.rms_norm_fwd, bounds_norms.rms_norm_bwd,
               call=lambda fn, a: fn(a["x"], a["weight"], a["eps"]),
@@ -144,6 +183,9 @@ SILU_AND_MUL_DYNAMIC_QUANT = _dynamic_quantised(
 SILU_AND_MUL_GROUP_QUANT = _group_quantised(
     "silu_and_mul_group_quant", SILU_AND_MUL, (X, GROUP, SCALE_FORMAT, LAYOUT),
     call=lambda fn, a: fn(a["x"], a["group"], a["scale_format"], a["layout"]))
+SILU_AND_MUL_GROUP_QUANT_MASKED = _counted(
+    "silu_and_mul_group_quant_masked", SILU_AND_MUL_GROUP_QUANT, (X, Arg("counts", "counts"), GROUP, SCALE_FORMAT, LAYOUT),
+    call=lambda fn, a: fn(a["x"], a["counts"], a["group"], a["scale_format"], a["layout"]))
 GEGLU = Op("geglu", (GATE, UP, APPROXIMATE), (Y,), ("gate", "up"),
            geglu.forward, geglu.vjp, bounds_gated.geglu_fwd, bounds_gated.geglu_bwd,
            call=lambda fn, a: fn(a["gate"], a["up"], a["approximate"]),
@@ -191,6 +233,7 @@ OPS: dict[str, Op] = {
         SILU_AND_MUL,
         SILU_AND_MUL_DYNAMIC_QUANT,
         SILU_AND_MUL_GROUP_QUANT,
+        SILU_AND_MUL_GROUP_QUANT_MASKED,
         GEGLU,
         _on_halves("gelu_and_mul", GEGLU, (X, APPROXIMATE), call=lambda fn, a: fn(a["x"], a["approximate"])),
     ]

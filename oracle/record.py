@@ -8,7 +8,7 @@ consumer (validation, strategies, probe, gradcheck, replay, benchmarks, the
 properties) loops over records and reads these fields; none of them names an op.
 
 Argument kinds (``kinds.KINDS``: rows, stream, weight, bias, matrix, vector, mask, eps, alpha,
-approximate, scale, flag, qdtype, scale_ub, group, scale_format, layout) are records too: how an argument is checked, sampled, drawn and given to the
+approximate, scale, flag, qdtype, scale_ub, group, scale_format, layout, counts) are records too: how an argument is checked, sampled, drawn and given to the
 oracle is its kind's, in ``kinds`` alone.  An ``optional`` argument may be passed as None (a
 weightless call, as vLLM, quack and Llama-4's QK-norm make it): it then means its kind's identity,
 a weight of ones or a bias of zeros, and gets no gradient.
@@ -273,6 +273,24 @@ class Op:
         return next((a.name for a in self.args if a.kind == "mask"), None)
 
     @property
+    def counts(self) -> str | None:
+        """The counts argument's name (None: the op has none): x is (experts..., tokens, n) and only
+        the first counts[e] rows of expert e are valid (``kinds``)."""
+        return next((a.name for a in self.args if a.kind == "counts"), None)
+
+    def valid(self, tensors: dict):
+        """Where the op's outputs are claimed, a bool tensor of the main tensor's leading dims: its
+        mask, or the rows t < counts[e] of each expert; None where every row is (no mask, no counts,
+        or either given as None)."""
+        if self.mask is not None:
+            return tensors.get(self.mask)
+        c = tensors.get(self.counts) if self.counts is not None else None
+        if c is None:
+            return None
+        tokens = tensors[self.main].shape[-2]
+        return torch.arange(tokens, device=c.device) < c[..., None]
+
+    @property
     def optional(self) -> tuple[str, ...]:
         """The arguments that may be None (a weightless call)."""
         return tuple(a.name for a in self.args if a.optional)
@@ -329,5 +347,7 @@ class Op:
         out = {}
         for a in self.args:
             val = KINDS[a.kind].sample(normal, rows, width)
-            out[a.name] = val.to(dtype).to(device) if isinstance(val, torch.Tensor) else val
+            if isinstance(val, torch.Tensor):  # an integer tensor (counts) keeps its dtype
+                val = (val.to(dtype) if val.is_floating_point() else val).to(device)
+            out[a.name] = val
         return out
