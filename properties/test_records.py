@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import find, given, settings
+from hypothesis import strategies as st
 
 from .. import impls, oracle, properties
 from .families import BY_NAME, FAMILIES
@@ -235,3 +236,53 @@ def test_silu_and_mul_group_quant_draws_whole_groups_of_its_output():
         assert b.shape(rec)[-1] // 2 % rec.width_multiple == 0, b
     case = _first_case(BY_NAME["accuracy"].cases(rec.name, torch.float32, "cpu"))
     assert case.main.shape[-1] // 2 % rec.width_multiple == 0
+
+
+def test_masked_moe_record_claims_the_counted_rows_only():
+    """silu_and_mul_group_quant_masked is silu_and_mul_group_quant on each expert's first counts[e]
+    rows; the rows past them are read as zeros by the oracle (whatever x holds there) and carry no
+    claim (``Op.valid``); counts outside [0, tokens], of a float dtype or of another shape are a
+    ValueError naming counts, from the oracle and from the eager kernel."""
+    from ..impls import eager
+
+    rec = oracle.OPS["silu_and_mul_group_quant_masked"]
+    assert rec.counts == "counts" and rec.halves and not rec.grads
+    x = torch.randn(3, 4, 256, dtype=torch.float64)
+    counts = torch.tensor([0, 4, 2])
+    padded = x.clone()
+    padded[0], padded[2, 2:] = float("nan"), float("inf")
+    kw = dict(group=64, scale_format="ue8m0", layout="row_major")
+    y, scales = oracle.forward(rec.name, x=padded, counts=counts, **kw)
+    valid = rec.valid({"x": x, "counts": counts})
+    assert valid.tolist() == [[False] * 4, [True] * 4, [True, True, False, False]]
+    dense_y, dense_s = oracle.forward("silu_and_mul_group_quant", x=x[valid], **kw)
+    assert np.array_equal(y[valid.numpy()], dense_y) and np.array_equal(scales[valid.numpy()], dense_s)
+    assert np.isfinite(y).all()  # the padding, NaN and inf, is never read
+    for bad in (torch.tensor([0, 5, 1]), torch.tensor([-1, 0, 0]), torch.tensor([0.0, 1.0, 2.0]), torch.tensor([1, 2])):
+        with pytest.raises(ValueError, match="counts"):
+            oracle.forward(rec.name, x=x, counts=bad, **kw)
+        with pytest.raises(ValueError, match="counts"):
+            eager.silu_and_mul_group_quant_masked(x, bad, **kw)
+
+
+def test_masked_moe_counts_are_drawn_with_both_ends():
+    """The counts strategy draws 0 and tokens among its values, int32 and int64, and with padded=True
+    always leaves a padded row; the drawn x keeps the valid rows' values."""
+    from .strategies import counts as draw_counts
+
+    seen, dtypes = set(), set()
+
+    @settings(max_examples=60, database=None, deadline=None)
+    @given(data=st.data())
+    def run(data):
+        rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
+        padded = data.draw(st.booleans())
+        c, _ = data.draw(draw_counts(rng, (4,), 5, "cpu", padded=padded))
+        assert c.shape == (4,) and 0 <= int(c.min()) and int(c.max()) <= 5
+        if padded:
+            assert (c < 5).any()
+        seen.update(c.tolist())
+        dtypes.add(c.dtype)
+
+    run()
+    assert {0, 5} <= seen and dtypes == {torch.int32, torch.int64}
