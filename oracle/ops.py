@@ -28,6 +28,7 @@ rms_norm's is optional); the argument names it needs come from the records, and 
 """
 from __future__ import annotations
 
+import mpmath
 import numpy as np
 import torch
 
@@ -127,7 +128,7 @@ def _zero_padding(x, counts):
     if isinstance(x, torch.Tensor):
         return torch.where(torch.from_numpy(valid).to(x.device)[..., None], x, torch.zeros((), dtype=x.dtype))
     out = x.copy()
-    out[~valid] = 0 * out[~valid] if out.dtype == object else 0.0
+    out[~valid] = mpmath.mpf(0) if out.dtype == object else 0.0  # mpmath's arrays hold mpf objects
     return out
 
 
