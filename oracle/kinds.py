@@ -193,7 +193,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("scale_ub", check=lambda op, name, value, x: value is None or v.positive(op, name, value),
          sample=lambda normal, rows, width: None,
          draw=lambda d, arg: d.choose(list(SCALE_UBS), arg.name), shape=None, may_be_none=True),
-    Kind("group", check=lambda op, name, value, x: v.group_size(op, name, value, x.shape[-1]),
+    Kind("group", check=lambda op, name, value, x: v.group_size(op, name, value, None if x is None else x.shape[-1]),
          sample=lambda normal, rows, width: GROUPS[0],
          draw=lambda d, arg: d.choose(list(GROUPS), arg.name), shape=None),
     Kind("scale_format", check=lambda op, name, value, x: v.one_of(op, name, value, SCALE_FORMATS),

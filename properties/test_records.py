@@ -286,3 +286,14 @@ def test_masked_moe_counts_are_drawn_with_both_ends():
 
     run()
     assert {0, 5} <= seen and dtypes == {torch.int32, torch.int64}
+
+
+def test_a_group_is_checked_without_its_tensor_as_a_replay_file_checks_scalars():
+    """A replay file's scalars are checked before its tensors load (x is None then): a group is a
+    positive integer there, and divides the row once x is known.  Before, every per-group failure's
+    replay file was refused with an AttributeError."""
+    from ..oracle.kinds import KINDS
+
+    KINDS["group"].check("silu_and_mul_group_quant_masked", "group", 128, None)
+    with pytest.raises(ValueError, match="group must be a positive integer"):
+        KINDS["group"].check("silu_and_mul_group_quant_masked", "group", 0, None)
