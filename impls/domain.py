@@ -93,7 +93,7 @@ class Domain:
         """The row length a case of length ``n`` is fitted to: n rounded up to the multiple (and to
         an even length for a halves op, to a multiple of the op's own ``op_multiple`` for a
         per-group op), capped at the largest such length <= max_width."""
-        step = math.lcm(self.width_multiple, op_multiple)
+        step = math.lcm(self.width_multiple, op_multiple * (2 if halves else 1))  # op_multiple: of output rows
         step *= 2 if halves and step % 2 else 1
         fitted = max(step, -(-n // step) * step)
         if self.max_width is not None:

@@ -235,6 +235,42 @@ def silu_and_mul(x):
     return swiglu(gate, value)
 
 
+def silu_mul_rows(x):
+    """silu(gate) * up of x = [gate | up] in the compute format, not rounded to x's dtype: what the
+    fused quant kernels below quantise."""
+    gate, value = x.chunk(2, dim=-1)
+    return F.silu(up(gate)) * up(value)
+
+
+def silu_and_mul_dynamic_quant(x, qdtype, scale_ub):
+    """v = silu(gate) * up in the compute format, quantised per row (``quantise_rows``): vLLM's
+    ``silu_and_mul_per_token_group_quant`` with the whole row as its group."""
+    return quantise_rows("silu_and_mul_dynamic_quant", silu_mul_rows(x), qdtype, scale_ub)
+
+
+def silu_and_mul_group_quant(x, group, scale_format, layout):
+    """v = silu(gate) * up in the compute format, quantised per group of its row (``quantise_groups``):
+    the groups are of the output row, H = n / 2 wide, never across the gate / up boundary."""
+    return quantise_groups("silu_and_mul_group_quant", silu_mul_rows(x), group, scale_format, layout)
+
+
+def valid_tokens(op, x, counts):
+    """The rows of x = (experts..., tokens, 2H) within each expert's count, as a bool tensor of
+    x.shape[:-1] (counts checked by its kind: an integer tensor of x.shape[:-2], each in [0, tokens])."""
+    KINDS["counts"].check(op, "counts", counts, x)
+    return torch.arange(x.shape[-2], device=x.device) < counts[..., None]
+
+
+def silu_and_mul_group_quant_masked(x, counts, group, scale_format, layout):
+    """silu_and_mul_group_quant of each expert's first counts[e] tokens; the rows past them are
+    replaced by zeros before any arithmetic (never read: a NaN there reaches nothing), so their
+    outputs are y = 0 with the floor scale, which no check reads."""
+    op = "silu_and_mul_group_quant_masked"
+    valid = valid_tokens(op, x, counts)
+    kept = torch.where(valid[..., None], x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return quantise_groups(op, silu_mul_rows(kept), group, scale_format, layout)
+
+
 def gelu(g, approximate):
     """GELU by its defining formulas in g's precision: 0.5 g (1 + erf(g / sqrt 2)), or 0.5 g (1 +
     tanh(sqrt(2 / pi) (g + 0.044715 g**3))).  Not F.gelu: on the CPU (torch 2.13) its erf form gives
@@ -271,6 +307,9 @@ IMPLS = [
     make("deep_norm", "eager", "eager", deep_norm),
     make("swiglu", "eager", "eager", swiglu),
     make("silu_and_mul", "eager", "eager", silu_and_mul),
+    make("silu_and_mul_dynamic_quant", "eager", "eager", silu_and_mul_dynamic_quant),
+    make("silu_and_mul_group_quant", "eager", "eager", silu_and_mul_group_quant),
+    make("silu_and_mul_group_quant_masked", "eager", "eager", silu_and_mul_group_quant_masked),
     make("geglu", "eager", "eager", geglu),
     make("gelu_and_mul", "eager", "eager", gelu_and_mul),
 ]

@@ -90,17 +90,20 @@ def _resolve(rec: Op, args: dict, outs: list) -> None:
     ``kernel=False``) reaches past a midpoint of the format, rounding v might not round the exact
     value; those rows are evaluated again on mpmath (a quantised op is rowwise), in place."""
     bounds = rec.forward_bound(args, tuple(outs), kernel=False)
-    n = args[rec.main].shape[-1]
     for k, name in enumerate(rec.outputs):
         if rec.quantised_dtype(name) is None:
             continue
         f = fmt(rec.quantised_dtype(name))
         v, b = outs[k], bounds[k]
+        n = v.shape[-1]  # an output row (half of x's for a halves op): its rows are x's
         with np.errstate(all="ignore"):
             near = np.isfinite(v) & (f.round(v - b) != f.round(v + b))
         rows = np.nonzero(near.reshape(-1, n).any(axis=1))[0] if n else []
         if len(rows):
-            sub = {a.name: _rows(args[a.name], rows) if KINDS[a.kind].shape == "rows" else args[a.name] for a in rec.args}
+            # rows resolved are claimed ones, valid rows of a masked op: a selection of rows is one
+            # expert whose rows are all valid
+            sub = {a.name: _rows(args[a.name], rows) if KINDS[a.kind].shape == "rows" else
+                   torch.tensor(len(rows)) if KINDS[a.kind].shape == "experts" else args[a.name] for a in rec.args}
             exact = forward(rec.name, path="mpmath", **sub)[k]
             flat = v.reshape(-1, n).copy()
             flat[rows] = exact.reshape(-1, n)

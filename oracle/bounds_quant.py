@@ -47,20 +47,21 @@ def rescaled(y, scale, kernel_scale):
         return y * spread(scale, y) / spread(kernel_scale, y)
 
 
-def dynamic(base, main: str, qdtype: str):
+def dynamic(base, main: str, qdtype: str, indeterminate=None):
     """The bounds (y's, the scale's, the rest) of base dynamically quantised per row to
     ``args[qdtype]``: ``quantised`` with one group per row, a float32 scale."""
-    return quantised(base, main, lambda args: args[qdtype], None, lambda args: "float32")
+    return quantised(base, main, lambda args: args[qdtype], None, lambda args: "float32", indeterminate)
 
 
-def per_group(base, main: str, qdtype: str, group: str, scale_format: str):
+def per_group(base, main: str, qdtype: str, group: str, scale_format: str, indeterminate=None):
     """The bounds of base quantised per group of ``args[group]`` elements of a row to ``qdtype``
     (a fixed format name), its scales stored as ``args[scale_format]`` says
     (``dynamic_quant.group_forward``): ``quantised``."""
-    return quantised(base, main, lambda args: qdtype, lambda args: int(args[group]), lambda args: args[scale_format])
+    return quantised(base, main, lambda args: qdtype, lambda args: int(args[group]), lambda args: args[scale_format],
+                     indeterminate)
 
 
-def quantised(base, main: str, qdtype_of, group_of, format_of):
+def quantised(base, main: str, qdtype_of, group_of, format_of, indeterminate=None):
     """The bounds (y's, the scale's, the rest) of base quantised to the format ``qdtype_of(args)``
     names, one scale per group of ``group_of(args)`` elements of a row (or one per row, where the
     oracle's scale has one value per row; group_of is then None), y's against the exact scale or,
@@ -72,7 +73,22 @@ def quantised(base, main: str, qdtype_of, group_of, format_of):
     a correct kernel may divide by lie in [P(S - B_s), P(S + B_s)] (P: UE8M0's rounding; the
     identity for float32), and against the exact scale y's bound allows any of them:
     B_v / s_lo + (2 u_c + ORACLE) |w| + |v| max(1 / s_lo - 1 / S_P, 1 / S_P - 1 / s_hi), S_P = P(S)
-    (for float32, |v| B_s / (S (S - B_s)))."""
+    (for float32, |v| B_s / (S (S - B_s))).
+
+    ``indeterminate`` (base's, ``record.Op.indeterminate``; silu_and_mul's): the elements of v whose
+    exact value is infinite but which a correct kernel may compute as NaN (silu(g) flushed to 0 times
+    an infinite up).  The amax of a group holding one is then NaN or inf at the kernel's choice, and
+    so is its scale, and every y of the group is divided by it: the scale and the group's y carry no
+    claim there (bound -inf), the rule the base op's own NaN-for-inf allowance implies once a max is
+    taken over it.
+
+    A group whose v, within its bound, reaches past the largest value of the compute format or of
+    x's dtype (|v| + B_v >= min(c_max, o_max): silu(g) u of two huge halves, whose product overflows
+    float32, or float16's 65504, though its scale A / q would not) carries no claim either, scale and
+    y: the reference kernel holds v in c, and may round it to x's dtype (``error_model``: ROUNDINGS;
+    SGLang's silu_and_mul quant rounds silu(g) and the product to it), before it takes the peak --
+    the "Domain" rule of a row whose mean square c cannot hold.  A norm's v gets there only through
+    its weight (|v| <= sqrt(n) |w|)."""
 
     def bound(args, exact, kernel=True, kernel_scale=None, **kw):
         ctx = Context(args[main].dtype, kernel=kernel)
@@ -83,6 +99,7 @@ def quantised(base, main: str, qdtype_of, group_of, format_of):
             v = y * spread(used, y)
             v_bound, *rest = base(args, (v, *exact[2:]), kernel, **kw)
             v_err = np.where(np.isnan(v_bound), np.inf, v_bound)
+            g = None
             if np.ndim(scale) < np.ndim(y):  # one scale per row (an empty row's: no group to split)
                 peak_err = np.max(v_err, axis=-1, initial=0.0)
             else:
@@ -103,6 +120,18 @@ def quantised(base, main: str, qdtype_of, group_of, format_of):
             if isinstance(fmt(QDTYPES[name]), IntegerFormat):  # int8 has no NaN to give
                 no_claim = no_claim | np.isnan(v)
             y_bound = np.where(no_claim, -np.inf, np.where(np.isnan(y_bound), np.inf, y_bound))
+            def any_in_group(mask):
+                if np.ndim(scale) < np.ndim(y):
+                    return mask.any(axis=-1)
+                return mask.reshape(mask.shape[:-1] + (n // g, g)).any(axis=-1)
+
+            reach = np.where(np.isinf(spread(used, y)), np.inf, np.abs(v) + v_err)  # an infinite scale: v is
+            loose = reach >= min(ctx.cmax, ctx.omax)  # past c's or x.dtype's range (the docstring); NaN rows not
+            if indeterminate is not None:
+                loose = loose | np.asarray(indeterminate(args), dtype=bool)
+            group_loose = any_in_group(loose)
+            scale_bound = np.where(group_loose, -np.inf, scale_bound)
+            y_bound = np.where(spread(group_loose, y).astype(bool), -np.inf, y_bound)
         return (y_bound, scale_bound, *rest)
 
     return bound

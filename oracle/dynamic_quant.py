@@ -25,7 +25,8 @@ NaN policy: a row where v has NaN (f's NaN policy: a NaN or inf in the row) has 
 propagates it); float8 keeps NaN in y, int8 has no NaN and no claim is made on y there.
 
 The oracle's outputs are v / scale (before Q: consumers round, as for the static FP8 ops) and the
-exact scale, each rounded once to float64.  The accuracy check divides v by the kernel's own scale
+exact scale, each rounded once to float64; where the scale is infinite (an infinite v, or a peak past
+float64's range) v / scale is NaN: no value, and no claim on the group (``bounds_quant``).  The accuracy check divides v by the kernel's own scale
 instead (``record.Out.scale``, ``bounds_quant``): a kernel computes its scale from its own rounded
 v, within its bound of the exact one but not equal to it, and y is then Q(v / its scale); checked
 against Q(v / exact scale) a correct kernel would fail wherever the two straddle a midpoint of Q.
@@ -68,6 +69,20 @@ def rounded_scale(scale: np.ndarray, scale_format: str) -> np.ndarray:
     return UE8M0.round(scale) if scale_format == "ue8m0" else np.asarray(scale)
 
 
+def _over(B, v, divisor):
+    """v / divisor on backend B, NaN wherever the divisor (a float64 scale) is infinite: a peak past
+    float64's range, or an infinite v, leaves v / scale no value to round (the float64 path's inf / inf
+    and the mpmath path's finite / inf would disagree), and such a group carries no claim
+    (``bounds_quant``: past the compute format's range)."""
+    divisor = np.broadcast_to(np.asarray(divisor, dtype=np.float64), np.shape(v))
+    out = v / B.array(divisor)
+    infinite = np.isinf(divisor)
+    if infinite.any():
+        out = out.copy()
+        out[infinite] = B.array(np.nan)
+    return out
+
+
 def group_forward(base, qdtype: str, group: str, scale_format: str, layout: str):
     """``base(B, **args)`` quantised per group of ``args[group]`` consecutive elements of a row
     (``rms_norm_group_quant``): (v / scale, scale before its rounding (per group, (..., n / group)),
@@ -81,7 +96,7 @@ def group_forward(base, qdtype: str, group: str, scale_format: str, layout: str)
         peak = B.row_peak(first.reshape(first.shape[:-1] + (n // g, g)))[..., 0]
         scale = scales(peak, qdtype, None)  # for ue8m0: before its rounding up
         divisor = per_element(rounded_scale(scale, args[scale_format]), n)
-        return (first / B.array(divisor), B.array(scale), *others)
+        return (_over(B, first, divisor), B.array(scale), *others)
 
     return quantised
 
@@ -94,6 +109,6 @@ def forward(base, qdtype: str, scale_ub: str):
         rest = {k: v for k, v in args.items() if k not in (qdtype, scale_ub)}
         first, *others = base(B, **rest)
         scale = scales(B.row_peak(first)[..., 0], args[qdtype], args[scale_ub])
-        return (first / B.array(scale)[..., None], B.array(scale), *others)
+        return (_over(B, first, np.asarray(scale)[..., None]), B.array(scale), *others)
 
     return quantised

@@ -18,6 +18,7 @@ with an argument it does through its ``Kind``, here and nowhere else:
               zeros); None: the kind may not be optional
     shape     how the value's shape follows the main tensor x (n = x.shape[-1]):
               "rows" x.shape (a *row input*: it shares x's rows); "leading" x.shape[:-1];
+              "experts" x.shape[:-2] (one value per expert: a count of valid rows);
               "vector" (n,); "matrix" (n, n); None: a scalar.  ``properties.fitting`` reshapes by it,
               and a domain's ``params=`` casts the "vector" tensors (weight, bias, a sublayer's bias)
     may_be_none  None is a value of the kind (a mask: every position valid; scale_ub: no bound)
@@ -35,6 +36,10 @@ define a case):
     matrix   an n x n matrix in the main dtype (a sublayer's weight), scaled by 1/sqrt(n)
     vector   a length-n vector in the main dtype or float32 (a sublayer's bias), drawn small
     mask     a bool tensor of shape x.shape[:-1], or None: the valid positions
+    counts   an int32 / int64 tensor of shape x.shape[:-2]: x is (experts...,
+             tokens, n) and expert e's valid rows are its first counts[e] (a masked MoE layout; the
+             rows past them are padding, never read: ``record.Op.valid``), each count in [0, tokens],
+             drawn with both ends
     eps      a positive finite float
     alpha    a finite float (DeepNorm's residual scale, (2N)^(1/4) for N layers)
     approximate  GELU's form, one of APPROXIMATE: "none" (erf) or "tanh"
@@ -66,6 +71,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import numpy as np
+import torch
 
 from . import validate as v
 from .dynamic_quant import QDTYPES, SCALE_FORMATS
@@ -90,6 +96,7 @@ class Drawing(Protocol):
     def vector(self, name: str, around: float, profiles: tuple[str, ...]): ...  # length n
     def gaussian(self, shape: tuple, scale: float): ...  # N(0, scale^2), rounded to the case's dtype
     def mask(self, name: str): ...  # a mask (or None), padded positions of x overwritten
+    def counts(self, name: str): ...  # valid rows per expert, the rows past them overwritten
     def eps(self) -> float: ...
     def quantisation_scale(self) -> float: ...
     def choose(self, xs, salt: str): ...  # one of xs
@@ -107,8 +114,8 @@ class Kind:
     may_be_none: bool = False
 
     def __post_init__(self):
-        if self.shape not in (None, "rows", "leading", "vector", "matrix"):
-            raise ValueError(f"Kind {self.name}: shape must be rows, leading, vector, matrix or None, "
+        if self.shape not in (None, "rows", "leading", "experts", "vector", "matrix"):
+            raise ValueError(f"Kind {self.name}: shape must be rows, leading, experts, vector, matrix or None, "
                              f"got {self.shape!r}")
 
     @property
@@ -121,6 +128,8 @@ class Kind:
             return B.array(np.full(n, self.identity))
         if self.shape == "leading":
             return None if value is None else value.detach().cpu().numpy().astype(bool)
+        if self.shape == "experts":
+            return None if value is None else value.detach().cpu().numpy().astype(np.int64)
         if self.tensor:
             return B.array(to_float64(value))
         if value is None:  # a scalar that may be None (scale_ub: no bound)
@@ -178,6 +187,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("mask", check=lambda op, name, t, x: v.mask(op, t, x),
          sample=lambda normal, rows, width: None,
          draw=lambda d, arg: d.mask(arg.name), shape="leading", may_be_none=True),
+    Kind("counts", check=lambda op, name, t, x: v.counts(op, name, t, x),
+         sample=lambda normal, rows, width: torch.tensor(rows),  # x (rows, width): one expert, all valid
+         draw=lambda d, arg: d.counts(arg.name), shape="experts"),
     Kind("eps", check=_scalar_check(v.positive),
          sample=lambda normal, rows, width: 1e-5,
          draw=lambda d, arg: d.eps(), shape=None),
@@ -196,7 +208,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("scale_ub", check=lambda op, name, value, x: value is None or v.positive(op, name, value),
          sample=lambda normal, rows, width: None,
          draw=lambda d, arg: d.choose(list(SCALE_UBS), arg.name), shape=None, may_be_none=True),
-    Kind("group", check=lambda op, name, value, x: v.group_size(op, name, value, x.shape[-1]),
+    Kind("group", check=lambda op, name, value, x: v.group_size(op, name, value, None if x is None else x.shape[-1]),
          sample=lambda normal, rows, width: GROUPS[0],
          draw=lambda d, arg: d.choose(list(GROUPS), arg.name), shape=None),
     Kind("group_size", check=lambda op, name, value, x: value is None or v.group_size(op, name, value, x.shape[-1]),

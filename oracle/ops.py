@@ -17,13 +17,20 @@ add, rms_norm_fp8 is rms_norm quantised, add_rms_norm_fp8 is rms_norm_fp8 fused 
 add, add_layer_norm is layer_norm fused with it, rms_norm_dynamic_quant is rms_norm quantised with
 its own per-row scales and add_rms_norm_dynamic_quant that fused with the residual add,
 rms_norm_group_quant is rms_norm quantised per group and add_rms_norm_group_quant that fused with
-the residual add, silu_and_mul and gelu_and_mul are swiglu and geglu on the two halves of x.  Each
+the residual add, silu_and_mul and gelu_and_mul are swiglu and geglu on the two halves of x, and
+silu_and_mul_dynamic_quant and silu_and_mul_group_quant are silu_and_mul quantised per row and per
+group of its output row (the MoE path's SwiGLU + FP8 quant: vLLM's ``silu_and_mul_quant``, DeepGEMM's
+1 x 128 activations); silu_and_mul_group_quant_masked is the last on (experts, tokens, 2H) with the
+first counts[e] tokens of each expert valid (``_counted``: vLLM's ``_silu_mul_fp8_quant_deep_gemm``,
+SGLang's ``silu_and_mul_masked_post_quant_fwd``).  Each
 factory is given the derived op's own signature (a fused or quantised op's weight is required where
 rms_norm's is optional); the argument names it needs come from the records, and the drawing limits
 (``width_multiple``, ``max_width``, ``max_rank``) from the base op's.
 """
 from __future__ import annotations
 
+import mpmath
+import numpy as np
 import torch
 
 from . import (batch_norm, bounds_derived, bounds_gated, bounds_gated_norm, bounds_norms, bounds_quant, deep_norm,
@@ -89,25 +96,64 @@ def _quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
 
 def _dynamic_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     """base with its first output quantised with a scale per row it computes (``oracle.dynamic_quant``):
-    outputs (y in the qdtype argument's format, the scales, base's others); an inference op."""
+    outputs (y in the qdtype argument's format, the scales, base's others); an inference op.  A
+    halves base (silu_and_mul) gives a halves op, one scale per output row."""
     main = args[0].name
     qdtype = next(a.name for a in args if a.kind == "qdtype")
     scale_ub = next(a.name for a in args if a.kind == "scale_ub")
     return Op(name, args, (Y_DYNAMIC, SCALES, *base.outs[1:]), (), dynamic_quant.forward(base.forward, qdtype, scale_ub),
-              None, bounds_quant.dynamic(base.forward_bound, main, qdtype), None, call=call,
-              rowwise=base.rowwise, scale_invariant=base.scale_invariant)
+              None, bounds_quant.dynamic(base.forward_bound, main, qdtype, base.indeterminate), None, call=call,
+              rowwise=base.rowwise, scale_invariant=base.scale_invariant, halves=base.halves)
 
 
 def _group_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     """base with its first output quantised to float8_e4m3fn with a scale per group of a row it
-    computes (``oracle.dynamic_quant.group_forward``): outputs (y, the scales, base's others); rows
-    a multiple of the largest group drawn; an inference op."""
+    computes (``oracle.dynamic_quant.group_forward``): outputs (y, the scales, base's others); output
+    rows a multiple of the largest group drawn; an inference op.  A halves base (silu_and_mul) gives a
+    halves op: the groups are of its output row, x's two halves are never grouped across."""
     main = args[0].name
     group, form, layout = (next(a.name for a in args if a.kind == k) for k in ("group", "scale_format", "layout"))
     return Op(name, args, (Y_GROUP, GROUP_SCALES, *base.outs[1:]), (),
               dynamic_quant.group_forward(base.forward, "float8_e4m3fn", group, form, layout), None,
-              bounds_quant.per_group(base.forward_bound, main, "float8_e4m3fn", group, form), None, call=call,
-              rowwise=base.rowwise, scale_invariant=base.scale_invariant, width_multiple=max(GROUPS))
+              bounds_quant.per_group(base.forward_bound, main, "float8_e4m3fn", group, form, base.indeterminate), None,
+              call=call, rowwise=base.rowwise, scale_invariant=base.scale_invariant, width_multiple=max(GROUPS),
+              halves=base.halves)
+
+
+def _zero_padding(x, counts):
+    """x (numpy, float64 or mpmath objects; or torch) with every row t >= counts[e] of each expert set
+    to 0: the rows outside a masked op's contract, never read (``record.Op.valid``)."""
+    if counts is None:
+        return x
+    valid = np.arange(x.shape[-2]) < np.asarray(counts)[..., None]
+    if isinstance(x, torch.Tensor):
+        return torch.where(torch.from_numpy(valid).to(x.device)[..., None], x, torch.zeros((), dtype=x.dtype))
+    out = x.copy()
+    out[~valid] = mpmath.mpf(0) if out.dtype == object else 0.0  # mpmath's arrays hold mpf objects
+    return out
+
+
+def _counted(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
+    """base on an x of shape (experts..., tokens, n) of which only the first counts[e] rows of each
+    expert are valid, counts (an argument of kind "counts") after x: the masked MoE form.  The rows
+    past counts[e] are outside the contract: the oracle and the bounds read them as zeros (so that
+    their values, which the padding strategy overwrites with NaN or huge numbers, cost nothing) and
+    no check reads the outputs there (``Op.valid``); a kernel must not write outside its own outputs
+    (the calling contract: ``properties.sandbox``).  Oracle and bounds are base's, rows being rows."""
+    main, counts = args[0].name, next(a.name for a in args if a.kind == "counts")
+
+    def forward(B, **a):
+        c = a.pop(counts)
+        return base.forward(B, **{**a, main: _zero_padding(a[main], c)})
+
+    def bound(a, exact, kernel=True, **kw):
+        rest = {k: v for k, v in a.items() if k != counts}
+        rest[main] = _zero_padding(a[main], a[counts].detach().cpu().numpy())
+        return base.forward_bound(rest, exact, kernel, **kw)
+
+    return Op(name, args, base.outs, (), forward, None, bound, None, call=call, rowwise=base.rowwise,
+              halves=base.halves, width_multiple=base.width_multiple, max_width=base.max_width,
+              max_rank=base.max_rank)
 
 
 def _gated_call(fn, a):
@@ -141,6 +187,16 @@ SWIGLU = Op("swiglu", (GATE, UP), (Y,), ("gate", "up"),
             swiglu.forward, swiglu.vjp, bounds_gated.swiglu_fwd, bounds_gated.swiglu_bwd,
             call=lambda fn, a: fn(a["gate"], a["up"]),
             rowwise=True, indeterminate=bounds_gated.swiglu_indeterminate)
+SILU_AND_MUL = _on_halves("silu_and_mul", SWIGLU, (X,), call=lambda fn, a: fn(a["x"]))
+SILU_AND_MUL_DYNAMIC_QUANT = _dynamic_quantised(
+    "silu_and_mul_dynamic_quant", SILU_AND_MUL, (X, QDTYPE, SCALE_UB),
+    call=lambda fn, a: fn(a["x"], a["qdtype"], a["scale_ub"]))
+SILU_AND_MUL_GROUP_QUANT = _group_quantised(
+    "silu_and_mul_group_quant", SILU_AND_MUL, (X, GROUP, SCALE_FORMAT, LAYOUT),
+    call=lambda fn, a: fn(a["x"], a["group"], a["scale_format"], a["layout"]))
+SILU_AND_MUL_GROUP_QUANT_MASKED = _counted(
+    "silu_and_mul_group_quant_masked", SILU_AND_MUL_GROUP_QUANT, (X, Arg("counts", "counts"), GROUP, SCALE_FORMAT, LAYOUT),
+    call=lambda fn, a: fn(a["x"], a["counts"], a["group"], a["scale_format"], a["layout"]))
 GEGLU = Op("geglu", (GATE, UP, APPROXIMATE), (Y,), ("gate", "up"),
            geglu.forward, geglu.vjp, bounds_gated.geglu_fwd, bounds_gated.geglu_bwd,
            call=lambda fn, a: fn(a["gate"], a["up"], a["approximate"]),
@@ -186,7 +242,10 @@ OPS: dict[str, Op] = {
                                  a["weight"], a["bias"], a["eps"]),
            rowwise=True, max_width=128, max_rank=3, centred=True),
         SWIGLU,
-        _on_halves("silu_and_mul", SWIGLU, (X,), call=lambda fn, a: fn(a["x"])),
+        SILU_AND_MUL,
+        SILU_AND_MUL_DYNAMIC_QUANT,
+        SILU_AND_MUL_GROUP_QUANT,
+        SILU_AND_MUL_GROUP_QUANT_MASKED,
         GEGLU,
         _on_halves("gelu_and_mul", GEGLU, (X, APPROXIMATE), call=lambda fn, a: fn(a["x"], a["approximate"])),
     ]

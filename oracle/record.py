@@ -8,7 +8,7 @@ consumer (validation, strategies, probe, gradcheck, replay, benchmarks, the
 properties) loops over records and reads these fields; none of them names an op.
 
 Argument kinds (``kinds.KINDS``: rows, stream, weight, bias, matrix, vector, mask, eps, alpha,
-approximate, scale, flag, qdtype, scale_ub, group, group_size, scale_format, layout) are records too: how an argument is checked, sampled, drawn and given to the
+approximate, scale, flag, qdtype, scale_ub, group, group_size, scale_format, layout, counts) are records too: how an argument is checked, sampled, drawn and given to the
 oracle is its kind's, in ``kinds`` alone.  An ``optional`` argument may be passed as None (a
 weightless call, as vLLM, quack and Llama-4's QK-norm make it): it then means its kind's identity,
 a weight of ones or a bias of zeros, and gets no gradient.
@@ -144,8 +144,8 @@ class Op:
     headwise:    models also apply it per attention head (QK-norm): over the last dim of a
                  (tokens, heads, head_dim) view of a fused QKV projection, one weight of length head_dim
     indeterminate: where an infinite exact output may come back NaN (``bounds_gated``), or None
-    width_multiple: every row drawn is a multiple of this long (the main tensor's x-width; a
-                 per-group op's groups divide it); 1: any length
+    width_multiple: every output row drawn is a multiple of this long (the main tensor's x-width,
+                 half of it for a halves op; a per-group op's groups divide it); 1: any length
     centred:     it subtracts its group's mean (a row; batch_norm's: a channel over positions), so
                  offset, near-constant groups are where it breaks (the mean cancels): the accuracy and
                  gradient families schedule them on every run (``strategies.near_constant_buckets``)
@@ -273,6 +273,24 @@ class Op:
         return next((a.name for a in self.args if a.kind == "mask"), None)
 
     @property
+    def counts(self) -> str | None:
+        """The counts argument's name (None: the op has none): x is (experts..., tokens, n) and only
+        the first counts[e] rows of expert e are valid (``kinds``)."""
+        return next((a.name for a in self.args if a.kind == "counts"), None)
+
+    def valid(self, tensors: dict):
+        """Where the op's outputs are claimed, a bool tensor of the main tensor's leading dims: its
+        mask, or the rows t < counts[e] of each expert; None where every row is (no mask, no counts,
+        or either given as None)."""
+        if self.mask is not None:
+            return tensors.get(self.mask)
+        c = tensors.get(self.counts) if self.counts is not None else None
+        if c is None:
+            return None
+        tokens = tensors[self.main].shape[-2]
+        return torch.arange(tokens, device=c.device) < c[..., None]
+
+    @property
     def optional(self) -> tuple[str, ...]:
         """The arguments that may be None (a weightless call)."""
         return tuple(a.name for a in self.args if a.optional)
@@ -311,10 +329,11 @@ class Op:
         v.tensor(self.name, self.main, x)
         if self.halves:
             v.even_last_dim(self.name, x)
+        row = x[..., : x.shape[-1] // 2] if self.halves else x  # a halves op's scalars are of its output row
         for a in self.args:
             t = args.get(a.name)
             if a.name != self.main and not (t is None and (a.optional or KINDS[a.kind].may_be_none)):
-                KINDS[a.kind].check(self.name, a.name, t, x)
+                KINDS[a.kind].check(self.name, a.name, t, row if not KINDS[a.kind].tensor else x)
 
     def sample(self, dtype: torch.dtype, device="cpu", rows: int = 3, width: int = 6, seed: int = 0) -> dict:
         """A small ordinary input, the same for every consumer that needs one (the dtype probe,
@@ -328,5 +347,7 @@ class Op:
         out = {}
         for a in self.args:
             val = KINDS[a.kind].sample(normal, rows, width)
-            out[a.name] = val.to(dtype).to(device) if isinstance(val, torch.Tensor) else val
+            if isinstance(val, torch.Tensor):  # an integer tensor (counts) keeps its dtype
+                val = (val.to(dtype) if val.is_floating_point() else val).to(device)
+            out[a.name] = val
         return out

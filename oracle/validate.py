@@ -83,6 +83,21 @@ def mask(op, m, x):
         _fail(op, "mask", f"of shape {tuple(x.shape[:-1])} (x.shape[:-1])", tuple(m.shape))
 
 
+def counts(op, name, c, x):
+    """An integer tensor of shape x.shape[:-2] (one count per expert of an (experts..., tokens, n) x),
+    on x's device, each count in [0, tokens]: expert e's first counts[e] rows are its tokens."""
+    if not isinstance(c, torch.Tensor) or c.dtype not in (torch.int32, torch.int64):
+        _fail(op, name, "an int32 or int64 tensor", getattr(c, "dtype", type(c).__name__))
+    if x.dim() < 2:
+        _fail(op, "x", "a tensor of rank >= 2 (experts..., tokens, n)", f"rank {x.dim()}")
+    if tuple(c.shape) != tuple(x.shape[:-2]):
+        _fail(op, name, f"of shape {tuple(x.shape[:-2])} (x.shape[:-2], one per expert)", tuple(c.shape))
+    if c.device != x.device:
+        _fail(op, name, f"on x's device {x.device}", c.device)
+    if c.numel() and (int(c.min()) < 0 or int(c.max()) > x.shape[-2]):
+        _fail(op, name, f"each in [0, {x.shape[-2]}] (x's tokens per expert)", c.tolist())
+
+
 def even_last_dim(op, x):
     if x.shape[-1] % 2:
         _fail(op, "x", "a tensor whose last dim is even (gate | up)", f"last dim {x.shape[-1]}")
@@ -108,5 +123,5 @@ def group_size(op, name, v, n):
     """A positive integer that divides the row length n (a quantisation group of consecutive elements)."""
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         _fail(op, name, "a positive integer", repr(v))
-    if n % v:
+    if n is not None and n % v:  # n None: a replay file's scalars, checked before its tensors load
         _fail(op, name, f"a divisor of the row length {n}", v)

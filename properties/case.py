@@ -86,8 +86,9 @@ class Case:
 
 
 def valid_positions(case):
-    """Where a masked op's outputs are claimed: the positions its mask marks valid (None: all)."""
-    m = case.tensors.get(case.record.mask) if case.record.mask else None
+    """Where a masked op's outputs are claimed: the positions its mask marks valid, or the rows
+    within each expert's count (``record.Op.valid``; None: all)."""
+    m = case.record.valid(case.tensors)
     return None if m is None else m.cpu().numpy()[..., None]
 
 

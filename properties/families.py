@@ -37,6 +37,12 @@ def _has_backward(op: Op) -> bool:
     return bool(op.grads)
 
 
+def _batched_rows(op: Op) -> bool:
+    """A rowwise op whose rows may be regrouped into batches of any size: not a masked MoE op, whose
+    rows are tokens of experts with a count each (its row-independence check stands for it)."""
+    return op.rowwise and op.counts is None
+
+
 @dataclass(frozen=True)
 class Param:
     """A property's own draw, carried in ``Case.params`` and in a replay file: its name and kind.
@@ -124,7 +130,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("compiled", compiled.check_compiled, compiled.compiled_cases, divide=3, compiles=True),
     Family("fusion", fusion.check_fusion, fusion.fusion_cases, applies=lambda op: op.unfused is not None,
            buckets=SHAPES),
-    Family("padding", masks.check_padding, masks.padded_cases, applies=lambda op: op.mask is not None,
+    Family("padding", masks.check_padding, masks.padded_cases,
+           applies=lambda op: op.mask is not None or op.counts is not None,
            params=(Param("fill", "choice", _refills), Param("fill_seed", "seed"))),
     Family("row-independence", masks.check_row_independence, masks.row_cases, applies=lambda op: op.rowwise,
            params=(Param("row", "row"), Param("fill", "choice", _refills), Param("fill_seed", "seed"))),
@@ -136,9 +143,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("gradcheck", None, None, applies=_has_backward, backward=True),
     Family("determinism", bitwise.check_determinism, bitwise.determinism_cases, bitwise=True),
     Family("batch-invariance", bitwise.check_batch_invariance, bitwise.batch_cases,
-           applies=lambda op: op.rowwise, bitwise=True, buckets=("odd", "strided"), params=(Param("shift", "row"),)),
+           applies=_batched_rows, bitwise=True, buckets=("odd", "strided"), params=(Param("shift", "row"),)),
     Family("agreement", agreement.check_agreement, accuracy.accuracy_cases, buckets=BUCKETS, pair=True),
-    Family("large", large.check_large, large.large_cases, applies=lambda op: op.rowwise, buckets=LARGE,
+    Family("large", large.check_large, large.large_cases, applies=_batched_rows, buckets=LARGE,
            profile="large", params=(Param("limit", "count"),)),
 )
 BY_NAME = {f.name: f for f in FAMILIES}

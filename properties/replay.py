@@ -36,7 +36,8 @@ from .case import MAX_ELEMENTS, Case, extent
 from .files import UnsafePath, write_atomic
 
 FORMAT = "normcert-replay/1"
-_BOOL = "bool"
+_OTHER = {"bool": torch.bool, "int32": torch.int32, "int64": torch.int64}  # a mask; a masked op's counts
+_OTHER_NAMES = {d: k for k, d in _OTHER.items()}
 
 
 class ReplayError(ValueError):
@@ -82,7 +83,7 @@ def save_failure(impl, prop: str, case: Case, directory: str) -> str:
             continue
         raw, off, stride = _span(t)
         arrays[f"t_{k}"] = np.frombuffer(raw, dtype=np.uint8)
-        meta_t[k] = {"dtype": _BOOL if t.dtype == torch.bool else DTYPE_NAMES[t.dtype], "shape": list(t.shape),
+        meta_t[k] = {"dtype": _OTHER_NAMES.get(t.dtype) or DTYPE_NAMES[t.dtype], "shape": list(t.shape),
                      "stride": stride, "offset": off}
     agrees = {"agrees_with": f"{impl.op}={impl.agrees_with.target}"} if impl.agrees_with is not None else {}
     meta = {"format": FORMAT, "op": case.op, "property": prop, "impl": f"{impl.op}={impl.target}", **agrees,
@@ -136,9 +137,10 @@ def _tensor_meta(path, k, m, sizes) -> tuple[torch.dtype, list, list, int, int]:
     """Validated (dtype, shape, stride, offset, span) of one tensor, before any byte is read."""
     if not isinstance(m, dict):
         _fail(path, f"tensor {k!r}: expected an object")
-    if m.get("dtype") != _BOOL and m.get("dtype") not in BY_NAME:
-        _fail(path, f"tensor {k!r}: dtype {m.get('dtype')!r}, expected one of {', '.join(BY_NAME)} or bool")
-    dtype = torch.bool if m["dtype"] == _BOOL else BY_NAME[m["dtype"]]
+    if m.get("dtype") not in _OTHER and m.get("dtype") not in BY_NAME:
+        _fail(path, f"tensor {k!r}: dtype {m.get('dtype')!r}, expected one of {', '.join(BY_NAME)}, "
+              f"{', '.join(_OTHER)}")
+    dtype = _OTHER[m["dtype"]] if m["dtype"] in _OTHER else BY_NAME[m["dtype"]]
     shape = _int_list(path, k, "shape", m.get("shape"), minimum=0)
     stride = _int_list(path, k, "stride", m.get("stride"), minimum=0)
     offset = m.get("offset")

@@ -565,6 +565,32 @@ def masks(draw, rng, lead, device, padded=False, bucket=None):
     return torch.from_numpy(np.array(m, dtype=bool)).to(device), kind  # keeps 0-d masks 0-d
 
 
+COUNT_KINDS = ("random", "ends", "empty", "full")  # how an expert's valid rows are drawn (``counts``)
+
+
+@st.composite
+def counts(draw, rng, lead, tokens, device, padded=False, bucket=None):
+    """(counts of shape ``lead``, kind): each expert's valid rows in [0, tokens], both ends drawn:
+    "random" uniform over [0, tokens]; "ends" each 0 or tokens; "empty" all 0 but one expert full;
+    "full" all tokens.  With padded=True (and tokens >= 1) at least one row is padding."""
+    kinds = COUNT_KINDS[:3] if padded else COUNT_KINDS
+    kind = draw(choice(kinds, bucket, "counts"))
+    size = int(np.prod(lead)) if lead else 1
+    if kind == "random":
+        c = rng.integers(0, tokens + 1, size=size)
+    elif kind == "ends":
+        c = rng.choice([0, tokens], size=size)
+    elif kind == "empty":
+        c = np.zeros(size, dtype=np.int64)
+        c[int(rng.integers(0, size))] = tokens
+    else:
+        c = np.full(size, tokens)
+    if padded and tokens and (c == tokens).all():
+        c[int(rng.integers(0, size))] = int(rng.integers(0, tokens))
+    dtype = torch.int32 if rng.integers(0, 2) else torch.int64
+    return torch.from_numpy(np.asarray(c, dtype=np.int64).reshape(lead)).to(dtype).to(device), kind
+
+
 def pad_values(x, mask, fill_kind, rng):
     """x with its padded positions overwritten (NaN, huge, zeros), to prove they are never read."""
     if mask is None or fill_kind == "keep":
@@ -639,6 +665,18 @@ class Drawing:
             self.tensors[self.main] = pad_values(self.tensors[self.main], m, fill_kind, self.rng)
         return m
 
+    def counts(self, name: str) -> torch.Tensor:
+        """Valid rows per expert of the case's (experts..., tokens, n) main tensor (``counts``); the
+        rows past them are overwritten as a mask's padded positions are (``pad_values``)."""
+        c, self.notes[name] = self.draw(counts(self.rng, self.shape[:-2], self.shape[-2], self.device,
+                                               padded=self.padded, bucket=self.bucket))
+        fill_kind = self.draw(choice(PAD_FILLS, self.bucket, "fill"))
+        if fill_kind != "keep":
+            self.notes["padding"] = fill_kind
+            valid = torch.arange(self.shape[-2], device=self.device) < c[..., None]
+            self.tensors[self.main] = pad_values(self.tensors[self.main], valid, fill_kind, self.rng)
+        return c
+
     def eps(self) -> float:
         return self.draw(eps(self.bucket))
 
@@ -670,7 +708,7 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
     every other choice is spun (``choice``).
     """
     rec = OPS[op]
-    if padded:
+    if padded or rec.counts:  # a masked MoE op's x is (experts..., tokens, n): rank 2 at least
         min_rows = max(min_rows, 2)
     seed = draw(integer(0, 2 ** 32 - 1, bucket, "seed"))
     rng = np.random.default_rng(seed)
@@ -683,7 +721,8 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
         shape, layouts = qk, ("fused_qkv",)
     elif bucket is None:
         shape = draw(shapes(max_elems=max_elems, max_n=min(max_n, rec.max_width), max_rank=rec.max_rank,
-                            even=rec.halves, min_rows=min_rows, multiple=rec.width_multiple))
+                            even=rec.halves, min_rows=min_rows,
+                            multiple=rec.width_multiple * (2 if rec.halves else 1)))
     else:
         shape = bucket.shape(rec)
         notes["bucket"] = bucket.label

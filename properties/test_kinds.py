@@ -44,6 +44,8 @@ def test_a_kind_s_sample_passes_its_check_and_converts(kind, main_dtype):
         converted = k.convert(BACKENDS["float64"], value, n)
         if k.shape in ("rows", "vector", "matrix"):
             assert np.asarray(converted).shape == tuple(value.shape)
+        elif k.shape == "experts":  # counts: integers, one per expert (x.shape[:-2])
+            assert converted.dtype == np.int64 and converted.shape == tuple(x.shape[:-2])
         elif k.tensor:
             assert converted is None or converted.dtype == bool
         else:

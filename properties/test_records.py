@@ -14,9 +14,11 @@ import ast
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import find, given, settings
+from hypothesis import strategies as st
 
 from .. import impls, oracle, properties
 from .families import BY_NAME, FAMILIES
@@ -197,3 +199,101 @@ def test_our_kernels_reject_a_bad_scale(normcert_session, op):
         for scale in (0.0, -1.0, float("inf"), float("nan")):
             with pytest.raises(ValueError, match=f"^{op}: scale must be a positive finite float"):
                 rec.call(impl.fn, {**rec.sample(torch.float32, normcert_session.device), "scale": scale})
+
+
+@pytest.mark.parametrize("op", ["silu_and_mul_dynamic_quant", "silu_and_mul_group_quant"])
+def test_silu_and_mul_quant_is_silu_and_mul_quantised(op):
+    """The SwiGLU quant records are derived, not written: a halves op whose oracle is silu_and_mul's
+    output quantised as the norm quant ops quantise rms_norm's (y times its scale gives silu_and_mul's
+    exact value back), one scale per output row or per group of it."""
+    rec, base = oracle.OPS[op], oracle.OPS["silu_and_mul"]
+    assert rec.halves and not rec.grads and rec.main == "x" and rec.outputs == ("y", "scales")
+    args = rec.sample(torch.float64, rows=3, width=6)
+    y, scales = oracle.forward(op, **args)
+    (v,) = oracle.forward("silu_and_mul", x=args["x"])
+    n = v.shape[-1]
+    assert y.shape == v.shape and n == args["x"].shape[-1] // 2
+    per = scales[..., None] if scales.ndim < y.ndim else np.repeat(scales, args["group"], axis=-1)
+    used = per if op.endswith("dynamic_quant") or args["scale_format"] == "float32" else 2.0 ** np.ceil(np.log2(per))
+    assert np.allclose(y * used, v, rtol=1e-15, atol=0)
+    assert rec.width_multiple == (oracle.OPS["rms_norm_group_quant"].width_multiple if "group" in op else 1)
+
+
+def test_silu_and_mul_group_quant_groups_its_output_row():
+    """The group divides the output row, H = n / 2 wide, not x's: a group of 128 on x of width 256 is
+    one group per row; on x of width 128 (H = 64) it is a ValueError naming the argument."""
+    x = torch.randn(2, 256, dtype=torch.float64)
+    y, scales = oracle.forward("silu_and_mul_group_quant", x=x, group=128, scale_format="float32", layout="row_major")
+    assert y.shape == (2, 128) and scales.shape == (2, 1)
+    with pytest.raises(ValueError, match="group"):
+        oracle.forward("silu_and_mul_group_quant", x=x[:, :128], group=128, scale_format="float32", layout="row_major")
+
+
+def test_silu_and_mul_group_quant_draws_whole_groups_of_its_output():
+    """Rows drawn (at random and in buckets) leave output rows a multiple of the largest group."""
+    rec = oracle.OPS["silu_and_mul_group_quant"]
+    for b in buckets(rec, spin=5):
+        assert b.shape(rec)[-1] // 2 % rec.width_multiple == 0, b
+    case = _first_case(BY_NAME["accuracy"].cases(rec.name, torch.float32, "cpu"))
+    assert case.main.shape[-1] // 2 % rec.width_multiple == 0
+
+
+def test_masked_moe_record_claims_the_counted_rows_only():
+    """silu_and_mul_group_quant_masked is silu_and_mul_group_quant on each expert's first counts[e]
+    rows; the rows past them are read as zeros by the oracle (whatever x holds there) and carry no
+    claim (``Op.valid``); counts outside [0, tokens], of a float dtype or of another shape are a
+    ValueError naming counts, from the oracle and from the eager kernel."""
+    from ..impls import eager
+
+    rec = oracle.OPS["silu_and_mul_group_quant_masked"]
+    assert rec.counts == "counts" and rec.halves and not rec.grads
+    x = torch.randn(3, 4, 256, dtype=torch.float64)
+    counts = torch.tensor([0, 4, 2])
+    padded = x.clone()
+    padded[0], padded[2, 2:] = float("nan"), float("inf")
+    kw = dict(group=64, scale_format="ue8m0", layout="row_major")
+    y, scales = oracle.forward(rec.name, x=padded, counts=counts, **kw)
+    valid = rec.valid({"x": x, "counts": counts})
+    assert valid.tolist() == [[False] * 4, [True] * 4, [True, True, False, False]]
+    dense_y, dense_s = oracle.forward("silu_and_mul_group_quant", x=x[valid], **kw)
+    assert np.array_equal(y[valid.numpy()], dense_y) and np.array_equal(scales[valid.numpy()], dense_s)
+    assert np.isfinite(y).all()  # the padding, NaN and inf, is never read
+    for bad in (torch.tensor([0, 5, 1]), torch.tensor([-1, 0, 0]), torch.tensor([0.0, 1.0, 2.0]), torch.tensor([1, 2])):
+        with pytest.raises(ValueError, match="counts"):
+            oracle.forward(rec.name, x=x, counts=bad, **kw)
+        with pytest.raises(ValueError, match="counts"):
+            eager.silu_and_mul_group_quant_masked(x, bad, **kw)
+
+
+def test_masked_moe_counts_are_drawn_with_both_ends():
+    """The counts strategy draws 0 and tokens among its values, int32 and int64, and with padded=True
+    always leaves a padded row; the drawn x keeps the valid rows' values."""
+    from .strategies import counts as draw_counts
+
+    seen, dtypes = set(), set()
+
+    @settings(max_examples=60, database=None, deadline=None)
+    @given(data=st.data())
+    def run(data):
+        rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
+        padded = data.draw(st.booleans())
+        c, _ = data.draw(draw_counts(rng, (4,), 5, "cpu", padded=padded))
+        assert c.shape == (4,) and 0 <= int(c.min()) and int(c.max()) <= 5
+        if padded:
+            assert (c < 5).any()
+        seen.update(c.tolist())
+        dtypes.add(c.dtype)
+
+    run()
+    assert {0, 5} <= seen and dtypes == {torch.int32, torch.int64}
+
+
+def test_a_group_is_checked_without_its_tensor_as_a_replay_file_checks_scalars():
+    """A replay file's scalars are checked before its tensors load (x is None then): a group is a
+    positive integer there, and divides the row once x is known.  Before, every per-group failure's
+    replay file was refused with an AttributeError."""
+    from ..oracle.kinds import KINDS
+
+    KINDS["group"].check("silu_and_mul_group_quant_masked", "group", 128, None)
+    with pytest.raises(ValueError, match="group must be a positive integer"):
+        KINDS["group"].check("silu_and_mul_group_quant_masked", "group", 0, None)

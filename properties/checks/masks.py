@@ -1,7 +1,8 @@
 """Padding masks and row independence.
 
 * padding (masked ops)   outputs at valid positions do not move when the padded
-  positions change value -- to NaN, to the dtype's max, to other numbers.
+  positions change value -- to NaN, to the dtype's max, to other numbers (a mask's padded
+  positions, or the rows past each expert's count: ``record.Op.valid``).
 * row independence (row-wise ops)   a row's output does not move when every
   *other* row is replaced -- by NaN, ±inf, near-max values or fresh numbers.
 
@@ -51,7 +52,7 @@ def padded_cases(draw, op, dtype, device, bucket=None):
 
 
 def check_padding(session, impl, case, worst):
-    m = case.tensors[case.record.mask]
+    m = case.record.valid(case.tensors)  # a mask, or the rows within each expert's count
     x = to_float64(case.main)
     rng = np.random.default_rng(int(case.params["fill_seed"]))
     x = _fill(x, ~m.cpu().numpy(), case.params["fill"], rng, fmt(case.dtype))
@@ -87,4 +88,7 @@ def check_row_independence(session, impl, case, worst):
     where = np.zeros(info.out_shape(tuple(case.main.shape))[:-1], bool).reshape(-1)
     where[keep] = True
     where = where.reshape(info.out_shape(tuple(case.main.shape))[:-1])[..., None]
+    valid = valid_positions(case)  # a masked op's padded rows carry no claim, the kept one's included
+    if valid is not None:
+        where = where & valid
     _self_check(session, impl, case, other, where, worst, f"row {keep} after the other rows -> {case.params['fill']}")

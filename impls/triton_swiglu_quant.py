@@ -1,0 +1,118 @@
+"""Triton kernel for SiLU-and-mul with dynamic per-group FP8 quantisation, dense and masked by
+expert (``silu_and_mul_group_quant``, ``silu_and_mul_group_quant_masked``): forward only, as the MoE
+path's fused SwiGLU + 1 x 128 quant kernels ship it (vLLM's ``_silu_mul_fp8_quant_deep_gemm``,
+SGLang's ``silu_and_mul_masked_post_quant_fwd``).
+
+The maths is ``oracle/dynamic_quant.py``'s on silu_and_mul's output; per row of x = [gate | up],
+H = n / 2, split into groups of ``group`` elements of the *output* row:
+
+    v     = g sigma(g) u,  sigma from e = exp(-|g|) (``triton_swiglu.sigmoids``), in the compute format
+    scale = max(max_{i in group} |v_i| / 448, 1 / (512 * 448))     stored in float32, per group;
+            "ue8m0": rounded up to a power of two by the float32 bits
+    y     = e4m3(v / scale)
+
+BLOCK_R rows per program (``triton_norms.tile`` of H: a function of H alone), BLOCK_G groups at a
+time as a (BLOCK_R, BLOCK_G, GROUP) tile; a NaN in a group makes its scale NaN (a max may drop it).
+Masked: row r of x's rows flattened is token r mod T of expert r // T, valid where that token is
+below counts[expert]; the loads and stores of other rows are masked off, so the kernel neither reads
+them nor writes their outputs (left as ``torch.empty`` leaves them: the contract does not read
+them).  float64 x is not supported (no single-rounding float64 -> e4m3 conversion on a GPU).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..oracle.dynamic_quant import MIN_SCALE, qmax
+from ..oracle.kinds import KINDS
+
+from . import make
+from .triton_norms import TILE, as_rows, compute_dtype, div_rn, tile
+from .triton_swiglu import sigmoids
+
+
+@triton.jit
+def _silu_mul_group_quant_kernel(
+    X, sxr, sxc, C, tokens, Y, SCALES, ssr, ssg, rows, h, groups, q, min_scale,
+    COUNTED: tl.constexpr, UE8M0: tl.constexpr, ACC: tl.constexpr, GROUP: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    in_rows = row < rows
+    if COUNTED:  # token row % tokens of expert row // tokens, valid below the expert's count
+        count = tl.load(C + row // tokens, mask=in_rows, other=0).to(tl.int64)
+        in_rows = in_rows & (row % tokens < count)
+    for g0 in range(0, groups, BLOCK_G):
+        g = g0 + tl.arange(0, BLOCK_G)
+        in_groups = g < groups
+        col = g[:, None] * GROUP + tl.arange(0, GROUP)[None, :]  # (BLOCK_G, GROUP), of the output row
+        in_cols = in_groups[:, None] & (col < h)
+        m = in_rows[:, None, None] & in_cols[None, :, :]
+        at = X + row[:, None, None] * sxr + col.to(tl.int64)[None, :, :] * sxc
+        gate = tl.load(at, mask=m, other=0.0).to(ACC)
+        up = tl.load(at + h * sxc, mask=m, other=0.0).to(ACC)
+        sigma, _ = sigmoids(gate)
+        v = gate * sigma * up
+        peak = tl.max(tl.abs(v), 2)
+        nans = tl.sum((v != v).to(tl.int32), 2)
+        scale = tl.maximum(div_rn(peak, tl.full([], q, ACC)), tl.full([], min_scale, ACC)).to(tl.float32)
+        if UE8M0:  # a positive normal float32 rounded up to a power of two, exactly
+            bits = scale.to(tl.int32, bitcast=True)
+            scale = ((bits + 0x7FFFFF) & -0x800000).to(tl.float32, bitcast=True)
+        scale = tl.where(nans > 0, float("nan"), scale)
+        tl.store(SCALES + row[:, None] * ssr + g[None, :] * ssg, scale, mask=in_rows[:, None] & in_groups[None, :])
+        t = div_rn(v, scale.to(ACC)[:, :, None])
+        y = tl.clamp(t, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL).to(Y.dtype.element_ty)
+        tl.store(Y + row[:, None, None] * h + col[None, :, :], y, mask=m)
+
+
+def _forward(op, x, counts, group, scale_format, layout):
+    if counts is not None:
+        KINDS["counts"].check(op, "counts", counts, x)
+    h = x.shape[-1] // 2
+    for name, value in (("group", group), ("scale_format", scale_format), ("layout", layout)):
+        KINDS[name].check(op, name, value, x[..., :h])
+    if x.dtype == torch.float64:
+        raise NotImplementedError(f"{op}: float64 input (no single-rounding float64 -> float8_e4m3fn conversion)")
+    if group & (group - 1):
+        raise NotImplementedError(f"{op}: group {group} is not a power of two (a tile's width)")
+    acc, _ = compute_dtype(x.dtype)
+    x2 = as_rows(x, x.shape[-1])
+    rows, groups = x2.shape[0], h // group
+    lead = tuple(x.shape[:-1])
+    y = torch.empty((rows, h), dtype=torch.float8_e4m3fn, device=x.device)
+    if layout == "row_major":
+        scales = torch.empty(lead + (groups,), dtype=torch.float32, device=x.device)
+        ssr, ssg = groups, 1
+    else:  # groups first in memory
+        scales = torch.empty((groups,) + lead, dtype=torch.float32, device=x.device).movedim(0, -1)
+        ssr, ssg = 1, rows
+    if rows * h:
+        block_r, _ = tile(h)
+        block_g = max(1, min(triton.next_power_of_2(groups), TILE // (block_r * group)))
+        q = qmax("float8_e4m3fn")
+        c = y if counts is None else counts.contiguous()
+        _silu_mul_group_quant_kernel[(triton.cdiv(rows, block_r),)](
+            x2, x2.stride(0), x2.stride(1), c, max(x.shape[-2], 1) if x.dim() >= 2 else 1, y, scales, ssr, ssg,
+            rows, h, groups, q, MIN_SCALE / q, COUNTED=counts is not None, UE8M0=scale_format == "ue8m0", ACC=acc,
+            GROUP=group, BLOCK_R=block_r, BLOCK_G=block_g)
+    return y.reshape(lead + (h,)), scales
+
+
+def silu_and_mul_group_quant(x, group, scale_format, layout):
+    return _forward("silu_and_mul_group_quant", x, None, group, scale_format, layout)
+
+
+def silu_and_mul_group_quant_masked(x, counts, group, scale_format, layout):
+    return _forward("silu_and_mul_group_quant_masked", x, counts, group, scale_format, layout)
+
+
+_NO_FLOAT64 = "dtypes=float32,float16,bfloat16"  # see _forward
+
+IMPLS = [
+    make("silu_and_mul_group_quant", "triton", "triton", silu_and_mul_group_quant, devices=("cpu", "cuda"),
+         domain=_NO_FLOAT64),
+    make("silu_and_mul_group_quant_masked", "triton", "triton", silu_and_mul_group_quant_masked,
+         devices=("cpu", "cuda"), domain=_NO_FLOAT64),
+]
