@@ -16,7 +16,9 @@ add, rms_norm_fp8 is rms_norm quantised, add_rms_norm_fp8 is rms_norm_fp8 fused 
 add, add_layer_norm is layer_norm fused with it, rms_norm_dynamic_quant is rms_norm quantised with
 its own per-row scales and add_rms_norm_dynamic_quant that fused with the residual add,
 rms_norm_group_quant is rms_norm quantised per group and add_rms_norm_group_quant that fused with
-the residual add, silu_and_mul and gelu_and_mul are swiglu and geglu on the two halves of x.  Each
+the residual add, rms_norm_fp4_quant is rms_norm quantised to FP4 per block (``fp4``: NVFP4 or
+MXFP4, y packed two to a byte, block scales linear or swizzled, after a global scale),
+silu_and_mul and gelu_and_mul are swiglu and geglu on the two halves of x.  Each
 factory is given the derived op's own signature (a fused or quantised op's weight is required where
 rms_norm's is optional); the argument names it needs come from the records, and the drawing limits
 (``width_multiple``, ``max_width``, ``max_rank``) from the base op's.
@@ -26,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from . import (batch_norm, bounds_derived, bounds_gated, bounds_gated_norm, bounds_norms, bounds_quant, deep_norm,
-               dynamic_quant, fused, geglu, gemma_rms_norm, halves, layer_norm, quantised, rms_norm, rms_norm_gated,
+               dynamic_quant, fp4, fused, geglu, gemma_rms_norm, halves, layer_norm, quantised, rms_norm, rms_norm_gated,
                swiglu)
 from .kinds import GROUPS
 from .record import Arg, Op, Out
@@ -46,6 +48,11 @@ GROUP, SCALE_FORMAT, LAYOUT = Arg("group", "group"), Arg("scale_format", "scale_
 Y_GROUP = Out("y", dtype=torch.float8_e4m3fn, quantised=True, scale="scales")  # divided by its group's scale
 GROUP_SCALES = Out("scales", dtype=torch.float32, shape="groups", group_arg="group", format_arg="scale_format",
                    layout_arg="layout")  # one per group, float32 holding a float32 or UE8M0 value
+BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT = Arg("block_format", "block_format"), Arg("global_scale", "global_scale"), \
+    Arg("layout", "block_layout")
+Y_FP4 = Out("y", dtype=torch.uint8, quantised=True, packed=True, scale="scales")  # e2m1 codes, two a byte
+BLOCK_SCALES = Out("scales", dtype_arg="block_format", shape="groups", group_arg="block_format",
+                   format_arg="block_format", layout_arg="layout")  # E4M3 or UE8M0, one per block
 
 
 def _on_halves(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
@@ -109,6 +116,18 @@ def _group_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
               rowwise=base.rowwise, scale_invariant=base.scale_invariant, width_multiple=max(GROUPS))
 
 
+def _fp4_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
+    """base with its first output quantised to FP4 with a scale per block it computes
+    (``oracle.fp4``): outputs (y packed, the block scales in their layout, base's others); rows a
+    multiple of the largest block; an inference op."""
+    main = args[0].name
+    form, scale, layout = (next(a.name for a in args if a.kind == k)
+                           for k in ("block_format", "global_scale", "block_layout"))
+    return Op(name, args, (Y_FP4, BLOCK_SCALES, *base.outs[1:]), (), fp4.forward(base.forward, form, scale, layout),
+              None, bounds_quant.block(base.forward_bound, main, form, scale), None, call=call,
+              rowwise=base.rowwise, scale_invariant=base.scale_invariant, width_multiple=fp4.MAX_BLOCK)
+
+
 RMS_NORM = Op("rms_norm", (X, WEIGHTLESS_WEIGHT, EPS), (Y,), ("x", "weight"),
               rms_norm.forward, rms_norm.vjp, bounds_norms.rms_norm_fwd, bounds_norms.rms_norm_bwd,
               call=lambda fn, a: fn(a["x"], a["weight"], a["eps"]),
@@ -121,6 +140,9 @@ RMS_NORM_DYNAMIC_QUANT = _dynamic_quantised(
 RMS_NORM_GROUP_QUANT = _group_quantised(
     "rms_norm_group_quant", RMS_NORM, (X, WEIGHT, EPS, GROUP, SCALE_FORMAT, LAYOUT),
     call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["group"], a["scale_format"], a["layout"]))
+RMS_NORM_FP4_QUANT = _fp4_quantised(
+    "rms_norm_fp4_quant", RMS_NORM, (X, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT),
+    call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["block_format"], a["global_scale"], a["layout"]))
 RMS_NORM_FP8 = _quantised("rms_norm_fp8", RMS_NORM, (X, WEIGHT, EPS, SCALE),
                           call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["scale"]))
 LAYER_NORM = Op("layer_norm", (X, WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS, EPS), (Y,), ("x", "weight", "bias"),
@@ -161,6 +183,7 @@ OPS: dict[str, Op] = {
         _fused("add_rms_norm_group_quant", RMS_NORM_GROUP_QUANT, (X, RESIDUAL, WEIGHT, EPS, GROUP, SCALE_FORMAT, LAYOUT),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["group"], a["scale_format"],
                                      a["layout"])),
+        RMS_NORM_FP4_QUANT,
         LAYER_NORM,
         _fused("add_layer_norm", LAYER_NORM, (X, RESIDUAL, WEIGHT, BIAS, EPS),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["bias"], a["eps"])),
