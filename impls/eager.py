@@ -195,13 +195,18 @@ def pack_fp4(y):
     return (pairs[..., 0] | (pairs[..., 1] << 4)).to(torch.uint8)
 
 
-def fp4_block_scales(peak, block_format, global_scale):
-    """R(peak / (6 g)) in float32: E4M3 (nearest even, saturating) for "nvfp4", the power of two at
-    or above it, in [2**-127, 2**127], for "mxfp4"; NaN kept."""
-    exact = peak.float() / (6.0 * global_scale) if peak.dtype != torch.float64 else peak / (6.0 * global_scale)
+def fp4_round_scale(exact, block_format):
+    """A block scale rounded into its format, as float32: E4M3 (nearest even, saturating) for
+    "nvfp4", the power of two at or above it, in [2**-127, 2**127], for "mxfp4" (in exact's own
+    precision: a float64 scale cast to float32 first could round below a power of two); NaN kept."""
     if block_format == "nvfp4":
         return to_e4m3(exact).float()
-    return pow2_up(exact.float().clamp(2.0 ** -127, 2.0 ** 127))
+    return pow2_up(exact.clamp(2.0 ** -127, 2.0 ** 127)).float()
+
+
+def fp4_block_scales(peak, block_format, global_scale):
+    """R(peak / (6 g)) in float32 (``fp4_round_scale``), the peak in the compute format."""
+    return fp4_round_scale(peak / (6.0 * global_scale), block_format)
 
 
 def fp4_scales_in(scales, block_format, layout):

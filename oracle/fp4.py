@@ -53,10 +53,11 @@ check rescales to the kernel's own scale, ``bounds_quant.divisor``), and S, each
 float64.  As for the dynamic quant, the accuracy check divides v by the kernel's own scale
 (``bounds_quant.block``): each block scale within its bound of S to the step of its format, each
 y_i E2M1(v_i / (s_k g)) to the step.  Those two imply the rest of the contract: |y| <= 6 (E2M1 has
-nothing past it), and each block's largest |y| is 6 or 4 (one step below) wherever s_k is a
-normal E4M3 value or any UE8M0 value and the peak is not below R's range: A / (s_k g) lies in
-[6 / (1 + 2**-4), 6] for E4M3 (rounding off by at most half a step of 3 mantissa bits, and more
-only where the bound lets the kernel's amax differ), in (3, 6] for UE8M0 (``test_oracle``).
+nothing past it), and each block's largest |y| is near the top: where s_k is a normal E4M3 value
+and not saturated, A / (s_k g) lies in [6 / (1 + 2**-4), 6 / (1 - 2**-4)] (half a step of 3
+mantissa bits either way, and a little more only where the bound lets the kernel's amax differ),
+so the peak is 6 or 4 (one step below); for UE8M0, rounded up, A / (s_k g) lies in (3, 6], so the
+peak is 3, 4 or 6: *not* always within one step of 6 (``test_fp4``).
 """
 from __future__ import annotations
 
