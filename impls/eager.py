@@ -236,6 +236,15 @@ def rms_norm_fp4_quant(x, weight, eps, block_format, global_scale, layout):
                         layout)
 
 
+def add_rms_norm_fp4_quant(x, residual, weight, eps, block_format, global_scale, layout):
+    """s = x + residual in the compute format, v = s rho w quantised to FP4 per block; residual_out
+    = s rounded once to the residual's dtype."""
+    s = up(x) + up(residual)
+    y, scales = quantise_fp4("add_rms_norm_fp4_quant", rms_formula(s, up(weight, x), eps), block_format,
+                             global_scale, layout)
+    return y, scales, s.to(residual.dtype)
+
+
 def layer_norm(x, weight, bias, eps):
     """Centered two-pass ops, not F.layer_norm: its CPU backward forms dx from the
     uncentered x (b*x + c), which cancels on rows with |mean| >> std (see the
@@ -317,6 +326,7 @@ IMPLS = [
     make("rms_norm_group_quant", "eager", "eager", rms_norm_group_quant),
     make("add_rms_norm_group_quant", "eager", "eager", add_rms_norm_group_quant),
     make("rms_norm_fp4_quant", "eager", "eager", rms_norm_fp4_quant),
+    make("add_rms_norm_fp4_quant", "eager", "eager", add_rms_norm_fp4_quant),
     make("layer_norm", "eager", "eager", layer_norm),
     make("add_layer_norm", "eager", "eager", add_layer_norm),
     make("batch_norm", "eager", "eager", batch_norm),

@@ -17,7 +17,8 @@ add, add_layer_norm is layer_norm fused with it, rms_norm_dynamic_quant is rms_n
 its own per-row scales and add_rms_norm_dynamic_quant that fused with the residual add,
 rms_norm_group_quant is rms_norm quantised per group and add_rms_norm_group_quant that fused with
 the residual add, rms_norm_fp4_quant is rms_norm quantised to FP4 per block (``fp4``: NVFP4 or
-MXFP4, y packed two to a byte, block scales linear or swizzled, after a global scale),
+MXFP4, y packed two to a byte, block scales linear or swizzled, after a global scale) and
+add_rms_norm_fp4_quant that fused with the residual add,
 silu_and_mul and gelu_and_mul are swiglu and geglu on the two halves of x.  Each
 factory is given the derived op's own signature (a fused or quantised op's weight is required where
 rms_norm's is optional); the argument names it needs come from the records, and the drawing limits
@@ -184,6 +185,10 @@ OPS: dict[str, Op] = {
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["group"], a["scale_format"],
                                      a["layout"])),
         RMS_NORM_FP4_QUANT,
+        _fused("add_rms_norm_fp4_quant", RMS_NORM_FP4_QUANT,
+               (X, RESIDUAL, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT),
+               call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["block_format"],
+                                     a["global_scale"], a["layout"])),
         LAYER_NORM,
         _fused("add_layer_norm", LAYER_NORM, (X, RESIDUAL, WEIGHT, BIAS, EPS),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["bias"], a["eps"])),

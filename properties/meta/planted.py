@@ -571,18 +571,11 @@ def fp4_global_scale_twice(x, weight, eps, block_format, global_scale, layout):
     return _fp4(x, weight, eps, block_format, global_scale, layout, value_global=global_scale ** 2)
 
 
-def _half_away(w):
-    """E2M1 rounding with ties away from zero."""
-    w = w.clamp(-6.0, 6.0)
-    a = w.abs()
-    step = torch.where(a < 2, 0.5, torch.where(a < 4, 1.0, 2.0)).to(w.dtype)
-    return torch.sign(w) * torch.floor(a / step + 0.5) * step
-
-
-@bug("rms_norm_fp4_quant", "accuracy", "extremes")
-def fp4_e2m1_half_away(x, weight, eps, block_format, global_scale, layout):
-    """E2M1 rounded half away from zero (2.5 -> 3, 5 -> 6) instead of to even."""
-    return _fp4(x, weight, eps, block_format, global_scale, layout, round_values=_half_away)
+# Not planted: e2m1 rounded half away from zero.  It differs from nearest-even only where v / (s g)
+# is exactly a tie (0.25, 0.75, ..., 5), which the exact value is not here (rho = 1 / sqrt(mean + eps)
+# is rational only where that sum is a square); wherever the kernel's rounded quotient lands on a tie, the exact one
+# lies within its bound of the midpoint, so both neighbours are correct and either kernel passes.
+# The rounding itself is checked against the format where it is defined (``test_fp4``).
 
 
 @bug("rms_norm_fp4_quant", "accuracy", "extremes")
@@ -687,6 +680,32 @@ def add_gq_sum_in_x_dtype(x, residual, weight, eps, group, scale_format, layout)
     s = (up(x) + up(residual)).to(x.dtype)
     y, scales = _gq(s, weight, eps, group, scale_format, layout)
     return y, scales, s.to(residual.dtype)
+
+
+# ------------------------------------------------------------------ add_rms_norm_fp4_quant bugs
+@bug("add_rms_norm_fp4_quant", "accuracy", "extremes", "fusion")
+def add_fp4_scale_before_add(x, residual, weight, eps, block_format, global_scale, layout):
+    """y and residual_out of s = x + residual, but each block's amax taken of rms_norm(x) w, before
+    the add."""
+    s = up(x) + up(residual)
+    return (*_fp4(s, weight, eps, block_format, global_scale, layout,
+                  peak_of=lambda sf, v: rms_formula(up(x), up(weight, x), eps)), s.to(residual.dtype))
+
+
+@bug("add_rms_norm_fp4_quant", "accuracy", "fusion")
+def add_fp4_sum_in_x_dtype(x, residual, weight, eps, block_format, global_scale, layout):
+    """x + residual rounded to x's dtype, normalised and stored as residual_out: wrong for a float32
+    residual stream beside a half-precision x."""
+    s = (up(x) + up(residual)).to(x.dtype)
+    return (*_fp4(s, weight, eps, block_format, global_scale, layout), s.to(residual.dtype))
+
+
+@correct("add_rms_norm_fp4_quant")
+def add_fp4_unfused(x, residual, weight, eps, block_format, global_scale, layout):
+    """The sum rounded to the residual stream's dtype first, then the approximate-reciprocal
+    rms_norm_fp4_quant of it."""
+    s = (up(x) + up(residual)).to(residual.dtype)
+    return (*fp4_rcp_approx(s, weight, eps, block_format, global_scale, layout), s)
 
 
 # ------------------------------------------------------------------ add_layer_norm bugs
