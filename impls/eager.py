@@ -295,6 +295,12 @@ def silu_and_mul(x):
     return swiglu(gate, value)
 
 
+def silu_and_mul_fp4_quant(x, block_format, global_scale, layout):
+    """v = silu(gate) * up in the compute format (x = [gate | up]), quantised to FP4 per block."""
+    gate, value = x.chunk(2, dim=-1)
+    return quantise_fp4("silu_and_mul_fp4_quant", F.silu(up(gate)) * up(value), block_format, global_scale, layout)
+
+
 def gelu(g, approximate):
     """GELU by its defining formulas in g's precision: 0.5 g (1 + erf(g / sqrt 2)), or 0.5 g (1 +
     tanh(sqrt(2 / pi) (g + 0.044715 g**3))).  Not F.gelu: on the CPU (torch 2.13) its erf form gives
@@ -327,6 +333,7 @@ IMPLS = [
     make("add_rms_norm_group_quant", "eager", "eager", add_rms_norm_group_quant),
     make("rms_norm_fp4_quant", "eager", "eager", rms_norm_fp4_quant),
     make("add_rms_norm_fp4_quant", "eager", "eager", add_rms_norm_fp4_quant),
+    make("silu_and_mul_fp4_quant", "eager", "eager", silu_and_mul_fp4_quant),
     make("layer_norm", "eager", "eager", layer_norm),
     make("add_layer_norm", "eager", "eager", add_layer_norm),
     make("batch_norm", "eager", "eager", batch_norm),

@@ -90,7 +90,7 @@ def _resolve(rec: Op, args: dict, outs: list) -> None:
     ``kernel=False``) reaches past a midpoint of the format, rounding v might not round the exact
     value; those rows are evaluated again on mpmath (a quantised op is rowwise), in place."""
     bounds = rec.forward_bound(args, tuple(outs), kernel=False)
-    n = args[rec.main].shape[-1]
+    n = rec.out_shape(tuple(args[rec.main].shape))[-1]  # an output row's width (half x's for halves)
     for k, name in enumerate(rec.outputs):
         if rec.quantised_format(name) is None:
             continue

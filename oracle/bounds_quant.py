@@ -32,7 +32,9 @@ the kernel's stored scale is checked to the step: s_k in [R(S - B_s), R(S + B_s)
 kernel's own scale: w = v / (s_k g), formed by the same two divisions (or s_k g rounded and one
 division), so B_y = B_v / (s_k g) + (gam(2 (2 FN_ULPS + 1)) + ORACLE) |w| + lam_c, and y must be
 E2M1(w) to the step; where s_k = 0 (an E4M3 scale that underflowed) y is 0, exactly (bound 0).  No
-claim where s_k is NaN or inf, or where v is NaN (E2M1 has no NaN).  Against the exact scale (two
+claim where s_k is NaN or inf, where v is NaN (E2M1 has no NaN), or where s_k g overflows the
+compute format (a UE8M0 scale of 2**127 saturated from an infinite v, times g > 1: the divisor is
+not representable, as a row whose mean square overflows is outside the contract, ``error_model``).  Against the exact scale (two
 calls compared): any s in [R(S - B_s), R(S + B_s)], as for the group quant, with D (``fp4.divisor``)
 for S_P; none where that range reaches 0.
 """
@@ -129,9 +131,11 @@ def quantised(base, main: str, qdtype_of, group_of, format_of):
 DIVISIONS = 2 * (2 * FN_ULPS + 1)  # two divisions, each a reciprocal good to FN_ULPS ulps and a product
 
 
-def block(base, main: str, block_format: str, global_scale: str):
+def block(base, main: str, block_format: str, global_scale: str, indeterminate=None):
     """The bounds (y's, the scale's, the rest) of base quantised to FP4 per block
-    (``fp4.forward``): the module docstring's B_s and B_y."""
+    (``fp4.forward``): the module docstring's B_s and B_y.  ``indeterminate``: base's (where an
+    infinite exact v may come back NaN, ``bounds_gated``): a block holding such an element has no
+    claim, on its scale (NaN's amax is NaN) or its values."""
 
     def bound(args, exact, kernel=True, kernel_scale=None, **kw):
         ctx = Context(args[main].dtype, kernel=kernel)
@@ -152,13 +156,17 @@ def block(base, main: str, block_format: str, global_scale: str):
                 s, s_lo, s_hi = spread(d, y), spread(lo, y), spread(hi, y)
                 y_bound = np.where(s_lo > 0, v_bound / (s_lo * g) + rel * np.abs(y) + ctx.lam_c
                                    + np.abs(v) / g * np.maximum(1 / s_lo - 1 / s, 1 / s - 1 / s_hi), np.inf)
-                no_claim = np.isnan(s)
+                no_claim = np.isnan(s) | (s_hi * g > ctx.cmax)
             else:
                 s = spread(kernel_scale, y)
                 w = v / (s * g)
                 y_bound = np.where(s == 0, 0.0, v_bound / (s * g) + rel * np.abs(w) + ctx.lam_c)
-                no_claim = ~np.isfinite(s) | (s < 0)
+                no_claim = ~np.isfinite(s) | (s < 0) | (s * g > ctx.cmax)
             no_claim = no_claim | np.isnan(v)
+            if indeterminate is not None:
+                loose = np.asarray(indeterminate(args), bool).reshape(v.shape[:-1] + (n // f.block, f.block)).any(-1)
+                scale_bound = np.where(loose, -np.inf, scale_bound)
+                no_claim = no_claim | np.repeat(loose, f.block, axis=-1)
             y_bound = np.where(no_claim, -np.inf, np.where(np.isnan(y_bound), np.inf, y_bound))
         return (y_bound, scale_bound, *rest)
 

@@ -18,7 +18,8 @@ its own per-row scales and add_rms_norm_dynamic_quant that fused with the residu
 rms_norm_group_quant is rms_norm quantised per group and add_rms_norm_group_quant that fused with
 the residual add, rms_norm_fp4_quant is rms_norm quantised to FP4 per block (``fp4``: NVFP4 or
 MXFP4, y packed two to a byte, block scales linear or swizzled, after a global scale) and
-add_rms_norm_fp4_quant that fused with the residual add,
+add_rms_norm_fp4_quant that fused with the residual add, silu_and_mul_fp4_quant silu_and_mul
+quantised to FP4 the same way (the MoE path's SwiGLU output),
 silu_and_mul and gelu_and_mul are swiglu and geglu on the two halves of x.  Each
 factory is given the derived op's own signature (a fused or quantised op's weight is required where
 rms_norm's is optional); the argument names it needs come from the records, and the drawing limits
@@ -120,13 +121,16 @@ def _group_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
 def _fp4_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     """base with its first output quantised to FP4 with a scale per block it computes
     (``oracle.fp4``): outputs (y packed, the block scales in their layout, base's others); rows a
-    multiple of the largest block; an inference op."""
+    multiple of the largest block (twice that for a halves op: the multiple is the main tensor's
+    width); an inference op."""
     main = args[0].name
     form, scale, layout = (next(a.name for a in args if a.kind == k)
                            for k in ("block_format", "global_scale", "block_layout"))
     return Op(name, args, (Y_FP4, BLOCK_SCALES, *base.outs[1:]), (), fp4.forward(base.forward, form, scale, layout),
-              None, bounds_quant.block(base.forward_bound, main, form, scale), None, call=call,
-              rowwise=base.rowwise, scale_invariant=base.scale_invariant, width_multiple=fp4.MAX_BLOCK)
+              None, bounds_quant.block(base.forward_bound, main, form, scale, base.indeterminate), None, call=call,
+              rowwise=base.rowwise, scale_invariant=base.scale_invariant, halves=base.halves,
+              width_multiple=fp4.MAX_BLOCK * (2 if base.halves else 1), max_width=base.max_width,
+              max_rank=base.max_rank)
 
 
 RMS_NORM = Op("rms_norm", (X, WEIGHTLESS_WEIGHT, EPS), (Y,), ("x", "weight"),
@@ -154,6 +158,7 @@ SWIGLU = Op("swiglu", (GATE, UP), (Y,), ("gate", "up"),
             swiglu.forward, swiglu.vjp, bounds_gated.swiglu_fwd, bounds_gated.swiglu_bwd,
             call=lambda fn, a: fn(a["gate"], a["up"]),
             rowwise=True, indeterminate=bounds_gated.swiglu_indeterminate)
+SILU_AND_MUL = _on_halves("silu_and_mul", SWIGLU, (X,), call=lambda fn, a: fn(a["x"]))
 GEGLU = Op("geglu", (GATE, UP, APPROXIMATE), (Y,), ("gate", "up"),
            geglu.forward, geglu.vjp, bounds_gated.geglu_fwd, bounds_gated.geglu_bwd,
            call=lambda fn, a: fn(a["gate"], a["up"], a["approximate"]),
@@ -203,7 +208,9 @@ OPS: dict[str, Op] = {
                                  a["weight"], a["bias"], a["eps"]),
            rowwise=True, max_width=128, max_rank=3, centred=True),
         SWIGLU,
-        _on_halves("silu_and_mul", SWIGLU, (X,), call=lambda fn, a: fn(a["x"])),
+        SILU_AND_MUL,
+        _fp4_quantised("silu_and_mul_fp4_quant", SILU_AND_MUL, (X, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT),
+                       call=lambda fn, a: fn(a["x"], a["block_format"], a["global_scale"], a["layout"])),
         GEGLU,
         _on_halves("gelu_and_mul", GEGLU, (X, APPROXIMATE), call=lambda fn, a: fn(a["x"], a["approximate"])),
     ]

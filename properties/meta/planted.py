@@ -708,6 +708,42 @@ def add_fp4_unfused(x, residual, weight, eps, block_format, global_scale, layout
     return (*fp4_rcp_approx(s, weight, eps, block_format, global_scale, layout), s)
 
 
+# ------------------------------------------------------------------ silu_and_mul_fp4_quant bugs
+def _silu_fp4(x, block_format, global_scale, layout, v_of=None, peak_of=None, recip=None):
+    """The eager silu_and_mul_fp4_quant with one thing changed: v (``v_of(gate, up)``), the values
+    the block peaks are taken of (``peak_of(gate, up, v)``), the reciprocal."""
+    gate, value = (up(t) for t in x.chunk(2, dim=-1))
+    v = F.silu(gate) * value if v_of is None else v_of(gate, value)
+    block = BLOCK_FORMATS[block_format].block
+    blocks = lambda t: t.unflatten(-1, (t.shape[-1] // block, block))  # noqa: E731
+    peak = blocks(v if peak_of is None else peak_of(gate, value, v)).abs().amax(-1)
+    scales = fp4_round_scale(peak / (6.0 * global_scale), block_format)
+    s = scales[..., None].to(v.dtype)
+    w = blocks(v) / (s * global_scale) if recip is None else blocks(v) * recip(s * global_scale)
+    y = torch.where(s == 0, 0.0, to_e2m1(w)).flatten(-2)
+    return pack_fp4(y), fp4_scales_in(scales, block_format, layout)
+
+
+@bug("silu_and_mul_fp4_quant", "accuracy", "extremes")
+def silu_fp4_scale_of_gate(x, block_format, global_scale, layout):
+    """Each block's scale taken of silu(gate) alone, not of the product it quantises."""
+    return _silu_fp4(x, block_format, global_scale, layout, peak_of=lambda g, u, v: F.silu(g))
+
+
+@bug("silu_and_mul_fp4_quant", "accuracy", "extremes")
+def silu_fp4_halves_swapped(x, block_format, global_scale, layout):
+    """silu(up) * gate: x's halves read the other way round."""
+    return _silu_fp4(x, block_format, global_scale, layout, v_of=lambda g, u: F.silu(u) * g)
+
+
+@correct("silu_and_mul_fp4_quant")
+def silu_fp4_rounded_product(x, block_format, global_scale, layout):
+    """The product rounded to x's dtype first (a kernel that stores silu(gate) * up before its quant
+    pass), then quantised with reciprocals one ulp off."""
+    return _silu_fp4(x, block_format, global_scale, layout, recip=_rcp_approx,
+                     v_of=lambda g, u: up((F.silu(g) * u).to(x.dtype), x))
+
+
 # ------------------------------------------------------------------ add_layer_norm bugs
 @bug("add_layer_norm", "accuracy", "extremes", "fusion")
 def add_ln_mean_of_x_alone(x, residual, weight, bias, eps):
