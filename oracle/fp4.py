@@ -55,9 +55,9 @@ float64.  As for the dynamic quant, the accuracy check divides v by the kernel's
 y_i E2M1(v_i / (s_k g)) to the step.  Those two imply the rest of the contract: |y| <= 6 (E2M1 has
 nothing past it), and each block's largest |y| is near the top: where s_k is a normal E4M3 value
 and not saturated, A / (s_k g) lies in [6 / (1 + 2**-4), 6 / (1 - 2**-4)] (half a step of 3
-mantissa bits either way, and a little more only where the bound lets the kernel's amax differ),
-so the peak is 6 or 4 (one step below); for UE8M0, rounded up, A / (s_k g) lies in (3, 6], so the
-peak is 3, 4 or 6: *not* always within one step of 6 (``test_fp4``).
+mantissa bits either way), past the midpoint 5, so the peak is 6 (4, one step below, only where
+the bound lets the kernel's amax sit that much lower); for UE8M0, rounded up, A / (s_k g) lies in
+(3, 6], so the peak is 3, 4 or 6: *not* always within one step of 6 (``test_fp4``).
 """
 from __future__ import annotations
 
