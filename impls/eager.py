@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ..oracle.dynamic_quant import MIN_SCALE, qmax
+from ..oracle.fp4 import BLOCK_FORMATS, swizzle
 from ..oracle.kinds import APPROXIMATE, KINDS
 from ..oracle.validate import boolean, one_of, positive
 
@@ -185,6 +186,76 @@ def add_rms_norm_group_quant(x, residual, weight, eps, group, scale_format, layo
     return y, scales, s.to(residual.dtype)
 
 
+def to_e2m1(w):
+    """w rounded to E2M1 (+-{0, 0.5, 1, 1.5, 2, 3, 4, 6}): nearest even, saturating at +-6, in w's
+    precision: steps of 0.5 below 2, 1 below 4, 2 from 4 (torch.round ties to even; scaling by a
+    power of two is exact).  NaN stays NaN (it has no E2M1 value)."""
+    w = w.clamp(-6.0, 6.0)
+    a = w.abs()
+    step = torch.where(a < 2, 0.5, torch.where(a < 4, 1.0, 2.0)).to(w.dtype)
+    return torch.round(w / step) * step
+
+
+def pack_fp4(y):
+    """E2M1 values (..., n) as uint8 (..., n / 2): element 2j in byte j's low nibble, 2j + 1 in its
+    high one; a code is sign << 3 | index, index 2|y| below 2, |y| + 2 below 4, |y| / 2 + 4 from 4."""
+    a = y.abs()
+    index = torch.where(a < 2, 2 * a, torch.where(a < 4, a + 2, a / 2 + 4)).nan_to_num(0.0).to(torch.int32)
+    code = index | (torch.signbit(y).to(torch.int32) << 3)
+    pairs = code.unflatten(-1, (-1, 2))
+    return (pairs[..., 0] | (pairs[..., 1] << 4)).to(torch.uint8)
+
+
+def fp4_round_scale(exact, block_format):
+    """A block scale rounded into its format, as float32: E4M3 (nearest even, saturating) for
+    "nvfp4", the power of two at or above it, in [2**-127, 2**127], for "mxfp4" (in exact's own
+    precision: a float64 scale cast to float32 first could round below a power of two); NaN kept."""
+    if block_format == "nvfp4":
+        return to_e4m3(exact).float()
+    return pow2_up(exact.clamp(2.0 ** -127, 2.0 ** 127)).float()
+
+
+def fp4_block_scales(peak, block_format, global_scale):
+    """R(peak / (6 g)) in float32 (``fp4_round_scale``), the peak in the compute format."""
+    return fp4_round_scale(peak / (6.0 * global_scale), block_format)
+
+
+def fp4_scales_in(scales, block_format, layout):
+    """The block scales (float32 values) in their format's dtype and ``layout`` ("linear": as they
+    are, contiguous; "swizzled": the 128 x 4 tiles, ``oracle.fp4.swizzle``)."""
+    stored = scales.to(BLOCK_FORMATS[block_format].scale_dtype)
+    return swizzle(stored) if layout == "swizzled" else stored.contiguous()
+
+
+def quantise_fp4(op, v, block_format, global_scale, layout):
+    """(y packed, scales) of rows v (in the compute format) quantised to FP4 (``oracle.fp4``): per
+    block, s = R(amax |v| / (6 g)), y = E2M1(v / (s g)), 0 where s is 0.  The arguments are checked
+    by their kinds."""
+    for name, value in (("block_format", block_format), ("global_scale", global_scale), ("layout", layout)):
+        KINDS[{"layout": "block_layout"}.get(name, name)].check(op, name, value, v)
+    block = BLOCK_FORMATS[block_format].block
+    g = v.unflatten(-1, (v.shape[-1] // block, block))
+    scales = fp4_block_scales(g.abs().amax(-1), block_format, global_scale)
+    s = scales[..., None].to(v.dtype)
+    y = torch.where(s == 0, 0.0, to_e2m1(g / (s * global_scale))).flatten(-2)
+    return pack_fp4(y), fp4_scales_in(scales, block_format, layout)
+
+
+def rms_norm_fp4_quant(x, weight, eps, block_format, global_scale, layout):
+    """v = x rho w in the compute format, quantised to FP4 per block (``quantise_fp4``)."""
+    return quantise_fp4("rms_norm_fp4_quant", rms_formula(up(x), up(weight, x), eps), block_format, global_scale,
+                        layout)
+
+
+def add_rms_norm_fp4_quant(x, residual, weight, eps, block_format, global_scale, layout):
+    """s = x + residual in the compute format, v = s rho w quantised to FP4 per block; residual_out
+    = s rounded once to the residual's dtype."""
+    s = up(x) + up(residual)
+    y, scales = quantise_fp4("add_rms_norm_fp4_quant", rms_formula(s, up(weight, x), eps), block_format,
+                             global_scale, layout)
+    return y, scales, s.to(residual.dtype)
+
+
 def layer_norm(x, weight, bias, eps):
     """Centered two-pass ops, not F.layer_norm: its CPU backward forms dx from the
     uncentered x (b*x + c), which cancels on rows with |mean| >> std (see the
@@ -271,6 +342,12 @@ def silu_and_mul_group_quant_masked(x, counts, group, scale_format, layout):
     return quantise_groups(op, silu_mul_rows(kept), group, scale_format, layout)
 
 
+def silu_and_mul_fp4_quant(x, block_format, global_scale, layout):
+    """v = silu(gate) * up in the compute format (x = [gate | up]), quantised to FP4 per block."""
+    gate, value = x.chunk(2, dim=-1)
+    return quantise_fp4("silu_and_mul_fp4_quant", F.silu(up(gate)) * up(value), block_format, global_scale, layout)
+
+
 def gelu(g, approximate):
     """GELU by its defining formulas in g's precision: 0.5 g (1 + erf(g / sqrt 2)), or 0.5 g (1 +
     tanh(sqrt(2 / pi) (g + 0.044715 g**3))).  Not F.gelu: on the CPU (torch 2.13) its erf form gives
@@ -301,6 +378,9 @@ IMPLS = [
     make("add_rms_norm_dynamic_quant", "eager", "eager", add_rms_norm_dynamic_quant),
     make("rms_norm_group_quant", "eager", "eager", rms_norm_group_quant),
     make("add_rms_norm_group_quant", "eager", "eager", add_rms_norm_group_quant),
+    make("rms_norm_fp4_quant", "eager", "eager", rms_norm_fp4_quant),
+    make("add_rms_norm_fp4_quant", "eager", "eager", add_rms_norm_fp4_quant),
+    make("silu_and_mul_fp4_quant", "eager", "eager", silu_and_mul_fp4_quant),
     make("layer_norm", "eager", "eager", layer_norm),
     make("add_layer_norm", "eager", "eager", add_layer_norm),
     make("batch_norm", "eager", "eager", batch_norm),

@@ -73,9 +73,9 @@ def _to_float64(B, rec: Op, name: str, o) -> np.ndarray:
     that lands exactly on a midpoint of the quantised format while the exact value does not is
     moved one float64 ulp towards it, so that rounding v to the format rounds the exact value."""
     v = B.to_float64(o)
-    if rec.quantised_dtype(name) is None or B is not BACKENDS["mpmath"]:
+    if rec.quantised_format(name) is None or B is not BACKENDS["mpmath"]:
         return v
-    f = fmt(rec.quantised_dtype(name))
+    f = rec.quantised_format(name)
     with np.errstate(all="ignore"):
         tie = np.isfinite(v) & (f.round(np.nextafter(v, -np.inf)) != f.round(np.nextafter(v, np.inf)))
     for i in zip(*np.nonzero(tie)):
@@ -91,9 +91,9 @@ def _resolve(rec: Op, args: dict, outs: list) -> None:
     value; those rows are evaluated again on mpmath (a quantised op is rowwise), in place."""
     bounds = rec.forward_bound(args, tuple(outs), kernel=False)
     for k, name in enumerate(rec.outputs):
-        if rec.quantised_dtype(name) is None:
+        if rec.quantised_format(name) is None:
             continue
-        f = fmt(rec.quantised_dtype(name))
+        f = rec.quantised_format(name)
         v, b = outs[k], bounds[k]
         n = v.shape[-1]  # an output row (half of x's for a halves op): its rows are x's
         with np.errstate(all="ignore"):

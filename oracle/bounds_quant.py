@@ -19,6 +19,24 @@ weight), q the quantised format's largest value, S the exact scale of a row, s_k
             B_s of S, so B_v / (S - B_s) + 2 u_c |w| + |v| B_s / (S (S - B_s)) around w = v / S.
             No claim (bound -inf) where the scale is not a positive finite number (its own check
             says so, or its row has no claim) or, for int8, which has no NaN, where v is NaN.
+
+FP4 (``block``, ``fp4``): per block, S = A / (6 g) with g the global scale.  The kernel's amax is
+within max_block B_v of A as above; it divides by 6 and by g, or multiplies by reciprocals of
+them (``rcp.approx``): each of the two divisions is a reciprocal good to FN_ULPS ulps of c (at most
+2 FN_ULPS u_c relative, ``error_model``) and a rounded product (u_c), so
+
+    B_s = max_block B_v / (6 g) + (gam(2 (2 FN_ULPS + 1)) + ORACLE) S + lam_c
+
+(lam_c: a result flushed to zero), on S before the rounding R of its format (E4M3 or UE8M0), which
+the kernel's stored scale is checked to the step: s_k in [R(S - B_s), R(S + B_s)].  y against the
+kernel's own scale: w = v / (s_k g), formed by the same two divisions (or s_k g rounded and one
+division), so B_y = B_v / (s_k g) + (gam(2 (2 FN_ULPS + 1)) + ORACLE) |w| + lam_c, and y must be
+E2M1(w) to the step; where s_k = 0 (an E4M3 scale that underflowed) y is 0, exactly (bound 0).  No
+claim where s_k is NaN or inf, where v is NaN (E2M1 has no NaN), or where s_k g overflows the
+compute format (a UE8M0 scale of 2**127 saturated from an infinite v, times g > 1: the divisor is
+not representable, as a row whose mean square overflows is outside the contract, ``error_model``).  Against the exact scale (two
+calls compared): any s in [R(S - B_s), R(S + B_s)], as for the group quant, with D (``fp4.divisor``)
+for S_P; none where that range reaches 0.
 """
 from __future__ import annotations
 
@@ -27,8 +45,9 @@ import torch
 
 from .dynamic_quant import QDTYPES, per_element, qmax, rounded_scale
 from .formats import UE8M0
-from .error_model import ORACLE, Context
+from .error_model import FN_ULPS, ORACLE, Context
 from .formats import FORMATS, IntegerFormat, fmt
+from .fp4 import BLOCK_FORMATS, divisor
 
 U_32 = FORMATS[torch.float32].u  # the scales are stored in float32
 
@@ -44,7 +63,8 @@ def rescaled(y, scale, kernel_scale):
     """w = v / s_k from the oracle's y = v / S and S (the scale y was divided by, rounded where its
     format rounds): the exact value over the kernel's own scale."""
     with np.errstate(all="ignore"):
-        return y * spread(scale, y) / spread(kernel_scale, y)
+        ks = spread(kernel_scale, y)
+        return np.where(ks == 0, 0.0, y * spread(scale, y) / ks)  # a zero scale gives y = 0 (``fp4``)
 
 
 def dynamic(base, main: str, qdtype: str, indeterminate=None):
@@ -132,6 +152,51 @@ def quantised(base, main: str, qdtype_of, group_of, format_of, indeterminate=Non
             group_loose = any_in_group(loose)
             scale_bound = np.where(group_loose, -np.inf, scale_bound)
             y_bound = np.where(spread(group_loose, y).astype(bool), -np.inf, y_bound)
+        return (y_bound, scale_bound, *rest)
+
+    return bound
+
+
+DIVISIONS = 2 * (2 * FN_ULPS + 1)  # two divisions, each a reciprocal good to FN_ULPS ulps and a product
+
+
+def block(base, main: str, block_format: str, global_scale: str, indeterminate=None):
+    """The bounds (y's, the scale's, the rest) of base quantised to FP4 per block
+    (``fp4.forward``): the module docstring's B_s and B_y.  ``indeterminate``: base's (where an
+    infinite exact v may come back NaN, ``bounds_gated``): a block holding such an element has no
+    claim, on its scale (NaN's amax is NaN) or its values."""
+
+    def bound(args, exact, kernel=True, kernel_scale=None, **kw):
+        ctx = Context(args[main].dtype, kernel=kernel)
+        f, g = BLOCK_FORMATS[args[block_format]], float(args[global_scale])
+        y, scale = exact[0], exact[1]
+        n = y.shape[-1]
+        rel = ctx.gam(DIVISIONS) + ORACLE
+        with np.errstate(all="ignore"):
+            d = divisor(scale, f.scale)
+            v = y * spread(d, y) * g
+            v_bound, *rest = base(args, (v, *exact[2:]), kernel, **kw)
+            v_err = np.where(np.isnan(v_bound), np.inf, v_bound)
+            peak_err = np.max(v_err.reshape(v_bound.shape[:-1] + (n // f.block, f.block)), axis=-1, initial=0.0)
+            scale_bound = peak_err / (6 * g) + rel * scale + ctx.lam_c
+            if kernel_scale is None:
+                lo = f.scale.round(np.where(scale > scale_bound, scale - scale_bound, 0.0))
+                hi = f.scale.round(scale + scale_bound)
+                s, s_lo, s_hi = spread(d, y), spread(lo, y), spread(hi, y)
+                y_bound = np.where(s_lo > 0, v_bound / (s_lo * g) + rel * np.abs(y) + ctx.lam_c
+                                   + np.abs(v) / g * np.maximum(1 / s_lo - 1 / s, 1 / s - 1 / s_hi), np.inf)
+                no_claim = np.isnan(s) | (s_hi * g > ctx.cmax)
+            else:
+                s = spread(kernel_scale, y)
+                w = v / (s * g)
+                y_bound = np.where(s == 0, 0.0, v_bound / (s * g) + rel * np.abs(w) + ctx.lam_c)
+                no_claim = ~np.isfinite(s) | (s < 0) | (s * g > ctx.cmax)
+            no_claim = no_claim | np.isnan(v)
+            if indeterminate is not None:
+                loose = np.asarray(indeterminate(args), bool).reshape(v.shape[:-1] + (n // f.block, f.block)).any(-1)
+                scale_bound = np.where(loose, -np.inf, scale_bound)
+                no_claim = no_claim | np.repeat(loose, f.block, axis=-1)
+            y_bound = np.where(no_claim, -np.inf, np.where(np.isnan(y_bound), np.inf, y_bound))
         return (y_bound, scale_bound, *rest)
 
     return bound

@@ -36,8 +36,9 @@ Where each bound is derived (each module's docstring states its maths):
                     exact output may come back NaN (``indeterminate``)
     bounds_gated_norm  rms_norm_gated: rms_norm's bounds composed with SiLU's (gate after, gate first);
                     with group_size G, per group, G in place of the row length (``per_group``)
-    bounds_quant    the dynamically quantised forms (rms_norm_dynamic_quant and its fused form): the
-                    kernel's scale against the exact one, y against the kernel's own scale
+    bounds_quant    the dynamically quantised forms (rms_norm_dynamic_quant and its fused form, the
+                    per-group quant, FP4 per block with a global scale): the kernel's scale against
+                    the exact one, y against the kernel's own scale
     bounds_derived  the derived forms, from their base op's bounds: fused with the residual add
                     (add_rms_norm), on the two halves of one tensor (silu_and_mul, gelu_and_mul),
                     quantised to FP8 (rms_norm_fp8, add_rms_norm_fp8)

@@ -19,6 +19,12 @@ top binade is NaN, so the largest finite value is 448, not (2 - 2**-3) 2**8.
 Rounding to it *saturates*: RNE, then any magnitude past 448 (±inf included)
 becomes ±448; NaN stays NaN (the ``satfinite`` conversion of a GPU, and torch's
 cast).
+
+``E2M1`` (FP4, the NVFP4 / MXFP4 element) is an output format the same way: p = 2, emin = 0,
+emax = 2, values +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}, nearest even, saturating at +-6, no NaN (so a NaN
+has no E2M1 value: ``round`` keeps it and the claim about it is the caller's, ``bounds_quant``).
+Kernels store it packed, two codes to a byte (``fp4``); ``torch.float8_e8m0fnu`` (an MXFP4 block
+scale) is checked in ``UE8M0``.
 """
 from __future__ import annotations
 
@@ -192,10 +198,12 @@ FORMATS: dict[torch.dtype, Format] = {
     torch.bfloat16: Format("bfloat16", 8, -126, 127),
 }
 E4M3 = Format("float8_e4m3fn", 4, -6, 8, largest=448.0, saturates=True)
+E2M1 = Format("float4_e2m1", 2, 0, 2, largest=6.0, saturates=True)
 INT8 = IntegerFormat("int8", -128, 127)
 UE8M0 = PowerOfTwoFormat()
 OUTPUT_FORMATS: dict[torch.dtype, Format | IntegerFormat] = {**FORMATS, torch.float8_e4m3fn: E4M3,
-                                                             torch.int8: INT8}  # what an output may be
+                                                             torch.int8: INT8,
+                                                             torch.float8_e8m0fnu: UE8M0}  # what an output may be
 DTYPES = tuple(FORMATS)
 DTYPE_NAMES = {d: f.name for d, f in FORMATS.items()}
 BY_NAME = {f.name: d for d, f in FORMATS.items()}

@@ -63,6 +63,13 @@ define a case):
     layout   the memory layout of a per-group scale output, one of SCALE_LAYOUTS: "row_major" (a
              contiguous (rows, groups) tensor) or "column_major" (the same shape, stored groups first,
              as DeepGEMM reads it)
+    block_format  an FP4 block format, one of ``fp4.BLOCK_FORMATS``: "nvfp4" (block 16, E4M3 block
+             scales) or "mxfp4" (block 32, UE8M0 block scales); its block must divide the row length
+             (the op's ``width_multiple`` makes both divide every row drawn)
+    global_scale  a positive finite float: an FP4 op's per-tensor scale (the block scales are of
+             amax / (6 global_scale)); drawn from ``fp4.GLOBAL_SCALES`` (float32-exact values)
+    block_layout  the memory layout of FP4 block scales, one of ``fp4.BLOCK_LAYOUTS``: "linear" (a
+             contiguous (rows, n / block) tensor) or "swizzled" (the tensor cores' 128 x 4 tiles)
 """
 from __future__ import annotations
 
@@ -76,6 +83,7 @@ import torch
 from . import validate as v
 from .dynamic_quant import QDTYPES, SCALE_FORMATS
 from .formats import to_float64
+from .fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS, GLOBAL_SCALES
 
 APPROXIMATE = ("none", "tanh")
 LAYERS = (1, 6, 12, 24, 100)  # DeepNorm depths drawn: alpha = (2N)^(1/4)
@@ -220,6 +228,15 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("layout", check=lambda op, name, value, x: v.one_of(op, name, value, SCALE_LAYOUTS),
          sample=lambda normal, rows, width: "row_major",
          draw=lambda d, arg: d.choose(list(SCALE_LAYOUTS), arg.name), shape=None),
+    Kind("block_format", check=lambda op, name, value, x: v.block_format(op, name, value, x.shape[-1], BLOCK_FORMATS),
+         sample=lambda normal, rows, width: "nvfp4",
+         draw=lambda d, arg: d.choose(list(BLOCK_FORMATS), arg.name), shape=None),
+    Kind("global_scale", check=_scalar_check(v.positive),
+         sample=lambda normal, rows, width: 1.0,
+         draw=lambda d, arg: d.choose(list(GLOBAL_SCALES), arg.name), shape=None),
+    Kind("block_layout", check=lambda op, name, value, x: v.one_of(op, name, value, BLOCK_LAYOUTS),
+         sample=lambda normal, rows, width: "linear",
+         draw=lambda d, arg: d.choose(list(BLOCK_LAYOUTS), arg.name), shape=None),
     Kind("flag", check=_scalar_check(v.boolean),
          sample=lambda normal, rows, width: False,
          draw=lambda d, arg: d.choose([False, True], arg.name), shape=None),

@@ -17,12 +17,15 @@ add, rms_norm_fp8 is rms_norm quantised, add_rms_norm_fp8 is rms_norm_fp8 fused 
 add, add_layer_norm is layer_norm fused with it, rms_norm_dynamic_quant is rms_norm quantised with
 its own per-row scales and add_rms_norm_dynamic_quant that fused with the residual add,
 rms_norm_group_quant is rms_norm quantised per group and add_rms_norm_group_quant that fused with
-the residual add, silu_and_mul and gelu_and_mul are swiglu and geglu on the two halves of x, and
+the residual add, silu_and_mul and gelu_and_mul are swiglu and geglu on the two halves of x,
 silu_and_mul_dynamic_quant and silu_and_mul_group_quant are silu_and_mul quantised per row and per
 group of its output row (the MoE path's SwiGLU + FP8 quant: vLLM's ``silu_and_mul_quant``, DeepGEMM's
 1 x 128 activations); silu_and_mul_group_quant_masked is the last on (experts, tokens, 2H) with the
 first counts[e] tokens of each expert valid (``_counted``: vLLM's ``_silu_mul_fp8_quant_deep_gemm``,
-SGLang's ``silu_and_mul_masked_post_quant_fwd``).  Each
+SGLang's ``silu_and_mul_masked_post_quant_fwd``); rms_norm_fp4_quant is rms_norm quantised to FP4 per
+block (``fp4``: NVFP4 or MXFP4, y packed two to a byte, block scales linear or swizzled, after a
+global scale), add_rms_norm_fp4_quant that fused with the residual add, silu_and_mul_fp4_quant
+silu_and_mul quantised to FP4 the same way (the MoE path's SwiGLU output).  Each
 factory is given the derived op's own signature (a fused or quantised op's weight is required where
 rms_norm's is optional); the argument names it needs come from the records, and the drawing limits
 (``width_multiple``, ``max_width``, ``max_rank``) from the base op's.
@@ -34,7 +37,7 @@ import numpy as np
 import torch
 
 from . import (batch_norm, bounds_derived, bounds_gated, bounds_gated_norm, bounds_norms, bounds_quant, deep_norm,
-               dynamic_quant, fused, geglu, gemma_rms_norm, halves, layer_norm, quantised, rms_norm, rms_norm_gated,
+               dynamic_quant, fp4, fused, geglu, gemma_rms_norm, halves, layer_norm, quantised, rms_norm, rms_norm_gated,
                swiglu)
 from .kinds import GROUPS
 from .record import Arg, Op, Out
@@ -54,6 +57,11 @@ GROUP, SCALE_FORMAT, LAYOUT = Arg("group", "group"), Arg("scale_format", "scale_
 Y_GROUP = Out("y", dtype=torch.float8_e4m3fn, quantised=True, scale="scales")  # divided by its group's scale
 GROUP_SCALES = Out("scales", dtype=torch.float32, shape="groups", group_arg="group", format_arg="scale_format",
                    layout_arg="layout")  # one per group, float32 holding a float32 or UE8M0 value
+BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT = Arg("block_format", "block_format"), Arg("global_scale", "global_scale"), \
+    Arg("layout", "block_layout")
+Y_FP4 = Out("y", dtype=torch.uint8, quantised=True, packed=True, scale="scales")  # e2m1 codes, two a byte
+BLOCK_SCALES = Out("scales", dtype_arg="block_format", shape="groups", group_arg="block_format",
+                   format_arg="block_format", layout_arg="layout")  # E4M3 or UE8M0, one per block
 
 
 def _on_halves(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
@@ -165,6 +173,21 @@ def _gated_call(fn, a):
     return fn(a["x"], a["z"], a["weight"], a["eps"], a["norm_before_gate"], **groups)
 
 
+def _fp4_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
+    """base with its first output quantised to FP4 with a scale per block it computes
+    (``oracle.fp4``): outputs (y packed, the block scales in their layout, base's others); rows a
+    multiple of the largest block (twice that for a halves op: the multiple is the main tensor's
+    width); an inference op."""
+    main = args[0].name
+    form, scale, layout = (next(a.name for a in args if a.kind == k)
+                           for k in ("block_format", "global_scale", "block_layout"))
+    return Op(name, args, (Y_FP4, BLOCK_SCALES, *base.outs[1:]), (), fp4.forward(base.forward, form, scale, layout),
+              None, bounds_quant.block(base.forward_bound, main, form, scale, base.indeterminate), None, call=call,
+              rowwise=base.rowwise, scale_invariant=base.scale_invariant, halves=base.halves,
+              width_multiple=fp4.MAX_BLOCK * (2 if base.halves else 1), max_width=base.max_width,
+              max_rank=base.max_rank)
+
+
 RMS_NORM = Op("rms_norm", (X, WEIGHTLESS_WEIGHT, EPS), (Y,), ("x", "weight"),
               rms_norm.forward, rms_norm.vjp, bounds_norms.rms_norm_fwd, bounds_norms.rms_norm_bwd,
               call=lambda fn, a: fn(a["x"], a["weight"], a["eps"]),
@@ -177,6 +200,9 @@ RMS_NORM_DYNAMIC_QUANT = _dynamic_quantised(
 RMS_NORM_GROUP_QUANT = _group_quantised(
     "rms_norm_group_quant", RMS_NORM, (X, WEIGHT, EPS, GROUP, SCALE_FORMAT, LAYOUT),
     call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["group"], a["scale_format"], a["layout"]))
+RMS_NORM_FP4_QUANT = _fp4_quantised(
+    "rms_norm_fp4_quant", RMS_NORM, (X, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT),
+    call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["block_format"], a["global_scale"], a["layout"]))
 RMS_NORM_FP8 = _quantised("rms_norm_fp8", RMS_NORM, (X, WEIGHT, EPS, SCALE),
                           call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["scale"]))
 LAYER_NORM = Op("layer_norm", (X, WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS, EPS), (Y,), ("x", "weight", "bias"),
@@ -228,6 +254,11 @@ OPS: dict[str, Op] = {
         _fused("add_rms_norm_group_quant", RMS_NORM_GROUP_QUANT, (X, RESIDUAL, WEIGHT, EPS, GROUP, SCALE_FORMAT, LAYOUT),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["group"], a["scale_format"],
                                      a["layout"])),
+        RMS_NORM_FP4_QUANT,
+        _fused("add_rms_norm_fp4_quant", RMS_NORM_FP4_QUANT,
+               (X, RESIDUAL, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT),
+               call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["block_format"],
+                                     a["global_scale"], a["layout"])),
         LAYER_NORM,
         _fused("add_layer_norm", LAYER_NORM, (X, RESIDUAL, WEIGHT, BIAS, EPS),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["bias"], a["eps"])),
@@ -246,6 +277,8 @@ OPS: dict[str, Op] = {
         SILU_AND_MUL_DYNAMIC_QUANT,
         SILU_AND_MUL_GROUP_QUANT,
         SILU_AND_MUL_GROUP_QUANT_MASKED,
+        _fp4_quantised("silu_and_mul_fp4_quant", SILU_AND_MUL, (X, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT),
+                       call=lambda fn, a: fn(a["x"], a["block_format"], a["global_scale"], a["layout"])),
         GEGLU,
         _on_halves("gelu_and_mul", GEGLU, (X, APPROXIMATE), call=lambda fn, a: fn(a["x"], a["approximate"])),
     ]

@@ -8,7 +8,8 @@ consumer (validation, strategies, probe, gradcheck, replay, benchmarks, the
 properties) loops over records and reads these fields; none of them names an op.
 
 Argument kinds (``kinds.KINDS``: rows, stream, weight, bias, matrix, vector, mask, eps, alpha,
-approximate, scale, flag, qdtype, scale_ub, group, group_size, scale_format, layout, counts) are records too: how an argument is checked, sampled, drawn and given to the
+approximate, scale, flag, qdtype, scale_ub, group, group_size, scale_format, layout, counts, block_format,
+global_scale, block_layout) are records too: how an argument is checked, sampled, drawn and given to the
 oracle is its kind's, in ``kinds`` alone.  An ``optional`` argument may be passed as None (a
 weightless call, as vLLM, quack and Llama-4's QK-norm make it): it then means its kind's identity,
 a weight of ones or a bias of zeros, and gets no gradient.
@@ -24,8 +25,27 @@ import torch
 
 from . import validate as v
 from .dynamic_quant import QDTYPES
-from .formats import UE8M0, fmt
+from .formats import E2M1, UE8M0, fmt
+from .fp4 import BLOCK_FORMATS, MAX_BLOCK, decode_scales, padded, unpack_e2m1
 from .kinds import GROUPS, KINDS
+
+# the kinds of argument an output trait may name, and what the trait reads of each
+TRAIT_KINDS = {"dtype_arg": ("qdtype", "block_format"), "group_arg": ("group", "block_format"),
+               "format_arg": ("scale_format", "block_format"), "layout_arg": ("layout", "block_layout")}
+LARGEST_GROUP = {"group": max(GROUPS), "block_format": MAX_BLOCK}  # a per-group op's rows are multiples of it
+
+
+def group_of(kind: str, value) -> int:
+    """The group size an argument of ``kind`` ("group" or "block_format") gives its output."""
+    return int(value) if kind == "group" else BLOCK_FORMATS[value].block
+
+
+def stored_format(kind: str, value):
+    """The format a scale is stored in by an argument of ``kind``: UE8M0 for "ue8m0", a block
+    format's scale format, None for "float32" (its dtype's)."""
+    if kind == "block_format":
+        return BLOCK_FORMATS[value].scale
+    return UE8M0 if value == "ue8m0" else None
 
 
 @dataclass(frozen=True)
@@ -54,18 +74,26 @@ class Out:
                 B is on the kernel's value *before* that last rounding, and a kernel's output must
                 lie in [RNE(v - B), RNE(v + B)]: one of the two neighbours of v where B reaches past
                 a midpoint, bit-exact elsewhere (``assessment.assess``)
-    dtype_arg:  the argument (of kind "qdtype") whose value names the output's dtype, where the caller
-                chooses it (None: ``dtype`` or ``like`` decides)
+    dtype_arg:  the argument (of kind "qdtype", or "block_format": its scale's dtype) whose value names
+                the output's dtype, where the caller chooses it (None: ``dtype`` or ``like`` decides)
     shape:      "rows", the op's output shape (``Op.out_shape``), "leading": one value per row,
                 x.shape[:-1] (a per-row scale), or "groups": one value per group of ``group_arg``
                 consecutive elements of a row, x.shape[:-1] + (n / group,) (a per-group scale)
-    group_arg:  the argument (of kind "group") whose value is the group size of a "groups" output
-    format_arg: the argument (of kind "scale_format") whose value names the number format the output
-                is stored in: "float32" (checked against its bound) or "ue8m0" (a power of two,
-                rounded up: quantised to ``formats.UE8M0``, checked to the step)
-    layout_arg: the argument (of kind "layout") whose value says how the output is laid out in
-                memory: "row_major" (contiguous) or "column_major" (groups first); the calling
-                contract checks its strides (``properties.sandbox``)
+    group_arg:  the argument (of kind "group", or "block_format": its block) whose value gives the
+                group size of a "groups" output
+    format_arg: the argument (of kind "scale_format" or "block_format") whose value names the number
+                format the output is stored in: "float32" (checked against its bound), "ue8m0" (a
+                power of two, rounded up: quantised to ``formats.UE8M0``, checked to the step), or a
+                block format's scale format (E4M3 or UE8M0, ``fp4``), checked to the step
+    layout_arg: the argument (of kind "layout" or "block_layout") whose value says how the output is
+                laid out in memory: "row_major" (contiguous) or "column_major" (groups first), "linear"
+                (contiguous) or "swizzled" (a contiguous padded (R', G') tensor in the tensor cores'
+                128 x 4 tiles, ``fp4``); the calling contract checks its strides
+                (``properties.sandbox``), and a swizzled one is read back through its index map
+                (``Op.decode``)
+    packed:     stored two E2M1 values to a uint8 byte (element 2j in byte j's low nibble, ``fp4``):
+                the kernel returns uint8 of shape (..., n / 2), checked as the E2M1 values it holds
+                (``Op.decode``), quantised to ``formats.E2M1``
     scale:      the output holding the scale, one per row, that this quantised output was divided by
                 before its rounding, computed by the kernel (``dynamic_quant``).  The oracle's value is
                 v / S for the exact scale S, and its bound allows any scale within the scale's bound
@@ -85,6 +113,7 @@ class Out:
     group_arg: str | None = None
     format_arg: str | None = None
     layout_arg: str | None = None
+    packed: bool = False
 
     def __post_init__(self):
         if self.quantised and self.dtype is None and self.dtype_arg is None:
@@ -101,6 +130,8 @@ class Out:
             raise ValueError(f"Out {self.name}: quantised (to the step) or rounded (bit for bit), not both")
         if self.like is not None and self.dtype is not None:
             raise ValueError(f"Out {self.name}: a dtype of its own or its input {self.like}'s, not both")
+        if self.packed and (self.dtype != torch.uint8 or not self.quantised or self.shape != "rows"):
+            raise ValueError(f"Out {self.name}: a packed output is quantised, of dtype uint8 and of shape rows")
 
 
 def ieee(bound: Callable) -> Callable:
@@ -145,7 +176,8 @@ class Op:
                  (tokens, heads, head_dim) view of a fused QKV projection, one weight of length head_dim
     indeterminate: where an infinite exact output may come back NaN (``bounds_gated``), or None
     width_multiple: every output row drawn is a multiple of this long (the main tensor's x-width,
-                 half of it for a halves op; a per-group op's groups divide it); 1: any length
+                 half of it for a halves op; a per-group op's groups, an FP4 op's blocks, divide it);
+                 1: any length
     centred:     it subtracts its group's mean (a row; batch_norm's: a channel over positions), so
                  offset, near-constant groups are where it breaks (the mean cancels): the accuracy and
                  gradient families schedule them on every run (``strategies.near_constant_buckets``)
@@ -185,22 +217,26 @@ class Op:
         if self.quantised and not self.rowwise:
             raise ValueError(f"Op {self.name}: a quantised output's oracle resolves rows one at a time; rowwise only")
         kinds = {a.name: a.kind for a in self.args}
-        bad = [o.dtype_arg for o in self.outs if o.dtype_arg is not None and kinds.get(o.dtype_arg) != "qdtype"]
+        bad = [o.dtype_arg for o in self.outs if o.dtype_arg is not None
+               and kinds.get(o.dtype_arg) not in TRAIT_KINDS["dtype_arg"]]
         if bad:
-            raise ValueError(f"Op {self.name}: an output's dtype follows {bad[0]!r}, which is not a qdtype argument")
+            raise ValueError(f"Op {self.name}: an output's dtype follows {bad[0]!r}, which is not a qdtype "
+                             f"or block_format argument")
         shapes = {o.name: o.shape for o in self.outs}
         scales = [o.scale for o in self.outs if o.scale is not None]
         if len(scales) > 1 or any(shapes.get(s) not in ("leading", "groups") for s in scales):
             raise ValueError(f"Op {self.name}: at most one output is divided by a scale, an output of shape "
                              f"leading or groups")
         for o in self.outs:
-            for trait, kind in (("group_arg", "group"), ("format_arg", "scale_format"), ("layout_arg", "layout")):
+            for trait in ("group_arg", "format_arg", "layout_arg"):
                 name = getattr(o, trait)
-                if name is not None and kinds.get(name) != kind:
-                    raise ValueError(f"Op {self.name}: output {o.name}'s {trait} {name!r} is not a {kind} argument")
-        if any(o.group_arg for o in self.outs) and self.width_multiple % max(GROUPS):
-            raise ValueError(f"Op {self.name}: a per-group output needs rows a multiple of every drawn group "
-                             f"size (width_multiple {max(GROUPS)})")
+                if name is not None and kinds.get(name) not in TRAIT_KINDS[trait]:
+                    raise ValueError(f"Op {self.name}: output {o.name}'s {trait} {name!r} is not a "
+                                     f"{' or '.join(TRAIT_KINDS[trait])} argument")
+            largest = LARGEST_GROUP.get(kinds.get(o.group_arg), 1)
+            if self.width_multiple % largest:
+                raise ValueError(f"Op {self.name}: a per-group output needs rows a multiple of every drawn group "
+                                 f"size (width_multiple {largest})")
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -222,20 +258,38 @@ class Op:
         caller chooses its dtype: ``Out.dtype_arg``)."""
         return next((o.dtype for o in self.outs if o.name == name and o.quantised), None)
 
-    def _in_ue8m0(self, name: str, args: dict | None) -> bool:
-        """Is output ``name`` stored in UE8M0 in a call on ``args`` (its ``Out.format_arg`` says so)?"""
-        o = next(o for o in self.outs if o.name == name)
-        return o.format_arg is not None and args is not None and args[o.format_arg] == "ue8m0"
+    def _out(self, name: str) -> Out:
+        return next(o for o in self.outs if o.name == name)
+
+    def _kind(self, arg: str) -> str:
+        return next(a.kind for a in self.args if a.name == arg)
+
+    def _stored(self, name: str, args: dict | None):
+        """The format output ``name`` is stored in in a call on ``args`` where an argument names it
+        (``Out.format_arg``: UE8M0, or a block format's E4M3 / UE8M0), else None."""
+        o = self._out(name)
+        if o.format_arg is None or args is None:
+            return None
+        return stored_format(self._kind(o.format_arg), args[o.format_arg])
 
     def is_quantised(self, name: str, args: dict | None = None) -> bool:
         """Is output ``name`` quantised in a call on ``args``: a quantised output, or one stored in
-        the format an argument names (``Out.format_arg``) where that is "ue8m0"."""
-        return name in self.quantised or self._in_ue8m0(name, args)
+        a narrow format an argument names (``Out.format_arg``: "ue8m0", a block format's scale)."""
+        return name in self.quantised or self._stored(name, args) is not None
+
+    def quantised_format(self, name: str):
+        """The fixed format a quantised output is rounded to (E2M1 for a packed one), or None."""
+        o = self._out(name)
+        if not o.quantised or (o.dtype is None and not o.packed):
+            return None
+        return E2M1 if o.packed else fmt(o.dtype)
 
     def out_format(self, name: str, args: dict):
-        """The number format output ``name`` of a call on ``args`` is checked in: its dtype's, or
-        UE8M0 where its ``format_arg`` says so."""
-        return UE8M0 if self._in_ue8m0(name, args) else fmt(self.out_dtype(name, args))
+        """The number format output ``name`` of a call on ``args`` is checked in (as ``decode``
+        gives it): E2M1 for a packed output, the format its ``format_arg`` names, else its dtype's."""
+        if self._out(name).packed:
+            return E2M1
+        return self._stored(name, args) or fmt(self.out_dtype(name, args))
 
     @property
     def scaled(self) -> dict[str, str]:
@@ -245,9 +299,10 @@ class Op:
     def out_dtype(self, name: str, args: dict) -> torch.dtype:
         """The dtype of output ``name`` of a call on ``args`` (by name; the main tensor, the one the
         output follows, ``Out.like``, and a qdtype it names, ``Out.dtype_arg``, suffice)."""
-        o = next(o for o in self.outs if o.name == name)
+        o = self._out(name)
         if o.dtype_arg is not None:
-            return QDTYPES[args[o.dtype_arg]]
+            value = args[o.dtype_arg]
+            return BLOCK_FORMATS[value].scale_dtype if self._kind(o.dtype_arg) == "block_format" else QDTYPES[value]
         return o.dtype or args[o.like or self.main].dtype
 
     @property
@@ -309,19 +364,52 @@ class Op:
         """The shape of the op's row outputs for a main tensor of ``shape`` (half as wide for halves)."""
         return tuple(shape[:-1]) + (shape[-1] // 2,) if self.halves else tuple(shape)
 
-    def out_shapes(self, shape: tuple, args: dict | None = None) -> tuple[tuple, ...]:
-        """Each output's shape, in order: ``out_shape``, its leading dims for a per-row output, and
-        those and n / group for a per-group one (``args``: the call's, by name, for its group)."""
+    def group_size(self, o: Out, args: dict) -> int:
+        """The group size of a "groups" output in a call on ``args``."""
+        return group_of(self._kind(o.group_arg), args[o.group_arg])
+
+    def value_shapes(self, shape: tuple, args: dict | None = None) -> tuple[tuple, ...]:
+        """Each output's shape as values (the oracle's, and ``decode``'s), in order: ``out_shape``,
+        its leading dims for a per-row output, and those and n / group for a per-group one
+        (``args``: the call's, by name, for its group)."""
         rows = self.out_shape(shape)
 
         def one(o):
             if o.shape == "leading":
                 return rows[:-1]
             if o.shape == "groups":
-                return rows[:-1] + (rows[-1] // int(args[o.group_arg]),)
+                return rows[:-1] + (rows[-1] // self.group_size(o, args),)
             return rows
 
         return tuple(one(o) for o in self.outs)
+
+    def _swizzled(self, o: Out, args: dict | None) -> bool:
+        return o.layout_arg is not None and args is not None and args[o.layout_arg] == "swizzled"
+
+    def out_shapes(self, shape: tuple, args: dict | None = None) -> tuple[tuple, ...]:
+        """Each output's shape as the kernel returns it (the calling contract): ``value_shapes``, but
+        n / 2 bytes for a packed output and the padded (R', G') tensor for swizzled scales (``fp4``)."""
+        out = []
+        for o, v in zip(self.outs, self.value_shapes(shape, args)):
+            if o.packed:
+                v = v[:-1] + (v[-1] // 2,)
+            elif self._swizzled(o, args):
+                v = padded(int(np.prod(v[:-1])) if len(v) > 1 else 1, v[-1])
+            out.append(tuple(v))
+        return tuple(out)
+
+    def decode(self, outs, args: dict) -> tuple:
+        """A kernel's outputs (its storage, as ``out_shapes`` gives it) as the values they hold: a
+        packed output unpacked to its E2M1 values (float32), swizzled scales read back through their
+        index map, stored scales as float32; the others as they are."""
+        values = []
+        for o, t, v in zip(self.outs, outs, self.value_shapes(tuple(args[self.main].shape), args)):
+            if o.packed:
+                t = unpack_e2m1(t)
+            elif o.layout_arg is not None and self._kind(o.layout_arg) == "block_layout":
+                t = decode_scales(t, args[o.layout_arg], v[:-1], v[-1])
+            values.append(t)
+        return tuple(values)
 
     def check(self, args: dict) -> None:
         """ValueError naming the op and the argument unless ``args`` fit the signature."""

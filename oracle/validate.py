@@ -125,3 +125,10 @@ def group_size(op, name, v, n):
         _fail(op, name, "a positive integer", repr(v))
     if n is not None and n % v:  # n None: a replay file's scalars, checked before its tensors load
         _fail(op, name, f"a divisor of the row length {n}", v)
+
+
+def block_format(op, name, v, n, formats):
+    """One of ``formats`` (name -> a format with a ``block``), whose block divides the row length n."""
+    one_of(op, name, v, tuple(formats))
+    if n % formats[v].block:
+        _fail(op, name, f"a format whose block divides the row length {n}", f"{v!r} (block {formats[v].block})")

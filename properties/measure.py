@@ -14,6 +14,7 @@ from .. import oracle
 from ..oracle import assessment
 from ..oracle.bounds_quant import rescaled
 from ..oracle.formats import to_float64
+from ..oracle.fp4 import divisor
 
 from .case import Case
 
@@ -55,9 +56,9 @@ def oracle_assessments(outs, case: Case, where=None, label=""):
     pairs = [(rec.outputs.index(n), rec.outputs.index(s)) for n, s in rec.scaled.items()]  # at most one
     kw = {"kernel_scale": to_float64(outs[j]) for _, j in pairs}
     bounds = rec.forward_bound(args, tuple(exact), **kw)
-    for i, j in pairs:  # the scale y was divided by: rounded where the scale's format rounds (UE8M0)
-        name = rec.outputs[j]
-        used = rec.out_format(name, args).round(exact[j]) if rec.is_quantised(name, args) else exact[j]
+    for i, j in pairs:  # the scale y was divided by: rounded where the scale's format rounds (UE8M0,
+        name = rec.outputs[j]  # E4M3; an FP4 scale that rounds to 0 is not a divisor: ``fp4.divisor``)
+        used = divisor(exact[j], rec.out_format(name, args)) if rec.is_quantised(name, args) else exact[j]
         exact[i] = rescaled(exact[i], used, kw["kernel_scale"])
     order = [j for _, j in pairs] + [k for k in range(len(rec.outputs)) if k not in {j for _, j in pairs}]
     nan_ok = rec.indeterminate(args) if rec.indeterminate else None

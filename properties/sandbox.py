@@ -79,15 +79,17 @@ def expected_shapes(case: Case):
 def check_layouts(impl, case: Case, outs) -> None:
     """An output whose memory layout an argument declares (``record.Out.layout_arg``: a per-group
     scale a GEMM reads) is laid out so: "row_major" contiguous, "column_major" contiguous groups
-    first (its last dim outermost), as ``torch.empty(groups, rows).T`` is."""
+    first (its last dim outermost), as ``torch.empty(groups, rows).T`` is; an FP4 op's "linear" and
+    "swizzled" scales contiguous (the swizzled tiles are the order of its memory, ``oracle.fp4``)."""
     for o, t in zip(case.record.outs, outs):
         if o.layout_arg is None:
             continue
         layout = case.scalars[o.layout_arg]
         ok = t.movedim(-1, 0).is_contiguous() if layout == "column_major" else t.is_contiguous()
+        what = "contiguous" if layout in ("linear", "swizzled") else layout
         if not ok:
             raise ContractViolation(f"{impl.id} returned {o.name} with strides {tuple(t.stride())} for shape "
-                                    f"{tuple(t.shape)}, expected {layout} ({o.layout_arg}={layout!r})")
+                                    f"{tuple(t.shape)}, expected {what} ({o.layout_arg}={layout!r})")
 
 
 RECOMPILE_LIMIT = 4096
@@ -363,7 +365,9 @@ def first_line(e: BaseException) -> str:
 
 
 def invoke(session, impl, case: Case, within=None, mode: str = "") -> tuple[torch.Tensor, ...]:
-    """Call the kernel on ``case`` and enforce the output contract; returns its outputs.  ``within``:
+    """Call the kernel on ``case`` and enforce the output contract; returns its outputs as the values
+    they hold (``record.Op.decode``: packed FP4 unpacked, swizzled scales read through their index
+    map; the others as they are).  ``within``:
     a context factory entered around the call in the kernel's own thread (a calling mode,
     ``modes``: inference mode and autocast are per thread), ``mode`` its name."""
     info = case.record
@@ -389,6 +393,7 @@ def invoke(session, impl, case: Case, within=None, mode: str = "") -> tuple[torc
     check_unmutated(impl, case, before)
     check_fresh(impl, case, info.outputs, outs)
     check_not_reused(session, impl, info.outputs, outs)
+    outs = info.decode(outs, args)
     # the caller's own copies: a kernel that later writes into a buffer it kept cannot change
     # a result a property still holds (outputs with a graph stay: the gradients run through them)
     return tuple(o if o.requires_grad else o.clone() for o in outs)

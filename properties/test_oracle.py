@@ -87,8 +87,8 @@ def _paths_agree(op, dtype, data):
     rec = oracle.OPS[op]
     for name, a, b, bound in zip(rec.outputs, f64, mp, rec.forward_bound(args, mp, kernel=False)):
         agree(op, name, a, b, bound, where=where)
-        if rec.quantised_dtype(name) is not None:  # and both round to the same, the exactly rounded, value
-            f = fmt(rec.quantised_dtype(name))
+        if rec.quantised_format(name) is not None:  # and both round to the same, the exactly rounded, value
+            f = rec.quantised_format(name)
             assert np.array_equal(f.round(a), f.round(b), equal_nan=True), f"{op} {name}: rounded values differ"
     if not rec.grads:
         return

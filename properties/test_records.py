@@ -1,8 +1,9 @@
 """The records agree with the code that uses them.
 
 * every op record: its sample input passes its own validation and the oracle
-  runs on it, forward and VJP, with outputs of the shape ``out_shape`` says;
-  every registry kernel of the op accepts it;
+  runs on it, forward and VJP, with outputs of the shapes ``value_shapes`` says;
+  every registry kernel of the op accepts it, returning the shapes ``out_shapes`` says (its
+  storage: packed FP4, padded swizzled scales) that ``decode`` reads back as ``value_shapes``;
 * every property family: exactly one test runs it (its ``normcert_family`` mark);
   every property test (a test taking ``impl``) in the suite belongs to a family,
   so no test escapes ``applies`` and the certificate; each of its buckets draws
@@ -34,7 +35,7 @@ def test_op_record_is_consistent(normcert_session, op):
     rec.check(args)
     outs = oracle.forward(op, **args)
     shape = rec.out_shape(tuple(args[rec.main].shape))
-    assert [o.shape for o in outs] == list(rec.out_shapes(tuple(args[rec.main].shape), args))
+    assert [o.shape for o in outs] == list(rec.value_shapes(tuple(args[rec.main].shape), args))
     if rec.grads:
         grads = oracle.vjp(op, tuple(torch.ones(shape, dtype=torch.float64) for _ in rec.outputs), **args)
         assert set(grads) == set(rec.grads)
@@ -46,7 +47,10 @@ def test_op_record_is_consistent(normcert_session, op):
         if impl.op == op and impl.backend in ("eager", "compiled") and device in impl.devices:
             sample = rec.sample(torch.float32, device)
             want = rec.out_shapes(tuple(sample[rec.main].shape), sample)
-            assert [tuple(o.shape) for o in rec.call_outputs(impl.fn, sample)] == list(want), impl.id
+            got = rec.call_outputs(impl.fn, sample)
+            assert [tuple(o.shape) for o in got] == list(want), impl.id
+            values = rec.value_shapes(tuple(sample[rec.main].shape), sample)  # as the checks see them
+            assert [tuple(o.shape) for o in rec.decode(got, sample)] == list(values), impl.id
 
 
 @pytest.mark.parametrize("op", [name for name, rec in oracle.OPS.items() if rec.unfused])
