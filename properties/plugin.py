@@ -13,6 +13,7 @@ certify`` takes the short forms):
                                      as its first (repeatable: two or more per op)
     --normcert-domain SPEC           their declared domain (``impls.domain``), replacing a normcert_domain attribute
     --normcert-compile               check them as a compiled model calls them too (``checks.compiled``)
+    --normcert-tier quick|heavy|all   quick (default) leaves the heavy tier out: on CPU the registry's Triton kernels and the normcert_heavy meta-tests
     --normcert-device cpu|cuda       default: cuda when available
     --normcert-seed N                global seed; each test's Hypothesis seed derives from it
     --normcert-bitwise               make the bitwise properties gating
@@ -107,6 +108,9 @@ def pytest_addoption(parser):
     g.addoption("--normcert-domain", default=None, metavar="SPEC",
                 help="the declared domain of every --normcert-impl kernel, e.g. 'dtypes=float16,bfloat16 width_multiple=8' "
                      "(replaces its normcert_domain attribute; keys in docs/reference/op-contracts.md)")
+    g.addoption("--normcert-tier", default="quick", choices=TIERS,
+                help="quick (default): everything but the heavy tier; heavy: only the heavy tier (on CPU the "
+                     "registry's Triton kernels, interpreted, and the meta-tests marked normcert_heavy); all: both")
     g.addoption("--normcert-compile", action="store_true",
                 help="check every --normcert-impl kernel as a compiled model calls it (the compiled family: "
                      "torch.library.opcheck, torch.compile(fullgraph=True)); a torch operator always is")
@@ -183,11 +187,29 @@ def pytest_configure(config):
         return
     _register_profiles()
     config.addinivalue_line("markers", "normcert_family(name): the property family (families.BY_NAME) this test runs")
+    config.addinivalue_line("markers", "normcert_heavy: a meta-test of the heavy tier (--normcert-tier heavy or all)")
     profile = config.getoption("hypothesis_profile", None)
     if profile is not None and profile not in PROFILES:
         raise pytest.UsageError(f"--hypothesis-profile {profile}: unknown profile, expected one of "
                                 f"{', '.join(PROFILES)}")
     config.pluginmanager.register(Suite(config), "normcert-suite")
+
+
+TIERS = ("quick", "heavy", "all")
+
+
+def tiered(registry: list, tier: str, device: str) -> list:
+    """The registry's kernels a run of ``tier`` on ``device`` certifies.  On CPU the registry's Triton
+    kernels run under Triton's interpreter, each program of the grid a Python loop: 40 % of a
+    complete run's time on the 2-core machine (every family, dtype and bucket), so they are the
+    heavy tier's, and the quick tier (the default ``pytest -n 2``) certifies the others.  On a GPU
+    every kernel is the quick tier's.  ``.ci/run`` runs both tiers."""
+    interpreted = [i for i in registry if i.backend == "triton" and device == "cpu"]
+    if tier == "all":
+        return registry
+    if tier == "heavy":
+        return interpreted
+    return [i for i in registry if i not in interpreted]
 
 
 def _plugged(config) -> bool:
@@ -378,7 +400,9 @@ class Suite:
         except (impls.UsageError, ValueError) as e:
             raise pytest.UsageError(str(e)) from None
         self.session.eager = {i.op: i for i in registry if i.backend == "eager"}
-        self.session.impls = plugins or registry
+        self.tier = "all" if plugins or replay else config.getoption("--normcert-tier")
+        self.session.impls = plugins or tiered(registry, self.tier, device)
+        self.tier_left = len(registry) - len(self.session.impls) if not plugins else 0
         _torch_threads()
         if config.getoption("hypothesis_profile", None) is None:
             settings.load_profile("ci")
@@ -431,6 +455,12 @@ class Suite:
             return replaying or not plugged or "impl" in getattr(item, "fixturenames", ())
 
         items[:] = [it for it in items if keep(it)]
+        for item in items:
+            heavy = item.get_closest_marker("normcert_heavy") is not None
+            if self.tier == "quick" and heavy:
+                item.add_marker(pytest.mark.skip(reason="the heavy tier's (--normcert-tier heavy or all)"))
+            elif self.tier == "heavy" and not heavy and "impl" not in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.skip(reason="the quick tier's (--normcert-tier quick or all)"))
 
     def family(self, node):
         """The property family a test names with its ``normcert_family`` mark (None: it runs none)."""
@@ -475,6 +505,10 @@ class Suite:
         """What was not certified, in plain words, whatever -r says about skips."""
         if not self.controller:
             return
+        if self.tier != "all":
+            terminalreporter.write_line(f"normcert: tier {self.tier}: {self.tier_left} registry kernels and the "
+                                        f"{'quick' if self.tier == 'heavy' else 'heavy'} meta-tests run under "
+                                        f"--normcert-tier {'quick' if self.tier == 'heavy' else 'heavy'} (or all)")
         forward_only = sorted({r["impl"] for r in self.results if r["outcome"] == "not-certified"})
         for impl in forward_only:
             terminalreporter.write_line(f"normcert: {impl} not certified for gradients or gradcheck: forward only "

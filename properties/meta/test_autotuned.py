@@ -57,6 +57,7 @@ def _configs(domain: str) -> set:
     return set(domain.split("autotuned configs: ")[1].split("; ")[0].split(" | "))
 
 
+@pytest.mark.normcert_heavy  # a correct kernel certified on every family and dtype: the heavy tier
 def test_a_correct_autotuned_kernel_is_certified_under_each_config(session):
     impl = _impl(planted_tuned.rms_norm_tuned)
     names = session.forcing(impl).names

@@ -89,6 +89,7 @@ def test_cli_certifies_a_forward_only_kernel_and_says_so(tmp_path):
     assert doc["verdict"] == "certified" and doc["summary"] == {"not-certified": 5}
 
 
+@pytest.mark.normcert_heavy  # a correct kernel certified on every family and dtype: the heavy tier
 @pytest.mark.parametrize("fmt", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_a_plain_forward_only_triton_kernel_is_certified(session, fmt):
     """``.to(tl.float32)`` loads, a bf16 multiply, plain stores: certified for accuracy on the run's

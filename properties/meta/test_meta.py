@@ -250,6 +250,7 @@ def test_large_profile_is_opt_in_and_says_why_it_skips_on_the_cpu():
         certify_large(Session(device="cpu", profile="large"), BY_NAME["large"], impl, DTYPES[1])
 
 
+@pytest.mark.normcert_heavy  # a correct kernel certified on every family and dtype: the heavy tier
 @pytest.mark.parametrize("op, fn", CORRECT, ids=[f.__name__ for _, f in CORRECT])
 def test_correct_variant_is_certified(op, fn, session, request):
     impl = _impl(op, fn)
