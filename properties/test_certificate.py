@@ -60,6 +60,7 @@ def test_json_is_standard_and_starts_with_the_run_state():
         "run": "complete", "worst": ["inf", "-inf", "nan", 1.5]}
 
 
+@pytest.mark.normcert_heavy  # an end-to-end run of the command in fresh processes: the heavy tier
 def test_a_run_that_dies_leaves_an_incomplete_certificate(tmp_path):
     (tmp_path / "dies.py").write_text("import os\n\ndef rms(x, weight, eps):\n    os._exit(0)\n")
     (tmp_path / "c.json").write_text('{"run": "complete", "verdict": "certified"}\n')
@@ -74,6 +75,7 @@ def test_a_run_that_dies_leaves_an_incomplete_certificate(tmp_path):
     assert "incomplete" in (tmp_path / "c.md").read_text().splitlines()[0]
 
 
+@pytest.mark.normcert_heavy  # an end-to-end run of the command in fresh processes: the heavy tier
 def test_a_finished_run_records_verdict_and_exit_status(tmp_path):
     r = _run(["-m", "normcert", "certify", GOOD, "--profile", "dev", "--certificate", "c.json",
               "--property", "accuracy", "--dtype", "float32"], tmp_path)
@@ -86,6 +88,7 @@ def test_a_finished_run_records_verdict_and_exit_status(tmp_path):
         "# normcert certificate: certified (scope: properties accuracy; dtypes float32)")
 
 
+@pytest.mark.normcert_heavy  # an end-to-end run of the command in fresh processes: the heavy tier
 def test_a_crashed_xdist_worker_is_recorded_and_not_certified(tmp_path):
     (tmp_path / "crashy.py").write_text(_DRASTIC.format(action="os._exit(3)"))
     r = _run(["-m", "normcert", "certify", "rms_norm=crashy:rms", "-n", "1", "--certificate", "c.json",
@@ -104,6 +107,7 @@ def _sigint_as_at_a_terminal():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.normcert_heavy  # an end-to-end run of the command in fresh processes: the heavy tier
 def test_ctrl_c_leaves_an_interrupted_certificate(tmp_path):
     """float32 is checked, then the kernel hangs in float16 and the run is interrupted: the certificate
     and the verdict line printed with the table of what was checked both say so."""
@@ -135,6 +139,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.normcert_heavy  # an end-to-end run of the command in fresh processes: the heavy tier
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_the_run_ends_with_its_parent(tmp_path):
     """SIGTERM to ``normcert certify`` (what ``timeout`` and a CI runner send) ends its pytest child too,
@@ -199,6 +204,7 @@ def test_bad_module_or_profile_is_a_usage_error(tmp_path, args, says):
     assert len(lines) == 1 and says in lines[0] and "Traceback" not in r.stderr, r.stderr
 
 
+@pytest.mark.normcert_heavy  # an end-to-end run of the command in fresh processes: the heavy tier
 def test_replay_refuses_a_kernel_outside_the_registry(tmp_path):
     (tmp_path / "theirs.py").write_text("def rms(x, weight, eps):\n    return x\n")
     sys.path.insert(0, str(tmp_path))
@@ -216,6 +222,7 @@ def test_replay_refuses_a_kernel_outside_the_registry(tmp_path):
     assert trusted.returncode == 0, trusted.stdout[-2000:] + trusted.stderr[-2000:]
 
 
+@pytest.mark.normcert_heavy  # an end-to-end run of the command in fresh processes: the heavy tier
 @pytest.mark.parametrize("target", ["normcert.impls:os.system", "normcert.properties.meta.hostile:rms_exits"])
 def test_replay_refuses_normcert_names_outside_the_registry_and_the_planted_bugs(tmp_path, target):
     """A dotted ATTR under a normcert module reached os.system; a hostile test kernel is not a planted bug."""

@@ -27,6 +27,8 @@ import sys
 import pytest
 from .certificate_helpers import read_certificate
 
+pytestmark = pytest.mark.normcert_heavy  # end-to-end runs of the command in fresh processes: the heavy tier
+
 GOOD = "rms_norm=normcert.impls.eager:rms_norm"
 SCOPE = ["--profile", "dev", "--dtype", "float32"]
 

@@ -35,6 +35,8 @@ def pytest_sessionfinish(session, exitstatus):
 KERNEL = '''
 import torch
 
+pytestmark = pytest.mark.normcert_heavy  # end-to-end runs of the command in fresh processes: the heavy tier
+
 def rms(x, weight, eps):
     """Wrong on every row: 1% too large."""
     xf = x.float()

@@ -29,6 +29,8 @@ CHECKOUT = Path(normcert.__file__).resolve().parent.parent
 MYKERN = '''
 import torch
 
+pytestmark = pytest.mark.normcert_heavy  # end-to-end runs of the command in fresh processes: the heavy tier
+
 
 def rms(x, weight, eps):
     c = torch.float64 if x.dtype == torch.float64 else torch.float32

@@ -245,6 +245,7 @@ def _run(*args, storage, cwd):
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.normcert_heavy  # an end-to-end run of the command in fresh processes: the heavy tier
 def test_replay_command_reproduces_without_hypothesis_database(tmp_path):
     """A planted bug's saved failure fails again (exit 1) in a fresh process with no .hypothesis/,
     run from a folder outside the clone, and the same bits pass through a correct kernel (exit 0):

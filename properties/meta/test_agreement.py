@@ -59,6 +59,7 @@ def test_a_kernel_agrees_with_itself_under_another_name(session):
     assert res.outcome == "pass" and res.examples > 0
 
 
+@pytest.mark.normcert_heavy  # an end-to-end run of the command in fresh processes: the heavy tier
 def test_the_command_line_certifies_each_and_rejects_the_pair_then_replays_it(tmp_path):
     # run with this process's environment as it is: under -n, an xdist worker's PYTEST_XDIST_WORKER,
     # which normcert's child run must not inherit (it would think itself a worker and record nothing)

@@ -30,6 +30,8 @@ from ..session import Session  # noqa: E402
 
 from . import planted_tuned, planted_tuned_layout  # noqa: E402
 
+pytestmark = pytest.mark.normcert_heavy  # Triton kernels under the interpreter, config by config: the heavy tier
+
 CONFIG_FAMILIES = ("accuracy", "contract", "extremes")  # where a block size shows: widths past and between
 # blocks, one long row, many rows; the other forward families cost 29 s more under the interpreter
 DTYPES = (torch.float32,)  # in the kernels' domain; the code path is the same in float16 and bfloat16 (cost:
@@ -57,7 +59,6 @@ def _configs(domain: str) -> set:
     return set(domain.split("autotuned configs: ")[1].split("; ")[0].split(" | "))
 
 
-@pytest.mark.normcert_heavy  # a correct kernel certified on every family and dtype: the heavy tier
 def test_a_correct_autotuned_kernel_is_certified_under_each_config(session):
     impl = _impl(planted_tuned.rms_norm_tuned)
     names = session.forcing(impl).names
