@@ -14,7 +14,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from .certificate_helpers import read_certificate
+
+pytestmark = pytest.mark.normcert_heavy  # end-to-end runs of the command in fresh processes: the heavy tier
 
 PLUGIN = '''
 import pytest
@@ -35,7 +39,6 @@ def pytest_sessionfinish(session, exitstatus):
 KERNEL = '''
 import torch
 
-pytestmark = pytest.mark.normcert_heavy  # end-to-end runs of the command in fresh processes: the heavy tier
 
 def rms(x, weight, eps):
     """Wrong on every row: 1% too large."""

@@ -24,12 +24,13 @@ import normcert
 
 from .certificate_helpers import read_certificate
 
+pytestmark = pytest.mark.normcert_heavy  # end-to-end runs of the command in fresh processes: the heavy tier
+
 CHECKOUT = Path(normcert.__file__).resolve().parent.parent
 
 MYKERN = '''
 import torch
 
-pytestmark = pytest.mark.normcert_heavy  # end-to-end runs of the command in fresh processes: the heavy tier
 
 
 def rms(x, weight, eps):
