@@ -33,6 +33,48 @@ from .triton_norms import TILE, as_rows, compute_dtype, div_rn, load_sum, rsqrt_
 
 
 @triton.jit
+def store_quantised(v, row, g, col, in_rows, in_groups, m, Y, y_stride, SCALES, ssr, ssg, q, min_scale,
+                    UE8M0: tl.constexpr, ACC: tl.constexpr):
+    """The (BLOCK_R, BLOCK_G, GROUP) tile v quantised per group and stored: each group's scale
+    max(peak / q, min_scale) (UE8M0: rounded up to a power of two; NaN where the group holds a NaN,
+    counted, as a max may drop it) at SCALES through its strides, and y = e4m3(v / scale), with the
+    stored scale, at Y (rows ``y_stride`` apart; ``col``: the groups' columns, ``m``: the tile's mask)."""
+    peak = tl.max(tl.abs(v), 2)
+    nans = tl.sum((v != v).to(tl.int32), 2)
+    scale = tl.maximum(div_rn(peak, tl.full([], q, ACC)), tl.full([], min_scale, ACC)).to(tl.float32)
+    if UE8M0:  # a positive normal float32 rounded up to a power of two, exactly
+        bits = scale.to(tl.int32, bitcast=True)
+        scale = ((bits + 0x7FFFFF) & -0x800000).to(tl.float32, bitcast=True)
+    scale = tl.where(nans > 0, float("nan"), scale)
+    tl.store(SCALES + row[:, None] * ssr + g[None, :] * ssg, scale, mask=in_rows[:, None] & in_groups[None, :])
+    t = div_rn(v, scale.to(ACC)[:, :, None])
+    y = tl.clamp(t, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL).to(Y.dtype.element_ty)
+    tl.store(Y + row[:, None, None] * y_stride + col[None, :, :], y, mask=m)
+
+
+def refuse_unsupported(op, x, group) -> None:
+    """NotImplementedError for float64 x (no single-rounding float64 -> float8_e4m3fn conversion on a
+    GPU) and for a group that is not a power of two (a tile's width)."""
+    if x.dtype == torch.float64:
+        raise NotImplementedError(f"{op}: float64 input (no single-rounding float64 -> float8_e4m3fn conversion)")
+    if group & (group - 1):
+        raise NotImplementedError(f"{op}: group {group} is not a power of two (a tile's width)")
+
+
+def scales_buffer(lead, groups, rows, layout, device):
+    """The float32 scales of ``rows`` rows (leading dims ``lead``) of ``groups`` groups in ``layout``,
+    and their (row, group) strides: (rows, groups) contiguous, or groups first ("column_major")."""
+    if layout == "row_major":
+        return torch.empty(lead + (groups,), dtype=torch.float32, device=device), groups, 1
+    return torch.empty((groups,) + lead, dtype=torch.float32, device=device).movedim(0, -1), 1, rows
+
+
+def block_groups(block_r, groups, group) -> int:
+    """Groups per program: as many as fit a tile of ``TILE`` elements with ``block_r`` rows, at least 1."""
+    return max(1, min(triton.next_power_of_2(groups), TILE // (block_r * group)))
+
+
+@triton.jit
 def _group_quant_kernel(
     X, sxr, sxc, R, srr, src, W, EPS, Y, SCALES, RES, ssr, ssg, rows, n, groups, q, min_scale,
     FUSED: tl.constexpr, UE8M0: tl.constexpr, ACC: tl.constexpr, GROUP: tl.constexpr, BLOCK_R: tl.constexpr,
@@ -57,26 +99,13 @@ def _group_quant_kernel(
         m = in_rows[:, None, None] & in_cols[None, :, :]
         w = tl.load(W + col, mask=in_cols, other=0.0).to(ACC)[None, :, :]
         v = load_sum(X, sxr, sxc, R, srr, src, row[:, None, None], col[None, :, :], m, FUSED, ACC) * rstd * w
-        peak = tl.max(tl.abs(v), 2)
-        nans = tl.sum((v != v).to(tl.int32), 2)
-        scale = tl.maximum(div_rn(peak, tl.full([], q, ACC)), tl.full([], min_scale, ACC)).to(tl.float32)
-        if UE8M0:  # a positive normal float32 rounded up to a power of two, exactly
-            bits = scale.to(tl.int32, bitcast=True)
-            scale = ((bits + 0x7FFFFF) & -0x800000).to(tl.float32, bitcast=True)
-        scale = tl.where(nans > 0, float("nan"), scale)
-        tl.store(SCALES + row[:, None] * ssr + g[None, :] * ssg, scale, mask=in_rows[:, None] & in_groups[None, :])
-        t = div_rn(v, scale.to(ACC)[:, :, None])
-        y = tl.clamp(t, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL).to(Y.dtype.element_ty)
-        tl.store(Y + row[:, None, None] * n + col[None, :, :], y, mask=m)
+        store_quantised(v, row, g, col, in_rows, in_groups, m, Y, n, SCALES, ssr, ssg, q, min_scale, UE8M0, ACC)
 
 
 def _forward(op, x, residual, weight, eps, group, scale_format, layout):
     for name, value in (("group", group), ("scale_format", scale_format), ("layout", layout)):
         KINDS[name].check(op, name, value, x)
-    if x.dtype == torch.float64:
-        raise NotImplementedError(f"{op}: float64 input (no single-rounding float64 -> float8_e4m3fn conversion)")
-    if group & (group - 1):
-        raise NotImplementedError(f"{op}: group {group} is not a power of two (a tile's width)")
+    refuse_unsupported(op, x, group)
     n = x.shape[-1]
     acc, acc_t = compute_dtype(x.dtype)
     x2 = as_rows(x, n)
@@ -85,15 +114,10 @@ def _forward(op, x, residual, weight, eps, group, scale_format, layout):
     lead = tuple(x.shape[:-1])
     y = torch.empty((rows, n), dtype=torch.float8_e4m3fn, device=x.device)
     res = None if residual is None else torch.empty((rows, n), dtype=residual.dtype, device=x.device)
-    if layout == "row_major":
-        scales = torch.empty(lead + (groups,), dtype=torch.float32, device=x.device)
-        ssr, ssg = groups, 1
-    else:  # groups first in memory
-        scales = torch.empty((groups,) + lead, dtype=torch.float32, device=x.device).movedim(0, -1)
-        ssr, ssg = 1, rows
+    scales, ssr, ssg = scales_buffer(lead, groups, rows, layout, x.device)
     if rows * n:
         block_r, block_n = tile(n)  # block_n >= group: n is a multiple of it
-        block_g = max(1, min(triton.next_power_of_2(groups), TILE // (block_r * group)))
+        block_g = block_groups(block_r, groups, group)
         q = qmax("float8_e4m3fn")
         _group_quant_kernel[(triton.cdiv(rows, block_r),)](
             x2, x2.stride(0), x2.stride(1), r2, r2.stride(0), r2.stride(1), weight.contiguous(),

@@ -28,7 +28,8 @@ from ..oracle.dynamic_quant import MIN_SCALE, qmax
 from ..oracle.kinds import KINDS
 
 from . import make
-from .triton_norms import TILE, as_rows, compute_dtype, div_rn, tile
+from .triton_group_quant import block_groups, refuse_unsupported, scales_buffer, store_quantised
+from .triton_norms import as_rows, compute_dtype, tile
 from .triton_swiglu import sigmoids
 
 
@@ -54,17 +55,7 @@ def _silu_mul_group_quant_kernel(
         up = tl.load(at + h * sxc, mask=m, other=0.0).to(ACC)
         sigma, _ = sigmoids(gate)
         v = gate * sigma * up
-        peak = tl.max(tl.abs(v), 2)
-        nans = tl.sum((v != v).to(tl.int32), 2)
-        scale = tl.maximum(div_rn(peak, tl.full([], q, ACC)), tl.full([], min_scale, ACC)).to(tl.float32)
-        if UE8M0:  # a positive normal float32 rounded up to a power of two, exactly
-            bits = scale.to(tl.int32, bitcast=True)
-            scale = ((bits + 0x7FFFFF) & -0x800000).to(tl.float32, bitcast=True)
-        scale = tl.where(nans > 0, float("nan"), scale)
-        tl.store(SCALES + row[:, None] * ssr + g[None, :] * ssg, scale, mask=in_rows[:, None] & in_groups[None, :])
-        t = div_rn(v, scale.to(ACC)[:, :, None])
-        y = tl.clamp(t, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL).to(Y.dtype.element_ty)
-        tl.store(Y + row[:, None, None] * h + col[None, :, :], y, mask=m)
+        store_quantised(v, row, g, col, in_rows, in_groups, m, Y, h, SCALES, ssr, ssg, q, min_scale, UE8M0, ACC)
 
 
 def _forward(op, x, counts, group, scale_format, layout):
@@ -73,24 +64,16 @@ def _forward(op, x, counts, group, scale_format, layout):
     h = x.shape[-1] // 2
     for name, value in (("group", group), ("scale_format", scale_format), ("layout", layout)):
         KINDS[name].check(op, name, value, x[..., :h])
-    if x.dtype == torch.float64:
-        raise NotImplementedError(f"{op}: float64 input (no single-rounding float64 -> float8_e4m3fn conversion)")
-    if group & (group - 1):
-        raise NotImplementedError(f"{op}: group {group} is not a power of two (a tile's width)")
+    refuse_unsupported(op, x, group)
     acc, _ = compute_dtype(x.dtype)
     x2 = as_rows(x, x.shape[-1])
     rows, groups = x2.shape[0], h // group
     lead = tuple(x.shape[:-1])
     y = torch.empty((rows, h), dtype=torch.float8_e4m3fn, device=x.device)
-    if layout == "row_major":
-        scales = torch.empty(lead + (groups,), dtype=torch.float32, device=x.device)
-        ssr, ssg = groups, 1
-    else:  # groups first in memory
-        scales = torch.empty((groups,) + lead, dtype=torch.float32, device=x.device).movedim(0, -1)
-        ssr, ssg = 1, rows
+    scales, ssr, ssg = scales_buffer(lead, groups, rows, layout, x.device)
     if rows * h:
         block_r, _ = tile(h)
-        block_g = max(1, min(triton.next_power_of_2(groups), TILE // (block_r * group)))
+        block_g = block_groups(block_r, groups, group)
         q = qmax("float8_e4m3fn")
         c = y if counts is None else counts.contiguous()
         _silu_mul_group_quant_kernel[(triton.cdiv(rows, block_r),)](
