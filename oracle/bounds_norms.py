@@ -185,6 +185,10 @@ def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.
     which compounds with rho's own error, R = (1 + rho_rel)(1 + moved_rho) - 1; x_i and M move
     with the rows.  Its cotangent is added to dx before dx is rounded, and may ride along
     autograd's further additions (``NormInput.carried``).
+    Overflow of the cotangent's products: where g = dy w, or the reach sum|g xhat| of n M, passes
+    the compute format's largest value max_c in a row of finite x and dy (the gated norm's dy silu(z) near max), dx_i
+    is inf - inf in every order (a correct kernel may return any sign, or NaN); the row takes no claim,
+    -inf (``assessment.assess``), and so does any element whose bound itself overflowed to NaN.
     multiplier: the factor after normalising (default: the weight; gemma_rms_norm's is 1 + weight);
     multiplier_rel: its relative error in the kernel; cotangent_error: a bound on dy's own error (the
     gated norm's dy silu(z)), absolute.  Together g_i is off by e_i = multiplier_rel |g_i| + |w_i|
@@ -207,7 +211,12 @@ def rms_norm_bwd(args, cot, exact, rows=None, multiplier=None, multiplier_rel=0.
         dw_err = _rms_dweight_error(ctx, affine_grad_context(args, "weight"), x, dy, rho, rho_rel, delta,
                                     cotangent_error, tiny, exact.get("weight", 0.0))
     claim = claim & np.isfinite(rho_rel)
-    return {"x": np.where(claim, dx_err, np.inf), "weight": np.where(claim.all(), dw_err, np.inf)}
+    with np.errstate(all="ignore"):  # g = dy w or M's reach sum|g xhat| past max_c: dx_i = inf - inf
+        finite = np.isfinite(dy).all(axis=-1, keepdims=True) & np.isfinite(x).all(axis=-1, keepdims=True)
+        over = finite & ~(np.abs(g * x * rho).sum(axis=-1, keepdims=True) < ctx.cmax)
+    dx = np.where(claim, dx_err, np.inf)
+    return {"x": np.where(over | np.isnan(dx), -np.inf, dx),
+            "weight": np.where(np.isnan(dw_err), -np.inf, np.where(claim.all(), dw_err, np.inf))}
 
 
 def moved_product(values, errors):

@@ -4,7 +4,8 @@
 same op, the same kind of values, moved inside the domain so that no draw is
 wasted on what the kernel never claimed:
 
-    rank      leading dims flattened (r -> k < r) or 1s prepended (k > r); a mask alike
+    rank      leading dims flattened (r -> k < r) or 1s prepended (k > r); a mask alike, and a
+              masked MoE op's counts with x's expert dims (a rank-2 fit of it keeps expert 0)
     width     every row-length dim resized to ``domain.width(n)``: cut to its first n'
               entries, or tiled (the row repeated) to n' > n; a *_and_mul row is resized
               half by half, [gate[:n'/2] | up[:n'/2]]; a sublayer's n x n matrix in both dims;
@@ -59,10 +60,15 @@ def fit(case: Case, domain: Domain) -> Case:
 
     r = main.dim()
     k = domain.rank(r)
-    if k != r:
+    if k != r and rec.counts and k < r and k < 3:  # (experts..., tokens, n) to (tokens, n): expert 0
         for name, kind in kinds.items():
-            if t.get(name) is not None and kind.shape in ("rows", "leading"):
-                lead = kind.shape == "leading"  # a mask: x's leading dims
+            if t.get(name) is not None and kind.shape in ("rows", "experts"):
+                t[name] = t[name][(0,) * (r - k)]
+        changed.append(f"rank {r} -> {k} (the first expert)")
+    elif k != r:
+        for name, kind in kinds.items():
+            if t.get(name) is not None and kind.shape in ("rows", "leading", "experts"):
+                lead = {"leading": 1, "experts": 2}.get(kind.shape, 0)  # a mask: x's leading dims; counts: its experts
                 t[name] = _rerank(t[name], r - lead, k - lead)
         changed.append(f"rank {r} -> {k}")
 

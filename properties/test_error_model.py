@@ -215,3 +215,21 @@ def test_the_deep_norm_sublayer_is_rounded_once():
                            zip(a.tolist(), c.tolist())] for row in t.tolist()], dtype=torch.float64)
     assert torch.equal(affine_sublayer(a, c)(t), exact.to(torch.float32))
     assert not torch.equal(torch.nn.functional.linear(t, a, c), exact.to(torch.float32))
+
+
+@pytest.mark.parametrize("compute", [torch.float64, torch.float32])
+def test_a_row_whose_cotangent_products_overflow_takes_no_claim_and_the_others_keep_theirs(compute):
+    """dx = rho (g - xhat mean(g xhat)), g = dy w: where g or sum|g xhat| passes max_c every order
+    computes inf - inf, so the row's bound is -inf (no claim, even on an infinite exact value); a
+    row beside it keeps its finite bound (the gated norm reached this with dy silu(z), z near max)."""
+    dtype = compute
+    big = float(torch.finfo(dtype).max) / 2
+    x = torch.tensor([[0.64, -0.82, 0.05, -0.004], [0.3, -1.1, 0.7, 0.2]], dtype=dtype)
+    w = torch.tensor([0.34, -2.83, 2.63, 0.59], dtype=dtype)
+    dy = torch.tensor([[big, big, -big, 0.5], [1.0, -0.5, 0.25, 2.0]], dtype=dtype)
+    args = {"x": x, "weight": w, "eps": 1e-12}
+    exact = oracle.vjp("rms_norm", (dy,), path="mpmath", **args)
+    bounds = rms_norm_bwd(args, (dy,), exact)
+    assert (bounds["x"][0] == -np.inf).all()
+    assert np.isfinite(bounds["x"][1]).all() and (bounds["x"][1] > 0).all()
+    assert not np.isnan(bounds["weight"]).any()

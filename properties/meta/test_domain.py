@@ -375,3 +375,20 @@ def test_rank_and_layout_domains_reach_the_calls_a_property_derives(session):
     res = runner.run_family(session, BY_NAME["batch-invariance"], _impl(hostile.rms_3d_contiguous_only), F32,
                              max_examples=20, gating=False)
     assert "refused" not in res.message, res.message
+
+
+@pytest.mark.parametrize("shape,ranks,want_x,want_counts", [
+    ((5, 8), (3,), (1, 5, 8), (1,)),          # one expert given an expert dim
+    ((3, 5, 8), (2,), (5, 8), ()),            # to (tokens, n): expert 0, never tokens of two experts mixed
+    ((2, 3, 5, 8), (3,), (6, 5, 8), (6,)),    # expert dims flattened with their counts
+])
+def test_a_masked_moe_case_keeps_one_count_per_expert_when_its_rank_is_fitted(shape, ranks, want_x, want_counts):
+    x = torch.randn(shape)
+    counts = torch.arange(int(torch.tensor(shape[:-2]).prod()) if len(shape) > 2 else 1).reshape(shape[:-2]) % 6
+    c = Case("silu_and_mul_group_quant_masked", {"x": x, "counts": counts},
+             {"group": 4, "scale_format": "float32", "layout": "row_major"})
+    fitted = fit(c, Domain(ranks=ranks))
+    assert fitted.main.shape[:-1] == want_x[:-1] and fitted.tensors["counts"].shape == want_counts
+    OPS[fitted.op].check(fitted.oracle_args())
+    if len(shape) == 3 and ranks == (2,):
+        assert torch.equal(fitted.main[:, :4], x[0, :, :4]) and int(fitted.tensors["counts"]) == int(counts[0])
