@@ -34,6 +34,10 @@ was certified.
                               norm only (flash-linear-attention's FusedRMSNormGated).  Its cases
                               are drawn, then fitted to that value; NAME must be a flag of the
                               kernel's op (checked when the kernel is registered)
+    capturable=yes|no         yes: the kernel can be captured in a CUDA graph, and a capture
+                              that fails fails its served result; no: it is not captured
+                              (default: tried, and a failed capture is noted, not failed).
+                              No case is fitted for it: it is a claim about the call
 
 A case is drawn as for any kernel, then *fitted* into the domain
 (``properties.fitting``): the row length rounded up to the multiple (capped at
@@ -60,7 +64,8 @@ rows, the "many" bucket (``strategies.MANY_ROWS`` = 65537 rows), each row widene
 narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to 2047 fits (2046 for a
 [gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
 
-KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags")
+KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
+        "capturable")
 RANKS = (2, 3, 4)
 
 
@@ -81,6 +86,7 @@ class Domain:
     ranks: tuple[int, ...] | None = None
     weightless: bool | None = None
     flags: tuple[tuple[str, bool], ...] | None = None  # (argument, its one supported value), sorted by name
+    capturable: bool | None = None  # a CUDA-graph capture that fails: gates (yes), not tried (no), noted (None)
 
     @property
     def declared(self) -> bool:
@@ -130,6 +136,8 @@ class Domain:
             parts.append("weightless calls (None weight / bias)" if self.weightless else "no weightless calls")
         if self.flags is not None:
             parts += [f"{name}={'yes' if value else 'no'}" for name, value in self.flags]
+        if self.capturable is not None:
+            parts.append("CUDA-graph capturable" if self.capturable else "not captured in a CUDA graph")
         return "; ".join(parts)
 
     def spec(self) -> str:
@@ -285,4 +293,4 @@ def _flags(where, key, value) -> tuple[tuple[str, bool], ...]:
 
 _READ = {"dtypes": _dtypes, "params": _choice("same", "float32"), "residual": _choice("same", "float32"),
          "max_width": _positive, "width_multiple": _positive, "contiguous": _choice("last", "all"), "ranks": _ranks, "weightless": _yes_no,
-         "flags": _flags}
+         "flags": _flags, "capturable": _yes_no}

@@ -379,6 +379,21 @@ def invoke(session, impl, case: Case, within=None, mode: str = "") -> tuple[torc
             return info.call(impl.fn, args)
 
     out = kernel_code(session, impl, "", call, (case.dtype, torch.is_grad_enabled(), mode))
+    outs = shaped_outputs(impl, case, args, out)
+    check_layouts(impl, case, outs)
+    check_unmutated(impl, case, before)
+    check_fresh(impl, case, info.outputs, outs)
+    check_not_reused(session, impl, info.outputs, outs)
+    outs = info.decode(outs, args)
+    # the caller's own copies: a kernel that later writes into a buffer it kept cannot change
+    # a result a property still holds (outputs with a graph stay: the gradients run through them)
+    return tuple(o if o.requires_grad else o.clone() for o in outs)
+
+
+def shaped_outputs(impl, case: Case, args: dict, out) -> tuple[torch.Tensor, ...]:
+    """The kernel's return value ``out`` as the op's outputs, each of the shape, dtype and device
+    the contract says (``ContractViolation`` otherwise); the tensors themselves, not copies."""
+    info = case.record
     outs = _normalise_outputs(impl, info, out)
     device = case.main.device
     for name, o, shape in zip(info.outputs, outs, expected_shapes(case)):
@@ -389,14 +404,7 @@ def invoke(session, impl, case: Case, within=None, mode: str = "") -> tuple[torc
                                     f"expected {info.out_dtype(name, args)}")
         if o.device != device:
             raise ContractViolation(f"{impl.id} returned {name} on {o.device}, expected {device}")
-    check_layouts(impl, case, outs)
-    check_unmutated(impl, case, before)
-    check_fresh(impl, case, info.outputs, outs)
-    check_not_reused(session, impl, info.outputs, outs)
-    outs = info.decode(outs, args)
-    # the caller's own copies: a kernel that later writes into a buffer it kept cannot change
-    # a result a property still holds (outputs with a graph stay: the gradients run through them)
-    return tuple(o if o.requires_grad else o.clone() for o in outs)
+    return outs
 
 
 HELD_CALLS = 2  # a kernel's outputs of this many earlier calls are kept alive to catch a reused buffer

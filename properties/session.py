@@ -43,7 +43,9 @@ class Session:
     tuned: kernel id -> its autotuners, forced config by config (``forcing``);
     first_calls: (kernel id, dtype) -> what was wrong with the kernel's first call of that dtype in this
     process ("" if nothing: ``probes.first_call``), the support probe's call;
-    compiled: kernel id -> the kernel as ``torch.compile`` makes it (``checks.compiled``), made once."""
+    compiled: kernel id -> the kernel as ``torch.compile`` makes it (``checks.compiled``), made once;
+    uncapturable: kernel id -> why its CUDA-graph capture failed, for its next served result's modes
+    (``checks.graphed``)."""
 
     device: str = "cpu"
     seed: int = 0
@@ -69,6 +71,7 @@ class Session:
     tuned: dict = field(default_factory=dict)
     first_calls: dict = field(default_factory=dict)
     compiled: dict = field(default_factory=dict)
+    uncapturable: dict[str, str] = field(default_factory=dict)
 
     def forcing(self, impl) -> Forcing:
         """The kernel's autotuners, run under the config the runner selects (``impls.autotune``);

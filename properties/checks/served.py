@@ -8,7 +8,8 @@ format), calls it again and checks the second result against the oracle of -x; x
 (negated again: bit for bit) whatever happens.  A mode with a ``backward`` (autocast) checks the
 gradients of its call too, as the gradients family does, with the cotangents of the case's
 ``cot_seed``, on a kernel whose outputs carry a grad_fn (``probes.has_backward``; a forward-only
-kernel's is the gradients family's verdict).  ``cuda graph`` captures the call on a GPU.
+kernel's is the gradients family's verdict).  ``cuda graph`` captures the call on a GPU and
+replays it on new values (``checks.graphed``).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from ..sandbox import invoke
 from ..probes import has_backward, inference_convention
 from .accuracy import accuracy_cases
 from .gradients import check_gradients
+from .graphed import graphed
 
 
 def served_cases(op, dtype, device, bucket=None):
@@ -47,6 +49,8 @@ def check_served(session, impl, case, worst):
         try:
             if any(m.reuses for m in modes):
                 _reused(session, impl, case, worst, within, name, where)
+            elif any(m.graphs for m in modes):
+                graphed(session, impl, case, worst, where)
             elif all(m.enter is not None for m in modes):
                 outs = invoke(session, impl, case, within=within, mode=name)
                 check_against_oracle(outs, case, worst, where=where)
@@ -93,7 +97,12 @@ def trains(impl) -> bool:
 def modes_ran(session, impl, dtype) -> str:
     """The result's words for the modes: those that ran, and why each other did not."""
     ran, skipped = applicable(session.device, dtype, trains(impl))
-    text = "modes: " + ", ".join(m.name for m in ran if m.enter is not None or m.reuses)
+    if impl.domain.capturable is False and any(m.graphs for m in ran):
+        ran = [m for m in ran if not m.graphs]
+        skipped = {**skipped, "cuda graph": "its domain declares capturable=no"}
+    uncapturable = session.uncapturable.pop(impl.id, "")
+    text = "modes: " + ", ".join(f"{m.name}: not capturable: {uncapturable}" if m.graphs and uncapturable
+                                 else m.name for m in ran)
     if skipped:
         text += "; not run: " + "; ".join(f"{k} ({v})" for k, v in skipped.items())
     return text

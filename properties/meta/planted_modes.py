@@ -114,6 +114,14 @@ def rms_served_twin(x, weight, eps):
     return eager_rms_norm(x, weight, eps)
 
 
+def rms_host_sync(x, weight, eps):
+    """Correct, and not capturable in a CUDA graph: it reads a value back to the host (``.item()``) to
+    choose its path, a sync a capture refuses."""
+    if x.numel() and bool(torch.isfinite(x).all().item()):
+        return eager_rms_norm(x, weight, eps)
+    return eager_rms_norm(x, weight, eps)
+
+
 BUGS = {rms_no_grad_drops_eps: "served", rms_autocast_bf16_stats: "served", rms_cached_by_address: "served",
         rms_first_call_zeros: "accuracy", rms_wrong_multithreaded: "served", rms_autocast_backward_bf16: "served"}
 """Each bug, and the family that must kill it (the warm-up bug: the first family to call it)."""

@@ -65,6 +65,8 @@ def test_parse_reads_every_key_and_says_the_domain_back():
                             "bfloat16 x); row length a multiple of 8 and at most 8192; last dim contiguous (stride 1); "
                             "rank 2 or 3; no weightless calls")
     assert not parse("").declared and parse(None) == Domain()
+    graphs = parse("capturable=yes")
+    assert graphs.capturable is True and parse(graphs.spec()) == graphs and graphs.describe() == "CUDA-graph capturable"
 
 
 @pytest.mark.parametrize("spec, says", [
@@ -79,6 +81,7 @@ def test_parse_reads_every_key_and_says_the_domain_back():
     ("residual=bfloat16", "residual='bfloat16': expected one of same, float32"),
     ("max_width=4 width_multiple=8", "max_width=4 is below width_multiple=8: no row fits"),
     ("ranks=2 ranks=3", "ranks given twice"),
+    ("capturable=sometimes", "capturable='sometimes': expected yes or no"),
 ])
 def test_a_bad_domain_is_one_line_naming_the_key(spec, says):
     with pytest.raises(DomainError) as e:
