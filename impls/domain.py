@@ -137,7 +137,8 @@ class Domain:
         if self.flags is not None:
             parts += [f"{name}={'yes' if value else 'no'}" for name, value in self.flags]
         if self.capturable is not None:
-            parts.append("CUDA-graph capturable" if self.capturable else "not captured in a CUDA graph")
+            parts.append("capturable=yes (a failed CUDA-graph capture fails; captured on a GPU only)" if self.capturable
+                         else "capturable=no (never captured in a CUDA graph)")
         return "; ".join(parts)
 
     def spec(self) -> str:

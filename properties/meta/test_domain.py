@@ -66,7 +66,8 @@ def test_parse_reads_every_key_and_says_the_domain_back():
                             "rank 2 or 3; no weightless calls")
     assert not parse("").declared and parse(None) == Domain()
     graphs = parse("capturable=yes")
-    assert graphs.capturable is True and parse(graphs.spec()) == graphs and graphs.describe() == "CUDA-graph capturable"
+    assert graphs.capturable is True and parse(graphs.spec()) == graphs and graphs.describe() == \
+        "capturable=yes (a failed CUDA-graph capture fails; captured on a GPU only)"
 
 
 @pytest.mark.parametrize("spec, says", [
