@@ -20,6 +20,7 @@ sizes are skipped.
     python benchmarks/oracle.py            # all ops, 8x64 .. 64x8192 (~3 min)
     python benchmarks/oracle.py --quick    # 8x64 and 64x4096 only
     python benchmarks/oracle.py --vjp      # also time the float64 VJP against torch autograd
+    python benchmarks/oracle.py --plot oracle.svg   # also the figure: ms against elements (the plots extra)
 """
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ from normcert.oracle.backends import MP_PREC
 from normcert.oracle.kinds import KINDS
 from normcert.oracle.mpmath_backend import MPExact
 from normcert.properties.certificate import cpu_name
+
+import plots  # beside this script
 
 SIZES = ((8, 64), (64, 1024), (64, 4096), (64, 8192))
 QUICK_SIZES = ((8, 64), (64, 4096))
@@ -179,13 +182,14 @@ def fmt_ratio(r: float | None) -> str:
 
 
 def run(ops, sizes, budget, do_vjp):
+    """Print the tables; return (op, path, elements, ms) for every call timed (for ``--plot``)."""
     for line in machine():
         print(line)
     print(f"budget:  mpmath / naive calls estimated over {budget:g} s are skipped (naive: measured on a subset, "
           f"scaled, marked ~)")
     print()
     header = ("op", "size", "path", "ms", "vs naive", "vs torch f64", "torch f64 op")
-    rows_out = []
+    rows_out, points = [], []
     per_unit = {}  # (op, path) -> seconds per cost unit, from the largest size measured
     for op in ops:
         for rows, n in sizes:
@@ -220,6 +224,9 @@ def run(ops, sizes, budget, do_vjp):
             else:
                 t_f64 = timed(lambda: oracle.forward(op, path="float64", **a))
                 f64_cell = fmt_ms(t_f64)
+            points += [(op, path, rows * n, t * 1e3) for path, t in  # measured times only: no scaled estimate
+                       (("naive", None if naive_note else t_naive), ("mpmath", t_mp), ("float64", t_f64),
+                        ("torch float64", t_torch)) if t is not None]
             rows_out.append((op, size, "naive", naive_note + fmt_ms(t_naive), "1x", "", ""))
             rows_out.append((op, size, "mpmath", mp_cell, fmt_ratio(t_naive / t_mp) if t_mp else "-", "", ""))
             rows_out.append((op, size, "float64", f64_cell, fmt_ratio(t_naive / t_f64) if t_f64 else "-",
@@ -246,6 +253,7 @@ def run(ops, sizes, budget, do_vjp):
     if hasattr(os, "getloadavg"):
         print()
         print("load at end: " + ", ".join(f"{v:.2f}" for v in os.getloadavg()))
+    return points
 
 
 def print_table(header, rows):
@@ -273,7 +281,10 @@ def main(argv=None):
                    help="seconds one mpmath / naive call may take before it is skipped or scaled (default 10)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     p.add_argument("--vjp", action="store_true", help="also time the float64 VJP against torch autograd")
+    p.add_argument("--plot", metavar="PATH", help="also draw ms per call against elements (``plots.oracle_cost``)")
     args = p.parse_args(argv)
+    if args.plot and plots.require():
+        p.error(plots.require())
     if args.threads:
         torch.set_num_threads(args.threads)
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
@@ -284,7 +295,10 @@ def main(argv=None):
         sizes = tuple(tuple(int(v) for v in s.lower().split("x")) for s in args.sizes.split(","))
     else:
         sizes = QUICK_SIZES if args.quick else SIZES
-    run(ops, sizes, args.budget, args.vjp)
+    points = run(ops, sizes, args.budget, args.vjp)
+    if args.plot:
+        plots.oracle_cost(points, args.plot, title=f"oracle cost; {cpu_name()}, torch {torch.__version__}")
+        print(f"figure: {args.plot}")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ Quantised outputs (FP8) are checked to the step (``assessment.assess``): only th
 
     python benchmarks/tightness.py                       # every op, eager + triton, 10 seeds
     python benchmarks/tightness.py --ops layer_norm --seeds 3 --backends eager
+    python benchmarks/tightness.py --plot tightness.svg     # also the figure (the plots extra)
 """
 from __future__ import annotations
 
@@ -55,6 +56,8 @@ from normcert.properties.checks.gradients import case_cotangents, fresh_leaves
 from normcert.properties.fitting import fit
 from normcert.properties.measure import oracle_assessments
 from normcert.properties.strategies import near_constant_buckets, round_up_row
+
+import plots  # beside this script
 
 FAMILIES = ("accuracy", "gradients")
 
@@ -199,7 +202,10 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--examples", type=int, default=10, help="random cases per (kernel, family, dtype, seed)")
     p.add_argument("--backends", default="eager,triton")
+    p.add_argument("--plot", metavar="PATH", help="also draw worst / bound per op x dtype (``plots.tightness``)")
     a = p.parse_args()
+    if a.plot and plots.require():
+        p.error(plots.require())
     ops = a.ops.split(",")
     unknown = [o for o in ops if o not in OPS]
     if unknown:
@@ -233,6 +239,8 @@ def main() -> None:
     print(f"# tightness: {len(found)} kernels ({a.backends} + the meta-tests' correct variants), {a.seeds} seeds x "
           f"{a.examples} cases + the near-constant buckets; {cpu_name()}, {platform.python_version()}, "
           f"torch {torch.__version__}; {time.time() - started:.0f} s")
+    header = (f"{len(found)} kernels ({a.backends} + correct variants), {a.seeds} seeds x {a.examples} cases; "
+              f"{cpu_name()}, torch {torch.__version__}")
     print(f"{'op':<18} {'dtype':<9} {'family':<10} {'cases':<10} {'n':>4} {'worst':>7} {'bound/worst':>11} "
           f"{'bnd/|y| med':>11} {'p90':>9} {'>|y|':>7}  worst kernel")
     for (op, dtype, family, rows), c in sorted(cells.items()):
@@ -241,6 +249,12 @@ def main() -> None:
             else ("-", "-", "-")
         print(f"{op:<18} {dtype:<9} {family:<10} {rows:<10} {c.cases:>4} {c.worst:>7.3f} "
               f"{(1 / c.worst if c.worst else float('inf')):>11.3g} {med:>11} {p90:>9} {over:>7}  {c.kernel}")
+    if a.plot:
+        worst: dict = defaultdict(float)
+        for (op, dtype, family, _), c in cells.items():
+            worst[(op, dtype, family)] = max(worst[(op, dtype, family)], c.worst)
+        plots.tightness(dict(worst), a.plot, title=header)
+        print(f"figure: {a.plot}")
 
 
 if __name__ == "__main__":
