@@ -101,4 +101,5 @@ def _fit(where, exact):
 def record_assessment(a: assessment.Assessment, case: Case, worst: Worst) -> None:
     worst.add(a, case)
     if not a.ok:
+        case.elements = a.elements  # the replay file keeps them for the report's card
         raise PropertyFailure(a.detail)
