@@ -42,7 +42,8 @@ def worst_elements(kind: str, name: str, form: str, at: tuple, got, ref, bound, 
     way of the replay file: plain numbers, JSON-ready (non-finite ones stay floats).
 
     ``kind`` "oracle": ``got`` against the exact value ``ref`` under ``bound``, with ``units``
-    (error / bound) and ``ulps`` as ``assess`` computed them; "agreement": ``got`` against the
+    (error / bound) and ``ulps`` as ``assess`` computed them ("pair" where ``ref`` is another call's
+    output, ``pair_reference``; ``measure.check_pair`` renames it); "agreement": ``got`` against the
     other kernel's ``ref``, ``ulps`` the steps of the format between them (bound 0: the bits must
     match).  ``over``: the elements that fail; ``at``: the worst element's index.  Keeps the
     ``TOP_K`` elements of the whole output ranked by ``rank`` (default ``units``; NaN as inf),

@@ -9,7 +9,8 @@ black: not finite) with the worst column marked.
 
 The output's side is what the check measured when the case failed, kept in the file's
 ``meta["elements"]`` (``oracle.assessment.worst_elements``, with the error model's bound, error /
-bound and ulps as ``assess`` computed them; for ``--agree``, the other kernel's value and the
+bound and ulps as ``assess`` computed them, against the exact value or, for a check of two calls,
+the other call's output; for ``--agree``, the other kernel's value and the
 steps of the format between the two): ``elements_view`` draws the failing row's window as a strip
 of per-element error / bound (log scale, the bound 1 a line, the elements over it red; for an
 agreement, ulps apart, the differing elements red) and lists the top elements in a table.  A
@@ -173,7 +174,7 @@ def elements_view(elements) -> dict:
     """The card's view of a replay file's ``meta["elements"]``: {"kind", "output", "format",
     "index", "over", "checked", "top" (rows of strings), "row", "start", "stop", "length",
     "strip", "column"}; ValueError where the field is not what ``worst_elements`` writes."""
-    if not isinstance(elements, dict) or elements.get("kind") not in ("oracle", "agreement"):
+    if not isinstance(elements, dict) or elements.get("kind") not in ("oracle", "pair", "agreement"):
         raise ValueError("not per-element data")
     form, agreement = str(elements.get("format", "")), elements["kind"] == "agreement"
     top = []
@@ -196,14 +197,15 @@ def elements_view(elements) -> dict:
     start, length = int(start), int(length)
     values = cols["ulps" if agreement else "units"][:shown]
     strip = error_strip(values, over[:shown], at[-1] - start, agreement)
+    against = "reference" if elements["kind"] == "pair" else "exact"
     for b in strip["bars"]:
         k = b.pop("k")
         j = start + k
         b["title"] = (f"[{j}] this kernel {_digits(cols['got'][k], form)}, the other {_digits(cols['exact'][k], form)}: "
                       f"{cols['ulps'][k]:.3g} ulps apart" if agreement else
-                      f"[{j}] got {_digits(cols['got'][k], form)}, exact {_digits(cols['exact'][k], form)}: "
+                      f"[{j}] got {_digits(cols['got'][k], form)}, {against} {_digits(cols['exact'][k], form)}: "
                       f"error / bound {cols['units'][k]:.3g}, {cols['ulps'][k]:.3g} ulps")
-    return {"kind": elements["kind"], "output": str(elements.get("output", "")), "format": form,
+    return {"kind": elements["kind"], "against": against, "output": str(elements.get("output", "")), "format": form,
             "index": ", ".join(map(str, at)), "over": int(_number(elements.get("over", 0))),
             "checked": int(_number(elements.get("checked", 0))), "top": top,
             "row": ", ".join(map(str, at[:-1])), "start": start, "stop": start + shown - 1, "length": length,

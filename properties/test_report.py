@@ -16,6 +16,7 @@ from normcert import cli
 from ..oracle.assessment import TOP_K, WINDOW, worst_elements
 
 from . import report, report_samples
+from .measure import PropertyFailure, Worst, check_pair
 from .report_replay import elements_view
 from .report_samples import HOSTILE
 
@@ -184,6 +185,21 @@ def test_a_long_row_shows_a_window_around_the_worst_and_says_which():
         "oracle", "y", "float64", (1, 4990), got, exact, bound, units, units, units > 1, 10_000))
     assert (el["start"], el["stop"], el["length"]) == (5000 - WINDOW, 4999, 5000)
     assert len(el["strip"]["bars"]) == WINDOW and el["column"] == 4990 and el["top"][0]["index"] == "1, 4990"
+
+
+def test_a_check_of_two_calls_shows_the_other_call_as_the_reference(tmp_path):
+    case, y = report_samples.sample_case(np.linspace(1, 2, 8).reshape(2, 4))
+    other = y.clone()
+    y[0, 2] += 1e-3
+    with pytest.raises(PropertyFailure):
+        check_pair("y (strided vs contiguous)", "y", y, other, np.zeros((2, 4)), case, Worst())
+    assert case.elements["kind"] == "pair" and case.elements["top"][0]["index"] == [0, 2]
+    html = report.render(report_samples.build(
+        [report_samples.row("rms_norm:example:k", "contract", "float32", "fail", "inf", 1e4, message="y[0, 2]: got",
+                            replay="normcert replay " + report_samples.write_replay(str(tmp_path), np.ones((2, 4)),
+                                                                                   case.elements))],
+        {"rms_norm:example:k": report_samples.impl("rms_norm")}, "not certified"))
+    assert '<th class="num">got</th><th class="num">reference</th>' in html and "[2] got " in html and "got 1.05078101, reference 1.04978096" in html
 
 
 def test_damaged_per_element_data_gives_a_reason_not_an_exception(tmp_path):
