@@ -26,6 +26,55 @@ class Assessment:
     detail: str  # the worst element, or the first class mismatch
     exact: int = 0  # quantised outputs: elements equal to the exact value rounded (bit-exact) ...
     checked: int = 0  # ... of this many claimed finite ones
+    elements: dict | None = None  # a failing output's per-element data (``worst_elements``); None where it passes
+
+
+TOP_K = 8
+"""The elements a failure's ``worst_elements`` lists: the largest error / bound, those over the bound first."""
+
+WINDOW = 256
+"""The most elements of the failing row ``worst_elements`` keeps, a window around the worst column."""
+
+
+def worst_elements(kind: str, name: str, form: str, at: tuple, got, ref, bound, units, ulps, over, checked: int,
+                   rank=None) -> dict:
+    """A failing output's per-element data, for the report's card (``properties/report_replay``) by
+    way of the replay file: plain numbers, JSON-ready (non-finite ones stay floats).
+
+    ``kind`` "oracle": ``got`` against the exact value ``ref`` under ``bound``, with ``units``
+    (error / bound) and ``ulps`` as ``assess`` computed them ("pair" where ``ref`` is another call's
+    output, ``pair_reference``; ``measure.check_pair`` renames it); "agreement": ``got`` against the
+    other kernel's ``ref``, ``ulps`` the steps of the format between them (bound 0: the bits must
+    match).  ``over``: the elements that fail; ``at``: the worst element's index.  Keeps the
+    ``TOP_K`` elements of the whole output ranked by ``rank`` (default ``units``; NaN as inf),
+    those in ``over`` first, and the values of the failing row (``at``'s, along the last dim) in a
+    window of at most ``WINDOW`` columns around ``at``."""
+    shape = tuple(np.shape(ref))
+    arrays = [np.broadcast_to(np.asarray(v, dtype=np.float64), shape).reshape(shape or (1,))
+              for v in (got, ref, bound, units, ulps)]
+    over = np.broadcast_to(np.asarray(over, dtype=bool), shape).reshape(shape or (1,))
+    at = tuple(at) or (0,)
+    score = np.abs(np.nan_to_num(np.broadcast_to(np.asarray(units if rank is None else rank, dtype=np.float64),
+                                                 shape).reshape(over.shape), nan=np.inf, posinf=np.inf))
+    with np.errstate(all="ignore"):  # over the bound: [1, inf]; within it: [0, 1)
+        score = np.where(over, 1 + score, np.where(np.isinf(score), 1.0, score / (1 + score))).ravel()
+    k = min(TOP_K, score.size)
+    top = np.argpartition(-score, k - 1)[:k] if k else np.zeros(0, int)
+    top = sorted(top.tolist(), key=lambda j: (-score[j], j))
+    flat = [v.ravel() for v in arrays]
+    rows = [{"index": [int(i) for i in np.unravel_index(j, over.shape)], "got": float(flat[0][j]),
+             "exact": float(flat[1][j]), "bound": float(flat[2][j]), "units": float(flat[3][j]),
+             "ulps": float(flat[4][j]), "over": bool(over.ravel()[j])} for j in top]
+    n = over.shape[-1]
+    start = min(max(at[-1] - WINDOW // 2, 0), max(n - WINDOW, 0))
+    stop = min(start + WINDOW, n)
+    line = lambda v: [float(x) for x in v[at[:-1]][start:stop]]  # noqa: E731
+    return {"kind": kind, "output": name, "format": form, "shape": list(shape), "index": list(at),
+            "over": int(over.sum()), "checked": int(checked), "top": rows,
+            "row": {"index": list(at[:-1]), "length": int(n), "start": int(start),
+                    "got": line(arrays[0]), "exact": line(arrays[1]), "bound": line(arrays[2]),
+                    "units": line(arrays[3]), "ulps": line(arrays[4]),
+                    "over": [bool(x) for x in over[at[:-1]][start:stop]]}}
 
 
 def _format(dtype_or_format):
@@ -112,7 +161,7 @@ def assess(name: str, actual: torch.Tensor, exact: np.ndarray, bound: np.ndarray
         units = np.where(fin & ~overflow_ok & ~np.isfinite(err), np.inf, units)
     bad = bad_nan | bad_inf | bad_fin
     max_ulps = float(ulps.max(initial=0.0)) if not np.isinf(units).any() else float(np.where(np.isfinite(ulps), ulps, 0).max(initial=0))
-    detail = ""
+    detail, elements = "", None
     rounds = (lambda i: f" (rounds to {float(q[i])!r})") if quantised else (lambda i: "")
     what = "the value rounded is off by" if quantised else "|error|"
     if bad.any():
@@ -122,9 +171,11 @@ def assess(name: str, actual: torch.Tensor, exact: np.ndarray, bound: np.ndarray
         detail = f"{name}{list(idx)}: got {float(a[idx])!r}, exact {float(e[idx])!r}{rounds(idx)}"
         if not (quantised and not bad_fin[idx]):  # a quantised NaN / saturation mismatch: no distance to give
             detail += f", {what} {err[idx]:.3g} > bound {bound[idx]:.3g} ({ulps[idx]:.3g} ulp of {f.name})"
+        past = np.where(bad & ~bad_fin, np.inf, units)  # a NaN or inf where the exact value is not: past any bound
+        elements = worst_elements("oracle", name, f.name, idx, a, e, bound, past, ulps, bad, int(claimed.sum()))
     elif fin.any():
         idx = tuple(int(i) for i in np.unravel_index(np.argmax(units), e.shape))
         detail = f"{name}{list(idx)}: worst {what} {err[idx]:.3g} = {units[idx]:.3g} of bound, {ulps[idx]:.3g} ulp"
     hits = int((fin & (a == q)).sum()) if quantised else 0
     return Assessment(name, not bad.any(), unclaimed, max_ulps, float(units.max(initial=0.0)), detail,
-                      hits, int(fin.sum()) if quantised else 0)
+                      hits, int(fin.sum()) if quantised else 0, elements)

@@ -25,6 +25,9 @@ class Case:
     notes: dict[str, str] = field(default_factory=dict)  # how the inputs were made (profile, layout)
     params: dict[str, float] = field(default_factory=dict)  # a property's own draws (scale, cotangent seed)
     config: str = ""  # an autotuned kernel's config the case runs under, by content (``impls.autotune``)
+    # where a check failed on this case: the failing output's per-element data
+    # (``assessment.worst_elements``), which ``replay.save_failure`` keeps for the report's card
+    elements: dict | None = field(default=None, compare=False, repr=False)
 
     @property
     def record(self) -> Op:

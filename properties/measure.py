@@ -83,6 +83,8 @@ def check_pair(label: str, name: str, actual, other, tol, case: Case, worst: Wor
     quantised, form = rec.is_quantised(name, args), rec.out_format(name, args)
     ref, bound = assessment.pair_reference(other, tol, quantised, form)
     a = assessment.assess(label, actual, ref, bound, form, where=_fit(where, ref), quantised=quantised)
+    if a.elements is not None:  # measured against another call's output, not the exact value
+        a.elements["kind"] = "pair"
     record_assessment(a, case, worst)
 
 
@@ -101,4 +103,5 @@ def _fit(where, exact):
 def record_assessment(a: assessment.Assessment, case: Case, worst: Worst) -> None:
     worst.add(a, case)
     if not a.ok:
+        case.elements = a.elements  # the replay file keeps them for the report's card
         raise PropertyFailure(a.detail)

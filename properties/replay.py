@@ -8,7 +8,10 @@ A replay file is a NumPy ``.npz`` written and read with ``allow_pickle=False``:
 ``meta`` = {"format": "normcert-replay/1", "op", "property", "impl" ("OP=MODULE:ATTR"),
 "agrees_with" (an agreement failure's other kernel, OP=MODULE:ATTR; absent otherwise), "device", "versions", "scalars", "params", "notes", "config" (an autotuned kernel's config by
 content, "" for none), "tensors": {name: {"dtype",
-"shape", "stride", "offset"} or null}}.  Tensors come back bit for bit with
+"shape", "stride", "offset"} or null}, and, where the case failed a check of its outputs, "elements":
+the failing output's per-element data (``oracle.assessment.worst_elements``: the top elements by
+error / bound or by ulps apart, the failing row's values in a window; non-finite numbers as the
+strings "inf", "-inf", "nan"), which the report's card draws; ``load`` does not read it}.  Tensors come back bit for bit with
 their original strides (a sliced or transposed view stays one), on any device.
 """
 from __future__ import annotations
@@ -33,6 +36,7 @@ from . import families
 from .families import CASE_CHECKS
 
 from .case import MAX_ELEMENTS, Case, extent
+from .certificate import finite_json
 from .files import UnsafePath, write_atomic
 
 FORMAT = "normcert-replay/1"
@@ -89,6 +93,8 @@ def save_failure(impl, prop: str, case: Case, directory: str) -> str:
     meta = {"format": FORMAT, "op": case.op, "property": prop, "impl": f"{impl.op}={impl.target}", **agrees,
             "device": str(case.main.device), "versions": versions(), "scalars": case.scalars,
             "params": case.params, "notes": case.notes, "config": case.config, "tensors": meta_t}
+    if case.elements is not None:
+        meta["elements"] = finite_json(case.elements)
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     archive = io.BytesIO()
     np.savez(archive, **arrays)

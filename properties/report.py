@@ -11,7 +11,8 @@ no script needed to read it (one small inline script only sorts the results tabl
   detail;
 - a card per failing row (fail, error, expected-fail, warn): its message, worst element, error /
   bound and ulps, bucket, seed, modes, domain, the ``normcert replay`` command, and, where the
-  replay file can be read, the failing row of its input (``report_replay``);
+  replay file can be read, the failing row of its input and the failing output's elements: the row's
+  error / bound (ulps apart for ``--agree``) element by element and the top 8 (``report_replay``);
 - every result row in a sortable table, the checks that did not run, and the run's facts.
 
 The template and its style are package data beside this file (``report_templates/``); the compare

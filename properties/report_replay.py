@@ -1,12 +1,21 @@
-"""What a failure card shows of its replay file: the case's metadata and the failing row of its input.
+"""What a failure card shows of its replay file: the case's metadata, the failing row of its input,
+and the failing output's per-element data.
 
 The replay file (``replay.py``: an ``.npz`` of raw tensor bytes and a JSON ``meta``) is read with
-NumPy alone, ``allow_pickle=False``, and nothing of the kernel is run: the report shows the inputs
-the kernel was given, not its output, so the per-element error is not recomputed here.  The row
-shown is the one holding the worst element that ``worst_where`` names ("y[3, 7]: ..." -> row 3 of
-the first input of the output's shape), drawn as an SVG strip of bars (height: log10 |value|;
-colour: sign; black: not finite) with the worst column marked.  A file that is missing, foreign or
-damaged gives a one-line reason instead, never an exception.
+NumPy alone, ``allow_pickle=False``, and nothing of the kernel is run.  The input row shown is the
+one holding the worst element that ``worst_where`` names ("y[3, 7]: ..." -> row 3 of the first
+input of the output's shape), drawn as an SVG strip of bars (height: log10 |value|; colour: sign;
+black: not finite) with the worst column marked.
+
+The output's side is what the check measured when the case failed, kept in the file's
+``meta["elements"]`` (``oracle.assessment.worst_elements``, with the error model's bound, error /
+bound and ulps as ``assess`` computed them, against the exact value or, for a check of two calls,
+the other call's output; for ``--agree``, the other kernel's value and the
+steps of the format between the two): ``elements_view`` draws the failing row's window as a strip
+of per-element error / bound (log scale, the bound 1 a line, the elements over it red; for an
+agreement, ulps apart, the differing elements red) and lists the top elements in a table.  A
+replay file written before that field existed shows the input alone.  A file that is missing,
+foreign or damaged gives a one-line reason instead, never an exception.
 """
 from __future__ import annotations
 
@@ -20,6 +29,10 @@ import numpy as np
 
 MAX_MEMBER_BYTES = 64 << 20
 """The largest member read (a replay file holds at most ``case.MAX_ELEMENTS`` elements a tensor)."""
+
+MOST_TOP, MOST_SHOWN = 32, 1024
+"""The most top elements and row elements a card reads from a file's per-element data (its writer,
+``assessment.worst_elements``, keeps 8 and 256): a foreign file cannot make the page grow past them."""
 
 BINS = 400
 """The most bars a strip draws; a longer row is binned, each bar its bin's largest |value|."""
@@ -114,9 +127,95 @@ def strip(row: np.ndarray, column: int, width: int = 800, height: int = 60) -> d
             "range": (f"1e{lo:.0f}", f"1e{hi:.0f}")}
 
 
+def _number(value) -> float:
+    """A stored number as a float ("inf", "-inf", "nan" as themselves); ValueError for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"not a number: {type(value).__name__}")
+    return float(value)
+
+
+def _digits(value: float, form: str) -> str:
+    """A value of an output in enough digits to tell it from its neighbours in ``form``."""
+    return f"{value:.17g}" if form == "float64" else f"{value:.9g}"
+
+
+def _index(value) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        raise ValueError("an index is not a list of counts")
+    return tuple(value)
+
+
+def error_strip(values: list[float], over: list[bool], column: int, agreement: bool, width: int = 800,
+                height: int = 60) -> dict:
+    """The SVG bars of a row's per-element error / bound (``agreement``: ulps apart), one per
+    element: height on a log scale (error / bound from 1e-4 up, the bound 1 a dashed line; ulps
+    from 1 up), red over the bound (differing), green within it, black where not finite;
+    ``column`` (an index into ``values``) is marked."""
+    finite = [v for v in values if math.isfinite(v) and v > 0]
+    lo = 0.0 if agreement else -4.0
+    hi = max(math.ceil(math.log10(max(finite))) if finite else 1, lo + 1, 1)
+    n = max(len(values), 1)
+    w = width / n
+    bars = []
+    for k, (v, bad) in enumerate(zip(values, over)):
+        if not math.isfinite(v):
+            frac, fill = 1.0, "#000"
+        else:
+            frac = 0.0 if v <= 0 else 0.06 + 0.94 * min(max((math.log10(v) - lo) / (hi - lo), 0), 1)
+            fill = "#b3261e" if bad else "#2e8b57"
+        bars.append({"x": round(k * w, 2), "w": round(max(w - 0.3, 0.6), 2), "h": round(max(frac, 0.02) * height, 2),
+                     "y": round(height - max(frac, 0.02) * height, 2), "fill": fill, "k": k})
+    bound = None if agreement else round(height - (0.06 + 0.94 * (0 - lo) / (hi - lo)) * height, 2)
+    return {"bars": bars, "width": width, "height": height, "mark": round((min(column, n - 1) + 0.5) * w, 2),
+            "bound": bound, "range": (f"1e{lo:.0f}", f"1e{hi:.0f}")}
+
+
+def elements_view(elements) -> dict:
+    """The card's view of a replay file's ``meta["elements"]``: {"kind", "output", "format",
+    "index", "over", "checked", "top" (rows of strings), "row", "start", "stop", "length",
+    "strip", "column"}; ValueError where the field is not what ``worst_elements`` writes."""
+    if not isinstance(elements, dict) or elements.get("kind") not in ("oracle", "pair", "agreement"):
+        raise ValueError("not per-element data")
+    form, agreement = str(elements.get("format", "")), elements["kind"] == "agreement"
+    top = []
+    for t in list(elements.get("top", []))[:MOST_TOP]:
+        if not isinstance(t, dict):
+            raise ValueError("a top element is not an object")
+        got, exact, bound, units, ulps = (_number(t.get(k)) for k in ("got", "exact", "bound", "units", "ulps"))
+        top.append({"index": ", ".join(map(str, _index(t.get("index")))), "got": _digits(got, form),
+                    "exact": _digits(exact, form), "bound": f"{bound:.3g}", "units": f"{units:.3g}",
+                    "ulps": f"{ulps:.3g}", "over": t.get("over") is True})
+    row = elements.get("row")
+    if not isinstance(row, dict):
+        raise ValueError("no failing row")
+    cols = {k: [_number(v) for v in list(row.get(k, []))[:MOST_SHOWN]] for k in ("got", "exact", "bound", "units", "ulps")}
+    over = [v is True for v in list(row.get("over", []))[:MOST_SHOWN]]
+    shown = min(len(over), *(len(v) for v in cols.values()))
+    start, length, at = _number(row.get("start", 0)), _number(row.get("length", 0)), _index(elements.get("index"))
+    if not at or shown == 0:
+        raise ValueError("no failing row")
+    start, length = int(start), int(length)
+    values = cols["ulps" if agreement else "units"][:shown]
+    strip = error_strip(values, over[:shown], at[-1] - start, agreement)
+    against = "reference" if elements["kind"] == "pair" else "exact"
+    for b in strip["bars"]:
+        k = b.pop("k")
+        j = start + k
+        b["title"] = (f"[{j}] this kernel {_digits(cols['got'][k], form)}, the other {_digits(cols['exact'][k], form)}: "
+                      f"{cols['ulps'][k]:.3g} ulps apart" if agreement else
+                      f"[{j}] got {_digits(cols['got'][k], form)}, {against} {_digits(cols['exact'][k], form)}: "
+                      f"error / bound {cols['units'][k]:.3g}, {cols['ulps'][k]:.3g} ulps")
+    return {"kind": elements["kind"], "against": against, "output": str(elements.get("output", "")), "format": form,
+            "index": ", ".join(map(str, at)), "over": int(_number(elements.get("over", 0))),
+            "checked": int(_number(elements.get("checked", 0))), "top": top,
+            "row": ", ".join(map(str, at[:-1])), "start": start, "stop": start + shown - 1, "length": length,
+            "column": at[-1], "strip": strip, "over_shown": sum(over[:shown])}
+
+
 def replay_view(path: str, where: str, message: str) -> dict:
     """The card's view of replay file ``path``: {"path", "error"} or {"path", "meta", "tensor", "row",
-    "column", "strip", "near"} (``near``: the values around the worst column)."""
+    "column", "strip", "near"} (``near``: the values around the worst column), with "elements"
+    (``elements_view``) or "elements_error" where the file keeps the failing output's elements."""
     view: dict = {"path": path, "error": ""}
     try:
         _check(path)
@@ -125,6 +224,11 @@ def replay_view(path: str, where: str, message: str) -> dict:
             view["meta"] = {k: meta.get(k) for k in ("op", "property", "impl", "device", "scalars", "params", "config")}
             view["tensors"] = [(k, m.get("dtype"), m.get("shape"), m.get("stride")) if m else (k, "None", "", "")
                                for k, m in meta["tensors"].items()]
+            if "elements" in meta:
+                try:
+                    view["elements"] = elements_view(meta["elements"])
+                except (ValueError, TypeError, OverflowError) as e:
+                    view["elements_error"] = f"its per-element data could not be read ({str(e)[:120]})"
             found = worst_index(where, message)
             if found is None:
                 view["error"] = "the certificate row names no worst element, so no input row is drawn"

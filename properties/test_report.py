@@ -1,17 +1,23 @@
 """The HTML report (``report.render``) of hand-built certificates: a heat map cell per expected check
 with its outcome's class, a card per failing row with its replay command, non-finite numbers, HTML
-escaping, the failing input row drawn from a replay file, and ``normcert report``'s command line."""
+escaping, the failing input row drawn from a replay file, the failing output's elements (error /
+bound strip and top-k table; ulps apart for ``--agree``), and ``normcert report``'s command line."""
 from __future__ import annotations
 
 import json
 import os
 from html.parser import HTMLParser
 
+import numpy as np
 import pytest
 
 from normcert import cli
 
+from ..oracle.assessment import TOP_K, WINDOW, worst_elements
+
 from . import report, report_samples
+from .measure import PropertyFailure, Worst, check_pair
+from .report_replay import elements_view
 from .report_samples import HOSTILE
 
 
@@ -64,7 +70,7 @@ def test_each_failing_row_has_a_card_with_its_replay_command(tmp_path):
     page = Page(html)
     assert {k: v[0][1] for k, v in page.cells.items()} == report_samples.expected_cells(cert)
     failing = [r for r in cert["results"] if r["outcome"] in report.CARD_OUTCOMES]
-    assert len(page.cards) == len(failing) == 3
+    assert len(page.cards) == len(failing) == 4
     for r in failing:  # each failing cell links to its own card, and the card holds its replay field
         classes, href, title = page.cells["|".join((r["impl"], r["property"], r["dtype"]))]
         card = href.lstrip("#")
@@ -125,3 +131,82 @@ def test_a_damaged_replay_file_gives_a_reason_not_an_exception(tmp_path, damage)
     path = tmp_path / "rms_norm-k-accuracy-float32.npz"
     path.write_bytes(damage)
     assert "the replay file could not be read (ValueError: not a replay file (.npz))" in report.render(cert)
+
+
+def _cards(cert: dict) -> dict:
+    """(kernel, property, dtype) -> the card's data (``report.cards``)."""
+    return {(c["row"]["impl"], c["row"]["property"], c["row"]["dtype"]): c for c in
+            report.cards(cert, report.detail_ids(cert)[2])}
+
+
+def test_a_failure_card_lists_the_top_elements_and_draws_error_over_bound(tmp_path):
+    cert = report_samples.failing(str(tmp_path))
+    el = _cards(cert)[("rms_norm:example:k", "accuracy", "float32")]["replay"]["elements"]
+    assert el["kind"] == "oracle" and el["output"] == "y" and el["index"] == "1, 7" and el["over"] == 2
+    top = el["top"]
+    assert len(top) == TOP_K and [t["index"] for t in top[:2]] == ["1, 7", "1, 30"]  # over the bound first
+    assert [t["over"] for t in top] == [True, True] + [False] * (TOP_K - 2)
+    assert float(top[0]["units"]) > 1e3 and 1 < float(top[1]["units"]) < 10 and float(top[1]["ulps"]) > 60
+    assert all(float(t["units"]) < 1 for t in top[2:])
+    units = [float(t["units"]) for t in top]
+    assert units == sorted(units, reverse=True)
+    strip = el["strip"]  # row 1, all 40 columns, the two over the bound red, under the bound line
+    assert (el["row"], el["start"], el["stop"], el["length"], el["column"]) == ("1", 0, 39, 40, 7)
+    assert [k for k, b in enumerate(strip["bars"]) if b["fill"] == "#b3261e"] == [7, 30]
+    assert strip["bars"][7]["y"] < strip["bound"] < strip["bars"][8]["y"]
+    assert "[7] got 6.38780069" in strip["bars"][7]["title"]
+    page = Page(html := report.render(cert))
+    text = " ".join(page.card_text[page.cells["rms_norm:example:k|accuracy|float32"][1].lstrip("#")].split())
+    assert '<svg class="errors"' in html and '<table class="top">' in html
+    assert "columns 0 to 39 of 40 shown" in text and "2 shown, 2 of 120 in the whole output" in text
+
+
+def test_an_agreement_card_lists_the_elements_that_differ_and_their_ulps(tmp_path):
+    cert = report_samples.failing(str(tmp_path))
+    el = _cards(cert)[("rms_norm:example:k", "agreement", "float32")]["replay"]["elements"]
+    assert el["kind"] == "agreement" and el["over"] == 2 and el["checked"] == 120
+    assert [(t["index"], t["ulps"], t["over"]) for t in el["top"][:3]] == [("0, 5", "3", True), ("2, 0", "0", True),
+                                                                          ("0, 0", "0", False)]
+    assert el["top"][1]["got"] == "-0" and el["top"][1]["exact"] == "0"  # the bits differ, the values do not
+    assert el["strip"]["bound"] is None and el["strip"]["bars"][5]["fill"] == "#b3261e"
+    page = Page(html := report.render(cert))
+    text = " ".join(page.card_text[page.cells["rms_norm:example:k|agreement|float32"][1].lstrip("#")].split())
+    assert "ulps apart from the kernel it must agree with" in text and "differ: 1 shown, 2 of 120" in text
+    assert '<th class="num">the other</th><th class="num">ulps apart</th>' in html
+
+
+def test_a_long_row_shows_a_window_around_the_worst_and_says_which():
+    shape = (2, 5000)
+    exact = np.linspace(1, 2, 10_000).reshape(shape)
+    got, bound = exact.copy(), np.full(shape, 1e-6)
+    got[1, 4990] += 1e-3
+    units = np.abs(got - exact) / bound
+    el = elements_view(worst_elements(
+        "oracle", "y", "float64", (1, 4990), got, exact, bound, units, units, units > 1, 10_000))
+    assert (el["start"], el["stop"], el["length"]) == (5000 - WINDOW, 4999, 5000)
+    assert len(el["strip"]["bars"]) == WINDOW and el["column"] == 4990 and el["top"][0]["index"] == "1, 4990"
+
+
+def test_a_check_of_two_calls_shows_the_other_call_as_the_reference(tmp_path):
+    case, y = report_samples.sample_case(np.linspace(1, 2, 8).reshape(2, 4))
+    other = y.clone()
+    y[0, 2] += 1e-3
+    with pytest.raises(PropertyFailure):
+        check_pair("y (strided vs contiguous)", "y", y, other, np.zeros((2, 4)), case, Worst())
+    assert case.elements["kind"] == "pair" and case.elements["top"][0]["index"] == [0, 2]
+    html = report.render(report_samples.build(
+        [report_samples.row("rms_norm:example:k", "contract", "float32", "fail", "inf", 1e4, message="y[0, 2]: got",
+                            replay="normcert replay " + report_samples.write_replay(str(tmp_path), np.ones((2, 4)),
+                                                                                   case.elements))],
+        {"rms_norm:example:k": report_samples.impl("rms_norm")}, "not certified"))
+    assert '<th class="num">got</th><th class="num">reference</th>' in html and "[2] got " in html and "got 1.05078101, reference 1.04978096" in html
+
+
+def test_damaged_per_element_data_gives_a_reason_not_an_exception(tmp_path):
+    values = np.ones((2, 4), dtype=np.float32)
+    for elements, problem in (({"kind": "oracle", "top": [{"got": "x"}]}, "could not convert"),
+                              ({"kind": "oracle", "top": [], "row": {"units": [{}]}, "index": [0, 1]}, "not a number"),
+                              ([1, 2], "not per-element data")):
+        path = report_samples.write_replay(str(tmp_path), values, elements)
+        view = report.replay_view(path, "", "y[1, 2]: got 1")
+        assert "elements" not in view and problem in view["elements_error"]

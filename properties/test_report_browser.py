@@ -1,7 +1,8 @@
 """The report in a real browser: headless Chromium (the OS package, driven by Selenium), networking
 off, opens the page of a certified and of a failing certificate; no severe console message, a heat
 map cell per expected check with its outcome's class, each failure's card and replay command
-visible, a failing cell's link landing on its card, the sort script working; a screenshot of each
+visible, a failing cell's link landing on its card with its input strip, its error / bound strip
+and its top-k table (the elements over the bound shaded; ulps apart on the ``--agree`` card), the sort script working; a screenshot of each
 is saved in the test's tmp folder (and copied to $NORMCERT_REPORT_SCREENSHOTS where that is set).
 
 Skips, saying what is missing, where Chromium, chromedriver or Selenium is not installed
@@ -104,6 +105,16 @@ def test_a_failing_report_in_chromium(browser, tmp_path):
     target = failing.get_attribute("href").split("#")[1]
     assert browser.execute_script("return location.hash") == f"#{target}"
     assert browser.find_element(By.CSS_SELECTOR, f"#{target} svg.strip").is_displayed()
+    errors = browser.find_element(By.CSS_SELECTOR, f"#{target} svg.errors")
+    assert errors.is_displayed() and len(errors.find_elements(By.CSS_SELECTOR, "rect")) == 40
+    rows = browser.find_elements(By.CSS_SELECTOR, f"#{target} table.top tbody tr")
+    assert len(rows) == 8 and all(r.is_displayed() for r in rows)
+    assert [r.get_attribute("class") for r in rows[:3]] == ["over", "over", ""]
+    assert rows[0].text.split()[:2] == ["[1,", "7]"] and float(rows[0].find_elements(By.TAG_NAME, "td")[4].text) > 1
+    agree = cells["rms_norm:example:k|agreement|float32"].get_attribute("href").split("#")[1]
+    head = browser.find_element(By.CSS_SELECTOR, f"#{agree} table.top thead").text
+    assert "ulps apart" in head and "bound" not in head
+    assert browser.find_element(By.CSS_SELECTOR, f"#{agree} table.top tbody tr").text.split()[-1] == "3"
     assert browser.title.startswith("normcert report: not certified")
     assert "<script>" in browser.find_element(By.CSS_SELECTOR, "table.heat").text  # shown as text, not run
     _no_console_errors(browser)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...oracle.formats import DTYPE_NAMES, bits
+from ...oracle.assessment import worst_elements
+from ...oracle.formats import DTYPE_NAMES, OUTPUT_FORMATS, bits, to_float64
 
 from ..measure import PropertyFailure
 from ..sandbox import invoke
@@ -30,6 +31,21 @@ def _apart(t: torch.Tensor, i: tuple) -> str:
     return f"{float(v):.9g} (0x{raw:0{width}x})"
 
 
+def disagreement(name: str, a: torch.Tensor, b: torch.Tensor, differ: np.ndarray, at: tuple) -> dict | None:
+    """The per-element data of output ``name`` where ``a`` (the kernel under test) and ``b`` (the
+    kernel it must agree with) differ (``differ``, first at ``at``), for the report's card: how many
+    steps of the output's format apart each element is (``Format.rank``: 0 for -0 against +0, inf
+    where one is finite and the other not), the most apart first.  None for an output in no format."""
+    form = OUTPUT_FORMATS.get(a.dtype)
+    if form is None:
+        return None
+    x, y = to_float64(a), to_float64(b)
+    with np.errstate(all="ignore"):
+        steps = np.where(np.isfinite(x) & np.isfinite(y), np.abs(form.rank(x) - form.rank(y)), np.where(differ, np.inf, 0.0))
+    return worst_elements("agreement", name, form.name, at, x, y, 0.0, np.where(differ, np.inf, 0.0), steps, differ,
+                          differ.size, rank=steps)
+
+
 def check_agreement(session, impl, case, worst):
     other = impl.agrees_with
     mine, theirs = invoke(session, impl, case), invoke(session, other, case)
@@ -41,6 +57,7 @@ def check_agreement(session, impl, case, worst):
         differ = (bits(a) != bits(b)) & ~(torch.isnan(a.float()) & torch.isnan(b.float()))
         if differ.any():
             i = tuple(int(k) for k in np.argwhere(differ.numpy())[0])
+            case.elements = disagreement(name, a, b, differ.numpy(), i)
             raise PropertyFailure(f"{name}[{', '.join(map(str, i))}]: {impl.id} gives {_apart(a, i)} and {other.id} "
                                   f"gives {_apart(b, i)}; {int(differ.sum())} of {differ.numel()} elements differ "
                                   f"in their bits")

@@ -51,6 +51,10 @@ def test_two_correct_kernels_that_round_differently_disagree(session):
     with zipfile.ZipFile(os.path.join(session.failures_dir, saved)) as z:
         meta = json.loads(np.load(z.open("meta.npy")).tobytes())
     assert meta["agrees_with"] == f"rms_norm={PLANTED}:rms_once_twin"
+    elements = meta["elements"]  # what the report's card draws: the differing elements, their ulps apart
+    assert elements["kind"] == "agreement" and elements["output"] == "y" and elements["over"] >= 1
+    assert elements["top"][0]["over"] and elements["top"][0]["ulps"] >= 1 and first.startswith(
+        "agreement fails") and f"y{elements['index']}".replace(" ", "") in first.replace(" ", "")
 
 
 def test_a_kernel_agrees_with_itself_under_another_name(session):
