@@ -208,10 +208,19 @@ def _from_entry_points() -> list[Impl]:
     return found
 
 
+def triton_installed() -> bool:
+    """Can Triton be imported here?  It is optional (``pip install triton``): without it the
+    registry has no Triton kernels, and a run says so (``properties.plugin``)."""
+    return importlib.util.find_spec("triton") is not None
+
+
 def registry() -> list[Impl]:
-    """Every registered implementation (imports Triton: set TRITON_INTERPRET first)."""
+    """Every registered implementation (imports Triton: set TRITON_INTERPRET first); without
+    Triton installed, every one but the Triton modules' (``triton_installed``)."""
     impls: list[Impl] = []
     for name in MODULES:
+        if name.startswith("normcert.impls.triton_") and not triton_installed():
+            continue
         impls.extend(_faulted(i) for i in imported(lambda: importlib.import_module(name), name).IMPLS)  # noqa: B023
     impls.extend(_from_entry_points())
     seen = set()

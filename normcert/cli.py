@@ -172,7 +172,7 @@ it): with autoloading off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``), these and no oth
 BOOT = ("import os, sys\n"
         "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != os.getcwd()]\n"
         "import pytest\n"
-        "raise SystemExit(pytest.console_main())\n")
+        "raise SystemExit(pytest.main())\n")
 """The child's first lines: the folder it is started from off ``sys.path`` before anything is imported
 (``python -c`` and ``PYTHONPATH=.`` put it there), so that a ``normcert/``, ``pytest/`` or ``*.dist-info``
 there cannot stand in for the installed ones.  The kernel's own module is still found there
@@ -282,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.command == "certify" and not (a.impls or a.agree):
         print("normcert certify: give the kernels to certify, OP=MODULE:ATTR ..., or --agree OP=MODULE:ATTR "
               "OP=MODULE:ATTR", file=sys.stderr)
+        return USAGE
+    if a.command == "certify" and a.workers and importlib.util.find_spec("xdist") is None:
+        print(f"normcert certify: -n {a.workers} needs pytest-xdist, which is not installed here: "
+              f"pip install pytest-xdist (or leave -n out)", file=sys.stderr)
         return USAGE
     if a.command == "certify" and a.report:
         from normcert.properties.report_cli import check_report  # noqa: PLC0415

@@ -212,6 +212,29 @@ def tiered(registry: list, tier: str, device: str) -> list:
     return [i for i in registry if i not in interpreted]
 
 
+RUN_MODULES = frozenset({"test_accuracy", "test_agreement", "test_bitwise", "test_compiled", "test_contract",
+                         "test_fusion", "test_gradients", "test_invariance", "test_large", "test_masks",
+                         "test_records", "test_served", "test_replay"})
+"""The test modules a run that certifies or replays a kernel collects: those with a test marked
+``normcert_family`` (``test_tiers`` checks the list), and the replay test.  The others certify the
+suite itself and may import the test extra's packages (jsonschema, selenium), which a user who
+installed normcert alone does not have: collected, they would fail the user's run."""
+
+
+def pytest_ignore_collect(collection_path, config):
+    """In a run that certifies or replays a kernel, every module of normcert's tests outside
+    ``RUN_MODULES``, and the meta-tests' folder, is not collected (None: pytest decides)."""
+    if not (_plugged(config) or config.getoption("--normcert-replay")):
+        return None
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.abspath(str(collection_path))
+    if path == os.path.join(here, "meta"):
+        return True
+    if os.path.dirname(path) == here and os.path.basename(path).startswith("test_") and path.endswith(".py"):
+        return os.path.basename(path)[:-3] not in RUN_MODULES or None
+    return None
+
+
 def _plugged(config) -> bool:
     """Are kernels plugged in (--impl or --agree)?  Then only their properties run."""
     return bool(config.getoption("--normcert-impl") or config.getoption("--normcert-agree"))

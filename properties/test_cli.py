@@ -90,3 +90,12 @@ def test_schema_prints_the_certificate_schema(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     printed = json.loads(out.stdout)
     assert printed == schema() and printed["$id"] == SCHEMA
+
+
+def test_workers_without_pytest_xdist_are_a_usage_error_naming_the_option(tmp_path):
+    hide = ("import sys; sys.modules['xdist'] = None; sys.argv = ['normcert', 'certify', "
+            "'rms_norm=normcert.impls.eager:rms_norm', '-n', '2']; from normcert.cli import entry; entry()")
+    out = _run(["-c", hide], tmp_path)
+    assert out.returncode == 4, out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.stderr.strip() == ("normcert certify: -n 2 needs pytest-xdist, which is not installed here: "
+                                  "pip install pytest-xdist (or leave -n out)")
