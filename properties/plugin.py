@@ -214,7 +214,7 @@ def tiered(registry: list, tier: str, device: str) -> list:
 
 RUN_MODULES = frozenset({"test_accuracy", "test_agreement", "test_bitwise", "test_compiled", "test_contract",
                          "test_fusion", "test_gradients", "test_invariance", "test_large", "test_masks",
-                         "test_records", "test_served", "test_replay"})
+                         "test_served", "test_replay"})
 """The test modules a run that certifies or replays a kernel collects: those with a test marked
 ``normcert_family`` (``test_tiers`` checks the list), and the replay test.  The others certify the
 suite itself and may import the test extra's packages (jsonschema, selenium), which a user who
@@ -532,6 +532,11 @@ class Suite:
             terminalreporter.write_line(f"normcert: tier {self.tier}: {self.tier_left} registry kernels and the "
                                         f"{'quick' if self.tier == 'heavy' else 'heavy'} meta-tests run under "
                                         f"--normcert-tier {'quick' if self.tier == 'heavy' else 'heavy'} (or all)")
+        from .. import impls  # noqa: PLC0415
+
+        if not _plugged(self.config) and not impls.triton_installed():
+            terminalreporter.write_line("normcert: Triton is not installed here: the registry's Triton kernels were "
+                                        "not run (pip install triton==3.7.1)", yellow=True)
         forward_only = sorted({r["impl"] for r in self.results if r["outcome"] == "not-certified"})
         for impl in forward_only:
             terminalreporter.write_line(f"normcert: {impl} not certified for gradients or gradcheck: forward only "
