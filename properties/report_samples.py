@@ -65,14 +65,15 @@ def certified() -> dict:
     return build(rows, {k: impl("rms_norm")}, "certified")
 
 
-def write_replay(folder: str, values: np.ndarray) -> str:
-    """A replay file (``replay.py``'s format) holding ``values`` as the float32 input x of rms_norm."""
+def write_replay(folder: str, values: np.ndarray, suffix: str = "") -> str:
+    """A replay file (``replay.py``'s format) holding ``values`` as the float32 input x of rms_norm
+    (its name ends in ``suffix``, as a cell's further failures' do)."""
     x = np.ascontiguousarray(values, dtype=np.float32)
     meta = {"format": "normcert-replay/1", "op": "rms_norm", "property": "accuracy", "impl": "rms_norm=example:k",
             "device": "cpu", "versions": {}, "scalars": {"eps": 1e-6}, "params": {}, "notes": {}, "config": "",
             "tensors": {"x": {"dtype": "float32", "shape": list(x.shape), "stride": [s // 4 for s in x.strides],
                               "offset": 0}, "weight": None}}
-    path = os.path.join(folder, "rms_norm-k-accuracy-float32.npz")
+    path = os.path.join(folder, f"rms_norm-k-accuracy-float32{suffix}.npz")
     np.savez(path, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), t_x=x.view(np.uint8).ravel())
     return path
 
