@@ -384,7 +384,6 @@ class _Search:
         self.failed_as: tuple = ("", None, None)  # ... and its (kind, units, ulps)
         self.found: list[Found] = []  # the distinct failures: the first, then those of other kinds (``others``)
         self.round = 0  # 0: the search; k: its k-th search for a failure of another kind
-        self.searched = False  # the random search completed: another round does not run it again
         self.ran: set[int] = set()  # the buckets run (by index): another round does not run one again
         self.until = None  # perf_counter() past which another round stops (``_OutOfBudget``)
         self.partial = None  # the last failing case of the round's new kind, held where its time runs out
@@ -418,13 +417,11 @@ class _Search:
                           for label, strat in buckets for name in names]
 
     def all(self, strategy, max_examples, buckets) -> None:
-        """The random search (on another seed in each later round, and none after one completed),
-        then each bucket not run yet."""
+        """The random search (on another seed in each later round), then each bucket not run yet."""
         try:
-            if strategy is not None and not self.searched:
+            if strategy is not None:
                 again = ("another kind", self.round) if self.round else ()
                 self.search(strategy, max_examples, *again, **({"phases": _NO_SHRINK} if self.shrinks_not else {}))
-                self.searched = True
             for k, (label, strat) in enumerate(buckets):
                 if k in self.ran:
                     continue
@@ -491,8 +488,9 @@ class _Search:
                seconds: float) -> None:
         """After the search failed with ``e`` (its ``outcome`` and ``message``) in ``seconds``: search on for failures
         of other kinds (``kind_of``), as Hypothesis does when it reports several distinct bugs, each
-        shrunk, until ``MOST_FAILURES`` are found, a search finds none, or ``MORE_TIME`` runs out
-        (a case being shrunk then is kept as shrunk so far).  Not after a hang, a nondeterministic
+        shrunk: round after round, each a random search on a seed of its own (then the buckets not
+        run yet), until ``MOST_FAILURES`` are found or ``MORE_TIME`` runs out (a case being shrunk
+        then is kept as shrunk so far), or, for a family with no random search, its buckets are done.  Not after a hang, a nondeterministic
         kernel, normcert's own error, or a failure not shrunk (``shrinks_not``: it decides
         nothing or costs too much)."""
         if self.failed is None:
@@ -509,7 +507,9 @@ class _Search:
                 self.failed = self.partial = None
                 try:
                     self.all(strategy, max_examples, buckets)
-                    return  # nothing else fails
+                    if strategy is None:
+                        return  # every bucket ran: nothing else to draw
+                    continue  # nothing new on this seed: another, while time is left
                 except _OutOfBudget:
                     if self.partial is not None:
                         self.partial.message += " (its shrinking stopped where the time for other failures ran out)"
