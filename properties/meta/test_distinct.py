@@ -110,6 +110,7 @@ def test_the_command_line_lists_both_failures_and_replays_each(tmp_path):
     markdown = (tmp_path / "cert.md").read_text()
     for f in row["failures"]:
         assert f["replay"] in markdown
-        again = subprocess.run(shlex.split(f["replay"]), cwd=tmp_path, capture_output=True, text=True, timeout=300)
-        assert again.returncode == 1 and "accuracy still fails for rms_norm:rms_two_bugs" in again.stdout
+        again = subprocess.run([sys.executable, "-m", *shlex.split(f["replay"]), "--impl",
+                                f"rms_norm={PLANTED}:rms_two_bugs"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 1 and "accuracy still fails for rms_norm:" in again.stdout
         assert ("x.stride(0) of an empty batch" in again.stdout) == ("raised AssertionError" in f["message"])
