@@ -27,6 +27,8 @@ class Assessment:
     exact: int = 0  # quantised outputs: elements equal to the exact value rounded (bit-exact) ...
     checked: int = 0  # ... of this many claimed finite ones
     elements: dict | None = None  # a failing output's per-element data (``worst_elements``); None where it passes
+    failure: str = ""  # what is wrong at the element ``detail`` names: "NaN pattern", "infinity" or
+    #                    "over the bound" ("" where the output passes): a failure's kind (``runner``)
 
 
 TOP_K = 8
@@ -161,7 +163,7 @@ def assess(name: str, actual: torch.Tensor, exact: np.ndarray, bound: np.ndarray
         units = np.where(fin & ~overflow_ok & ~np.isfinite(err), np.inf, units)
     bad = bad_nan | bad_inf | bad_fin
     max_ulps = float(ulps.max(initial=0.0)) if not np.isinf(units).any() else float(np.where(np.isfinite(ulps), ulps, 0).max(initial=0))
-    detail, elements = "", None
+    detail, elements, failure = "", None, ""
     rounds = (lambda i: f" (rounds to {float(q[i])!r})") if quantised else (lambda i: "")
     what = "the value rounded is off by" if quantised else "|error|"
     if bad.any():
@@ -169,6 +171,8 @@ def assess(name: str, actual: torch.Tensor, exact: np.ndarray, bound: np.ndarray
         if bad_fin.any():
             idx = tuple(int(i) for i in np.unravel_index(np.argmax(np.where(bad_fin, units, -1)), e.shape))
         detail = f"{name}{list(idx)}: got {float(a[idx])!r}, exact {float(e[idx])!r}{rounds(idx)}"
+        failure = ("NaN pattern" if nan_a[idx] != nan_e[idx] else "infinity" if np.isinf(a[idx]) or inf_e[idx]
+                   else "over the bound")
         if not (quantised and not bad_fin[idx]):  # a quantised NaN / saturation mismatch: no distance to give
             detail += f", {what} {err[idx]:.3g} > bound {bound[idx]:.3g} ({ulps[idx]:.3g} ulp of {f.name})"
         past = np.where(bad & ~bad_fin, np.inf, units)  # a NaN or inf where the exact value is not: past any bound
@@ -178,4 +182,4 @@ def assess(name: str, actual: torch.Tensor, exact: np.ndarray, bound: np.ndarray
         detail = f"{name}{list(idx)}: worst {what} {err[idx]:.3g} = {units[idx]:.3g} of bound, {ulps[idx]:.3g} ulp"
     hits = int((fin & (a == q)).sum()) if quantised else 0
     return Assessment(name, not bad.any(), unclaimed, max_ulps, float(units.max(initial=0.0)), detail,
-                      hits, int(fin.sum()) if quantised else 0, elements)
+                      hits, int(fin.sum()) if quantised else 0, elements, failure)

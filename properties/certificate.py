@@ -24,7 +24,10 @@ JSON schema ``normcert-certificate/7`` (``normcert-certificate.schema.json`` bes
      "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "refused", "domain",
                   "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay",
                   "modes" (how the kernel was called: "grad on", or the served family's modes and why
-                  others did not run), "threads" (torch's intra-op threads when the result was recorded)}]}
+                  others did not run), "threads" (torch's intra-op threads when the result was recorded),
+                  "failures" (a failing row only: each distinct failure its search found, the first being
+                  the one "message", "worst_where" and "replay" name: [{"message", "where", "kind",
+                  "replay", "worst_units", "worst_ulps" (the last two where a measurement failed)}])}]}
 
 "certified" follows from the result rows (``verdict.judge``): none fails, every (kernel, property,
 dtype) of the scope has one (``families.expected``), no xdist worker crashed, and pytest exited 0;
@@ -150,7 +153,8 @@ def _row(r: dict) -> dict:
             "outcome": r["outcome"], "examples": r["examples"], "refused": r["refused"], "domain": r["domain"],
             "seconds": round(r["seconds"], 3), "worst_ulps": r["worst_ulps"], "worst_units": r["worst_units"],
             "worst_where": r["worst_where"], "unclaimed": r["unclaimed"], "message": r["message"],
-            "replay": r["replay"], "modes": r.get("modes", ""), "threads": r.get("threads", 0)}
+            "replay": r["replay"], "modes": r.get("modes", ""), "threads": r.get("threads", 0),
+            **({"failures": r["failures"]} if r.get("failures") else {})}
 
 
 def _configs(session, impl) -> dict:
@@ -232,6 +236,9 @@ def markdown(cert: dict) -> str:
         for r in failures:
             lines += [f"- **{r['impl']}** {r['property']} {r['dtype']} ({r['outcome']}): {r['message']}",
                       f"  - case: `{r['worst_where']}`", f"  - replay: `{r['replay']}`"]
+            for k, f in enumerate(r.get("failures", [])[1:], 2):
+                lines += [f"  - failure {k} of {len(r['failures'])}, another kind ({f['kind']}): {f['message']}",
+                          f"    - case: `{f['where']}`", f"    - replay: `{f['replay']}`"]
     return "\n".join(lines) + "\n"
 
 
@@ -357,7 +364,8 @@ def step_summary(cert: dict) -> str:
         for r in failing:
             first = str(r["message"]).splitlines()[0][:200].replace("|", "\\|") if r["message"] else ""
             lines.append(f"| {r['impl']} | {r['property']} | {r['dtype']} | {first} |")
-        replays = [r["replay"] for r in failing if str(r["replay"]).startswith("normcert replay ")]
+        replays = [f["replay"] for r in failing for f in (r.get("failures") or [r])
+                   if str(f["replay"]).startswith("normcert replay ")]
         if replays:
             lines += ["", "Replay a failing case on any machine:", "", "```", *replays, "```"]
     if cert["not_run"]:

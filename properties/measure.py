@@ -20,8 +20,14 @@ from .case import Case
 
 
 class PropertyFailure(AssertionError):
-    """A property does not hold for the kernel on some case."""
+    """A property does not hold for the kernel on some case.  ``kind``: which failure this is, where
+    the raiser knows (an output's name and its ``Assessment.failure``), for telling distinct
+    failures of one cell apart (``runner.kind_of``); ``units`` and ``ulps``: the failing
+    assessment's worst error / bound and ulps, where one was measured."""
 
+    def __init__(self, message: str = "", kind: str = "", units: float | None = None, ulps: float | None = None):
+        super().__init__(message)
+        self.kind, self.units, self.ulps = kind, units, ulps
 
 
 @dataclass
@@ -104,4 +110,4 @@ def record_assessment(a: assessment.Assessment, case: Case, worst: Worst) -> Non
     worst.add(a, case)
     if not a.ok:
         case.elements = a.elements  # the replay file keeps them for the report's card
-        raise PropertyFailure(a.detail)
+        raise PropertyFailure(a.detail, kind=f"{a.name}: {a.failure}", units=a.max_units, ulps=a.max_ulps)

@@ -69,8 +69,9 @@ def _span(t: torch.Tensor):
     return raw, 0, list(t.stride())
 
 
-def save_failure(impl, prop: str, case: Case, directory: str) -> str:
-    """Write ``case`` as a replay file in ``directory``; returns the command that replays it, or
+def save_failure(impl, prop: str, case: Case, directory: str, suffix: str = "") -> str:
+    """Write ``case`` as a replay file in ``directory`` (its name ends in ``suffix``: "-2" for a
+    cell's second distinct failure); returns the command that replays it, or
     why it was not saved (a tensor past MAX_ELEMENTS, which ``load`` would refuse: ``--profile
     large`` cases, made again from the run's seed)."""
     for k, t in case.tensors.items():
@@ -78,7 +79,7 @@ def save_failure(impl, prop: str, case: Case, directory: str) -> str:
             return (f"not saved: {k} spans {extent(t)} elements, past the {MAX_ELEMENTS} of a replay file; "
                     f"the same --seed and --profile make the same case again")
     os.makedirs(directory, exist_ok=True)
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{impl.op}-{impl.name}-{prop}-{DTYPE_NAMES[case.dtype]}") + ".npz"
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{impl.op}-{impl.name}-{prop}-{DTYPE_NAMES[case.dtype]}{suffix}") + ".npz"
     path = os.path.join(directory, name)
     arrays, meta_t = {}, {}
     for k, t in case.tensors.items():

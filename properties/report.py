@@ -9,10 +9,12 @@ no script needed to read it (one small inline script only sorts the results tabl
   error / bound on a log scale (green to yellow below the bound 1, red above it), grey where the
   kernel is not certified, hatched where an expected check left no result; each cell links to its
   detail;
-- a card per failing row (fail, error, expected-fail, warn): its message, worst element, error /
-  bound and ulps, bucket, seed, modes, domain, the ``normcert replay`` command, and, where the
-  replay file can be read, the failing row of its input and the failing output's elements: the row's
-  error / bound (ulps apart for ``--agree``) element by element and the top 8 (``report_replay``);
+- a card per failing row (fail, error, expected-fail, warn), and one more for each further distinct
+  failure the row's search found (its ``failures``: another exception and place, another output,
+  another failure class): its message, worst element, error / bound and ulps, bucket, seed, modes,
+  domain, its own ``normcert replay`` command, and, where the replay file can be read, the failing
+  row of its input and the failing output's elements: the row's error / bound (ulps apart for
+  ``--agree``) element by element and the top 8 (``report_replay``);
 - every result row in a sortable table, the checks that did not run, and the run's facts.
 
 The template and its style are package data beside this file (``report_templates/``); the compare
@@ -63,7 +65,9 @@ def number(value) -> float:
 
 
 def short(value) -> str:
-    """A number to 3 significant digits; "inf" and "nan" as they are."""
+    """A number to 3 significant digits; "inf" and "nan" as they are; None (not measured) as "-"."""
+    if value is None:
+        return "-"
     v = number(value)
     return f"{v:.3g}" if math.isfinite(v) else str(v)
 
@@ -221,31 +225,45 @@ def replay_file(command: str) -> str:
     return words[2] if len(words) == 3 else ""
 
 
+def distinct(r: dict) -> list[dict]:
+    """Each distinct failure of a row as a row of its own for a card: the row itself (its first
+    failure), then each further entry of its ``failures`` with that failure's message, case, replay
+    command, error / bound and ulps (None where it failed no measurement)."""
+    failures = r.get("failures") or []
+    n = len(failures)
+    first = {**r, "of": f"failure 1 of {n}: {failures[0]['kind']}" if n > 1 else ""}
+    return [first] + [{**r, "message": f["message"], "worst_where": f["where"], "replay": f["replay"],
+                       "worst_units": f.get("worst_units"), "worst_ulps": f.get("worst_ulps"),
+                       "of": f"failure {j} of {n}: {f['kind']}"} for j, f in enumerate(failures[1:], 2)]
+
+
 def cards(cert: dict, ids: dict) -> list[dict]:
-    """A card per row in ``CARD_OUTCOMES``, failing rows first (``ids``: row index -> the card's id),
-    each with the fields its ``worst_where`` names and the view of its replay file."""
+    """A card per distinct failure of each row in ``CARD_OUTCOMES`` (``distinct``), failing rows first
+    (``ids``: (row index, failure index) -> the card's id), each with the fields its
+    ``worst_where`` names and the view of its replay file."""
     order = {o: k for k, o in enumerate(CARD_OUTCOMES)}
     out = []
-    for k in sorted(ids, key=lambda k: order[cert["results"][k]["outcome"]]):
-        r = cert["results"][k]
+    for k, j in sorted(ids, key=lambda kj: (order[cert["results"][kj[0]]["outcome"]], kj)):
+        r = distinct(cert["results"][k])[j]
         path = replay_file(r["replay"])
-        out.append({"row": r, "id": ids[k], "fields": where_fields(r["worst_where"]),
+        out.append({"row": r, "id": ids[k, j], "fields": where_fields(r["worst_where"]),
                     "replay": replay_view(path, r["worst_where"], r["message"]) if path else None})
     return out
 
 
 def detail_ids(cert: dict) -> tuple[dict, dict, dict]:
-    """(cell key -> id of its detail, row index -> id of its line in the results table, row index ->
-    id of its card).  A cell with a card links to its (first) card, another to its line in the
-    results table, a check that did not run to its line in the not-run list."""
+    """(cell key -> id of its detail, row index -> id of its line in the results table, (row index,
+    failure index) -> id of its card).  A cell with a card links to its (first) card, another to its
+    line in the results table, a check that did not run to its line in the not-run list."""
     taken: set = set()
     cells, lines, card_ids = {}, {}, {}
     for k, r in enumerate(cert["results"]):
         key = (r["impl"], r["property"], r["dtype"])
         lines[k] = anchor("row-" + "-".join(key), taken)
         if r["outcome"] in CARD_OUTCOMES:
-            card_ids[k] = anchor("card-" + "-".join(key), taken)
-            cells.setdefault(key, card_ids[k])
+            for j in range(len(distinct(r))):
+                card_ids[k, j] = anchor("card-" + "-".join(key) + (f"-failure-{j + 1}" if j else ""), taken)
+            cells.setdefault(key, card_ids[k, 0])
     for k, r in enumerate(cert["results"]):
         cells.setdefault((r["impl"], r["property"], r["dtype"]), lines[k])
     for entry in cert.get("not_run", []):

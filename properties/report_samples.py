@@ -74,9 +74,10 @@ def certified() -> dict:
 
 
 def write_replay(folder: str, values: np.ndarray, elements: dict | None = None, prop: str = "accuracy",
-                 agrees_with: str | None = None) -> str:
+                 agrees_with: str | None = None, suffix: str = "") -> str:
     """A replay file (``replay.py``'s format) holding ``values`` as the float32 input x of rms_norm,
-    with the failing output's per-element data ``elements`` where given."""
+    with the failing output's per-element data ``elements`` where given (its name ends in ``suffix``,
+    as a cell's further failures' do)."""
     x = np.ascontiguousarray(values, dtype=np.float32)
     meta = {"format": "normcert-replay/1", "op": "rms_norm", "property": prop, "impl": "rms_norm=example:k",
             **({"agrees_with": agrees_with} if agrees_with else {}),
@@ -85,7 +86,7 @@ def write_replay(folder: str, values: np.ndarray, elements: dict | None = None, 
                               "offset": 0}, "weight": None}}
     if elements is not None:
         meta["elements"] = finite_json(elements)
-    path = os.path.join(folder, f"rms_norm-k-{prop}-float32.npz")
+    path = os.path.join(folder, f"rms_norm-k-{prop}-float32{suffix}.npz")
     np.savez(path, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), t_x=x.view(np.uint8).ravel())
     return path
 

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 import torch
 from hypothesis import HealthCheck, Phase, given, seed, settings, target
@@ -73,6 +74,8 @@ class Result:
     replay: str = ""
     modes: str = AS_TESTED  # how the kernel was called (``modes``): the served family lists its modes
     threads: int = 0  # torch's intra-op threads when the result was recorded (the served family sets its own)
+    failures: list = field(default_factory=list)  # each distinct failure the search found (``Found.entry``):
+    #                                               the first is the one message, worst_where and replay name
 
 
 NO_GRAD_FN = "its outputs carry no grad_fn"
@@ -301,6 +304,7 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
         raise
     except BaseException as e:  # noqa: BLE001 - AssertionError is a failure; anything else an error
         outcome, message, failed = search.failure(e)
+        search.others(e, outcome, message, strategy, max_examples, buckets, time.perf_counter() - t0)
     finally:
         res = search.conclude(outcome, message, failed, time.perf_counter() - t0, judge)
     if res.outcome in FAILED:
@@ -309,13 +313,58 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
             f"in {res.dtype}: {res.message}\n"
             f"  {'first failing case (not shrunk: ' + search.shrinks_not + ')' if search.shrinks_not else 'shrunk case'}: "
             f"{res.worst_where}\n  replay: {res.replay}"
+            + "".join(f"\n  and a failure of another kind: {f['message']}\n    on: {f['where']}\n    replay: {f['replay']}"
+                      for f in res.failures[1:])
         ) from None
     return res
 
 
+MOST_FAILURES = 3
+"""The most distinct failures a cell's search reports (``_Search.others``)."""
+
+MORE_TIME = 2.0
+MORE_TIME_FLOOR = 0.5
+"""The search for failures of other kinds may take ``MORE_TIME`` times what the first failure took
+(its search and shrinking), or ``MORE_TIME_FLOOR`` seconds where that is more: a failing cell costs
+at most about three times what it did when the search stopped at its first failure."""
+
+
+class _OutOfBudget(BaseException):
+    """Raised in a search for failures of another kind once its time is spent: a BaseException, so
+    Hypothesis stops at once instead of taking it for a failure and shrinking it."""
+
+
+@dataclass
+class Found:
+    """One distinct failure of a cell: the (shrunk) case, its message, and its kind (``kind_of``);
+    ``units`` and ``ulps``: the failing measurement's error / bound and ulps, where one was made."""
+
+    case: Case
+    message: str
+    kind: str
+    units: float | None = None
+    ulps: float | None = None
+
+    def entry(self, replay: str) -> dict:
+        """The certificate's entry for it (``Result.failures``), ``replay`` the command that replays it."""
+        measured = {} if self.units is None else {"worst_units": self.units, "worst_ulps": self.ulps}
+        return {"message": self.message, "where": self.case.describe(), "kind": self.kind, "replay": replay,
+                **measured}
+
+
+def kind_of(e: BaseException, message: str) -> str:
+    """Which failure ``e`` (said as ``message``) is, for telling a cell's distinct failures apart: the
+    raiser's own ``kind`` where it gives one (an output's name and whether its NaN pattern, an
+    infinity or its error past the bound failed, ``Assessment.failure``; a kernel's exception type
+    and the place it was raised, ``sandbox.kernel_code``), else its type and message with every
+    number taken out (a shape or a value names the case, not the failure)."""
+    return getattr(e, "kind", "") or f"{type(e).__name__}: " + re.sub(
+        r"#(?:, #)+", "#", re.sub(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|\binf\b|\bnan\b", "#", message))
+
+
 class _Search:
     """One ``run``'s Hypothesis searches and what they found: the worst error, the coverage, and
-    the case that failed with its message."""
+    the case that failed with its message; after a failure, the failures of other kinds (``others``)."""
 
     def __init__(self, session, prop, impl, dtype, check, supported: bool, gating: bool, shrink: bool = True):
         self.session, self.prop, self.impl, self.dtype = session, prop, impl, dtype
@@ -332,6 +381,12 @@ class _Search:
         self.worst = Worst()
         self.cover = Coverage()
         self.failed = None  # (case, message) of the case that failed
+        self.failed_as: tuple = ("", None, None)  # ... and its (kind, units, ulps)
+        self.found: list[Found] = []  # the distinct failures: the first, then those of other kinds (``others``)
+        self.round = 0  # 0: the search; k: its k-th search for a failure of another kind
+        self.ran: set[int] = set()  # the buckets run (by index): another round does not run one again
+        self.until = None  # perf_counter() past which another round stops (``_OutOfBudget``)
+        self.partial = None  # the last failing case of the round's new kind, held where its time runs out
         self.hung = None  # (case, message) of the case the kernel hung on (``sandbox.KernelHung``)
         self.forcing = session.forcing(impl)
 
@@ -362,10 +417,15 @@ class _Search:
                           for label, strat in buckets for name in names]
 
     def all(self, strategy, max_examples, buckets) -> None:
+        """The random search (on another seed in each later round), then each bucket not run yet."""
         try:
             if strategy is not None:
-                self.search(strategy, max_examples, **({"phases": _NO_SHRINK} if self.shrinks_not else {}))
-            for label, strat in buckets:
+                again = ("another kind", self.round) if self.round else ()
+                self.search(strategy, max_examples, *again, **({"phases": _NO_SHRINK} if self.shrinks_not else {}))
+            for k, (label, strat) in enumerate(buckets):
+                if k in self.ran:
+                    continue
+                self.ran.add(k)
                 # no shrinking: the bucket fixes the shape, and each step would re-run a large case
                 self.search(strat, 1, label, phases=(Phase.generate,))
         finally:
@@ -382,6 +442,8 @@ class _Search:
 
     def example(self, case) -> None:
         """Check one case, keep its worst error (which Hypothesis climbs) and what it covered."""
+        if self.until is not None and time.perf_counter() > self.until:
+            raise _OutOfBudget
         self.cover.examples += 1
         self.worst.example_units = 0.0
         self.forcing.select(case.config)
@@ -391,19 +453,79 @@ class _Search:
             if not self.supported:
                 self.cover.refuse()
                 return
-            self.failed = (case, _refusal(self.impl.domain, e))
+            if self._known(case, e, _refusal(self.impl.domain, e)):
+                return
             raise PropertyFailure(self.failed[1]) from None
         except KeyboardInterrupt:
             raise
         except KernelHung as e:  # the cases after a hang fail uncalled: the one to report is the one that hung
             self.failed = self.hung = self.hung or (case, first_line(e))
+            self.failed_as = (kind_of(e, self.failed[1]), None, None)
             raise
         except BaseException as e:
-            self.failed = (case, (first_line(e) or type(e).__name__) + self._pruned())
+            if self._known(case, e, (first_line(e) or type(e).__name__) + self._pruned()):
+                return
             raise
         finally:
             target(min(self.worst.example_units, 1e6), label="error / bound")
         self.cover.checked(case)
+
+    def _known(self, case, e: BaseException, message: str) -> bool:
+        """Is ``e`` on ``case`` a failure of a kind found already (a later round passes over it: it
+        seeks another kind, and its target no longer climbs this one)?  Else it is kept as the case
+        that failed."""
+        kind = kind_of(e, message)
+        if any(f.kind == kind for f in self.found):
+            self.worst.example_units = 0.0
+            return True
+        self.failed = (case, message)
+        self.failed_as = (kind, getattr(e, "units", None), getattr(e, "ulps", None))
+        if self.round:
+            self.partial = Found(case, message, *self.failed_as)
+        return False
+
+    def others(self, e: BaseException, outcome: str, message: str, strategy, max_examples, buckets,
+               seconds: float) -> None:
+        """After the search failed with ``e`` (its ``outcome`` and ``message``) in ``seconds``: search on for failures
+        of other kinds (``kind_of``), as Hypothesis does when it reports several distinct bugs, each
+        shrunk: round after round, each a random search on a seed of its own (then the buckets not
+        run yet), until ``MOST_FAILURES`` are found or ``MORE_TIME`` runs out (a case being shrunk
+        then is kept as shrunk so far), or, for a family with no random search, its buckets are done.  Not after a hang, a nondeterministic
+        kernel, normcert's own error, or a failure not shrunk (``shrinks_not``: it decides
+        nothing or costs too much)."""
+        if self.failed is None:
+            return
+        self.found = [Found(self.failed[0], message, *self.failed_as)]
+        if outcome != "fail" or isinstance(e, Flaky) or self.hung or self.shrinks_not:
+            return
+        self.until = time.perf_counter() + max(MORE_TIME * seconds, MORE_TIME_FLOOR)
+        kept = self.worst
+        self.worst = Worst()  # the result's worst error stays the first search's
+        try:
+            while len(self.found) < MOST_FAILURES:
+                self.round += 1
+                self.failed = self.partial = None
+                try:
+                    self.all(strategy, max_examples, buckets)
+                    if strategy is None:
+                        return  # every bucket ran: nothing else to draw
+                    continue  # nothing new on this seed: another, while time is left
+                except _OutOfBudget:
+                    if self.partial is not None:
+                        self.partial.message += " (its shrinking stopped where the time for other failures ran out)"
+                        self.found.append(self.partial)
+                    return
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as again:  # noqa: BLE001 - a failure of another kind, or an error
+                    outcome, message, case = self.failure(again)
+                    if case is None:
+                        return
+                    self.found.append(Found(case, message, *self.failed_as))
+                    if outcome != "fail" or isinstance(again, Flaky) or self.hung:
+                        return
+        finally:
+            self.worst, self.until = kept, None
 
     def _pruned(self) -> str:
         """What a failure's message adds where the case's config was pruned away for a call's key
@@ -439,14 +561,17 @@ class _Search:
         if worst.checked:
             domain += (f"; quantised outputs bit-exact (the exactly rounded value): "
                        f"{worst.exact} of {worst.checked} ({100 * worst.exact / worst.checked:.2f}%)")
-        where, replay = (worst.where if outcome == "pass" else ""), ""
+        where, replay, failures = (worst.where if outcome == "pass" else ""), "", []
         if failed is not None:
             where, replay = failed.describe(), save_failure(self.impl, self.prop, failed, self.session.failures_dir)
+            failures = [f.entry(replay if k == 0 else
+                                save_failure(self.impl, self.prop, f.case, self.session.failures_dir, f"-{k + 1}"))
+                        for k, f in enumerate(self.found or [Found(failed, message, "")])]
         outcome, message = judge(outcome, message)
         return record(self.session, self.impl, self.prop, DTYPE_NAMES[self.dtype], outcome, message=message,
                       examples=cover.examples, refused=cover.refused, domain=domain, seconds=seconds,
                       worst_units=worst.units, worst_ulps=worst.ulps, worst_where=where,
-                      unclaimed=worst.unclaimed, replay=replay)
+                      unclaimed=worst.unclaimed, replay=replay, failures=failures)
 
 
 def harness_error(e: BaseException, message: str) -> str:

@@ -27,7 +27,13 @@ from .case import Case
 from .run_settings import FIRST_CALL, PROGRESSING
 
 class ContractViolation(AssertionError):
-    """The kernel broke the calling contract (not a numerical failure)."""
+    """The kernel broke the calling contract (not a numerical failure).  ``kind``: which failure this
+    is where the raiser knows (a kernel's exception: its type and the place it was raised), for
+    telling distinct failures of one cell apart (``runner.kind_of``)."""
+
+    def __init__(self, message: str = "", kind: str = ""):
+        super().__init__(message)
+        self.kind = kind
 
 
 
@@ -251,6 +257,7 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below, as words:
             box["error"] = type(e)  # its message is made here, under the watchdog (a __str__ may block)
             box["benchmarked"] = _benchmarked(e)
+            box["place"] = raised_at(e)
             try:
                 box["text"] = first_line(e)
             except BaseException:  # noqa: BLE001 - a __str__ that raises
@@ -296,7 +303,18 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
                                 f"limit; past it Dynamo would run its eager code, which is not what is certified "
                                 f"(declare a narrower domain, --normcert-domain)")
     unfound = UNFOUND_AUTOTUNER if box["benchmarked"] else ""
-    raise ContractViolation(f"{impl.id}{what} raised {error.__name__}: {box['text']}{unfound}")
+    raise ContractViolation(f"{impl.id}{what} raised {error.__name__}: {box['text']}{unfound}",
+                            kind=f"{impl.id}{what} raised {error.__name__} at {box['place']}")
+
+
+def raised_at(e: BaseException) -> str:
+    """Where ``e`` was raised: "FILE:LINE" of the innermost frame of its traceback ("" if none)."""
+    tb = e.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
 
 
 UNFOUND_AUTOTUNER = (" (raised in Triton's autotuner benchmarking its configs: the kernel reached an autotuner "

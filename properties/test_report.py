@@ -210,3 +210,24 @@ def test_damaged_per_element_data_gives_a_reason_not_an_exception(tmp_path):
         path = report_samples.write_replay(str(tmp_path), values, elements)
         view = report.replay_view(path, "", "y[1, 2]: got 1")
         assert "elements" not in view and problem in view["elements_error"]
+
+
+def test_each_distinct_failure_of_a_cell_has_its_own_card_and_replay_command(tmp_path):
+    cert = report_samples.failing(str(tmp_path))
+    first = cert["results"][0]
+    other = "normcert replay " + report_samples.write_replay(str(tmp_path), np.zeros((0, 40), np.float32), suffix="-2")
+    first["failures"] = [{"message": first["message"], "where": first["worst_where"], "kind": "y: over the bound",
+                          "replay": first["replay"], "worst_units": 3.6e7, "worst_ulps": 1.4e9},
+                         {"message": "rms_norm:example:k raised AssertionError: x.stride(0) of an empty batch",
+                          "where": "rms_norm(x: float32(0, 40), seed=12, bucket=empty)",
+                          "kind": "rms_norm:example:k raised AssertionError at k.py:3", "replay": other}]
+    page = Page(report.render(report_samples.build(cert["results"], cert["implementations"], cert["verdict"],
+                                                    cert["not_run"])))
+    assert len(page.cards) == 5  # the four failing rows, and the first one's second failure
+    cell = page.cells["rms_norm:example:k|accuracy|float32"][1].lstrip("#")
+    second = next(c for c in page.cards if c != cell and c.startswith(cell))
+    assert first["replay"] in page.card_text[cell] and other not in page.card_text[cell]
+    assert "failure 1 of 2: y: over the bound" in page.card_text[cell]
+    text = " ".join(page.card_text[second].split())
+    assert other in text and first["replay"] not in text and "failure 2 of 2: rms_norm:example:k raised" in text
+    assert "rms_norm(x: float32(0, 40)" in text and "error / bound- ulps-" in text  # its own case; nothing measured
