@@ -34,6 +34,12 @@ was certified.
                               norm only (flash-linear-attention's FusedRMSNormGated).  Its cases
                               are drawn, then fitted to that value; NAME must be a flag of the
                               kernel's op (checked when the kernel is registered)
+    nan=propagate|ignore      the NaN policy of the op's amax (a contract choice, argument kind "nan",
+                              ``oracle.dynamic_quant``): propagate (the default) makes a scale NaN
+                              where its row, group or block holds a NaN; ignore takes the amax over
+                              the non-NaN elements (IEEE maximumNumber, Triton's tl.max).  Only an
+                              op that takes an amax (the dynamic, group and FP4 quants) has one: on
+                              another op the key is an error (checked when the kernel is registered)
 
 A case is drawn as for any kernel, then *fitted* into the domain
 (``properties.fitting``): the row length rounded up to the multiple (capped at
@@ -50,6 +56,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from ..oracle import OPS
+from ..oracle.dynamic_quant import NAN_POLICIES
 from ..oracle.formats import DTYPE_NAMES
 
 MAX_FITTED_ELEMENTS = 1 << 27
@@ -60,7 +68,9 @@ rows, the "many" bucket (``strategies.MANY_ROWS`` = 65537 rows), each row widene
 narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to 2047 fits (2046 for a
 [gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
 
-KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags")
+KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
+        "nan")
+CONTRACT = {"nan": NAN_POLICIES}  # the contract choices: key = the argument kind it sets, and its values
 RANKS = (2, 3, 4)
 
 
@@ -81,6 +91,7 @@ class Domain:
     ranks: tuple[int, ...] | None = None
     weightless: bool | None = None
     flags: tuple[tuple[str, bool], ...] | None = None  # (argument, its one supported value), sorted by name
+    nan: str | None = None  # "propagate" | "ignore": the amax's NaN policy (a contract choice)
 
     @property
     def declared(self) -> bool:
@@ -130,6 +141,7 @@ class Domain:
             parts.append("weightless calls (None weight / bias)" if self.weightless else "no weightless calls")
         if self.flags is not None:
             parts += [f"{name}={'yes' if value else 'no'}" for name, value in self.flags]
+        parts += [f"{key}={getattr(self, key)}" for key in CONTRACT if getattr(self, key) is not None]
         return "; ".join(parts)
 
     def spec(self) -> str:
@@ -169,6 +181,18 @@ def check_flags(domain: Domain, rec, where: str) -> None:
         if name not in ours:
             raise DomainError(f"{where}: flags={name}:{'yes' if value else 'no'}: {name} is not a flag argument of "
                               f"{rec.name} (its flags: {', '.join(ours) or 'none'})")
+
+
+def check_contract(domain: Domain, rec, where: str) -> None:
+    """DomainError unless every contract choice ``domain`` declares (``CONTRACT``) is one op record
+    ``rec`` makes: it has an argument of that kind (an op without an amax has no NaN policy)."""
+    kinds = {a.kind for a in rec.args}
+    for key in CONTRACT:
+        value = getattr(domain, key)
+        if value is not None and key not in kinds:
+            makes = [name for name, op in OPS.items() if any(a.kind == key for a in op.args)]
+            raise DomainError(f"{where}: {key}={value}: {rec.name} has no {key} choice to declare (an op that "
+                              f"takes an amax has one: {', '.join(makes)})")
 
 
 def parse(spec, where: str = "--domain") -> Domain:
@@ -285,4 +309,4 @@ def _flags(where, key, value) -> tuple[tuple[str, bool], ...]:
 
 _READ = {"dtypes": _dtypes, "params": _choice("same", "float32"), "residual": _choice("same", "float32"),
          "max_width": _positive, "width_multiple": _positive, "contiguous": _choice("last", "all"), "ranks": _ranks, "weightless": _yes_no,
-         "flags": _flags}
+         "flags": _flags, **{key: _choice(*values) for key, values in CONTRACT.items()}}

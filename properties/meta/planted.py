@@ -507,6 +507,32 @@ def add_dq_scale_before_add(x, residual, weight, eps, qdtype, scale_ub):
     return to_qdtype(v / scale[..., None], qdtype), scale, s.to(residual.dtype)
 
 
+def _nan_dropping_peak(v):
+    """amax |v| per row (keepdim) as IEEE maximumNumber takes it (Triton's tl.max): a NaN element
+    dropped, 0 where a row has no other."""
+    return torch.where(v.isnan(), 0.0, v.abs()).amax(-1, keepdim=True)
+
+
+def _dq_nan_ignored(x, weight, eps, qdtype, scale_ub, zero_nan=False):
+    """SGLang's order (v = x rho w in the compute format) with the peak of maximumNumber; y keeps NaN
+    where v is NaN, or (``zero_nan``) quantises those elements as 0."""
+    v = rms_formula(up(x), up(weight, x), eps)
+    q = qmax(qdtype)
+    peak = _nan_dropping_peak(v)
+    scale = ((peak if scale_ub is None else peak.clamp(max=scale_ub)) / q).clamp(min=MIN_SCALE / q).float()
+    return to_qdtype(torch.where(v.isnan(), 0.0, v) / scale if zero_nan else v / scale, qdtype), scale[..., 0]
+
+
+@bug("rms_norm_dynamic_quant", "extremes")
+def dq_nan_ignored_nan_zeroed(x, weight, eps, qdtype, scale_ub):
+    """Declares nan=ignore and takes its amax so, but reads NaN elements as 0 in y too: a NaN
+    activation comes out 0 (the contract keeps y NaN where v is, float8's NaN encoding)."""
+    return _dq_nan_ignored(x, weight, eps, qdtype, scale_ub, zero_nan=True)
+
+
+dq_nan_ignored_nan_zeroed.normcert_domain = "nan=ignore"
+
+
 # ------------------------------------------------------------------ rms_norm_fp4_quant bugs
 def _fp4(x, weight, eps, block_format, global_scale, layout, six=6.0, peak_of=None, scale_of=None,
          value_global=None, round_values=to_e2m1, pack=pack_fp4, lay=None, recip=None):
@@ -1359,6 +1385,16 @@ def dq_vllm_order(x, weight, eps, qdtype, scale_ub):
     q = qmax(qdtype)
     scale = row_scales(v, scale_ub, q, MIN_SCALE / q)
     return to_qdtype(v * (1 / scale.to(v.dtype)), qdtype), scale[..., 0]
+
+
+@correct("rms_norm_dynamic_quant")
+def dq_nan_ignored(x, weight, eps, qdtype, scale_ub):
+    """A Triton-style per-token kernel's amax (maximumNumber: NaN dropped, ``_dq_nan_ignored``),
+    declared: certified under nan=ignore, rejected by extremes without it (``test_contract_choices``)."""
+    return _dq_nan_ignored(x, weight, eps, qdtype, scale_ub)
+
+
+dq_nan_ignored.normcert_domain = "nan=ignore"
 
 
 @correct("rms_norm_group_quant")

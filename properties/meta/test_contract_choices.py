@@ -1,0 +1,106 @@
+"""Contract choices a kernel declares (``impls.domain``: ``nan=``), judged by its own declaration.
+
+* the oracle takes the amax under the declared NaN policy: "ignore" drops a NaN (maximumNumber)
+  for every op with an amax (per row, per group, per FP4 block), while the NaN elements' own
+  outputs stay NaN;
+* a correct kernel whose amax drops NaN (as Triton's ``tl.max``) is rejected without ``nan=ignore``
+  and certified with it; one that declares it but zeroes the NaN activations is still rejected;
+* the key is read, said back, refused with a one-line error naming it, and refused for an op
+  without an amax.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ... import oracle
+from ...impls import UsageError, make
+from ...impls.domain import Domain, DomainError, parse
+from ...oracle.dynamic_quant import MIN_SCALE
+from .. import runner
+from ..case import Case
+from ..families import BY_NAME
+from ..fitting import fit
+from ..measure import PropertyFailure
+from ..session import Session
+
+from . import planted
+
+F32 = torch.float32
+
+
+@pytest.fixture
+def session(tmp_path):
+    return Session(failures_dir=str(tmp_path))
+
+
+def _impl(fn, declared=True):
+    """The planted kernel as registered: with its declared domain, or (``declared=False``) without."""
+    impl = make("rms_norm_dynamic_quant", fn.__name__, "plugin", fn, target=f"normcert.properties.meta.planted:{fn.__name__}")
+    return impl if declared else dataclasses.replace(impl, domain=Domain())
+
+
+# ------------------------------------------------------------------ the oracle
+def test_nan_ignore_takes_the_amax_over_the_rest_and_keeps_nan_outputs():
+    x = torch.tensor([[1.0, float("nan"), -3.0, 2.0], [float("nan")] * 4], dtype=torch.float64)
+    args = {"x": x, "qdtype": "float8_e4m3fn", "scale_ub": None}
+    y, scale = oracle.forward("silu_and_mul_dynamic_quant", **args)
+    assert np.isnan(scale).all()
+    y, scale = oracle.forward("silu_and_mul_dynamic_quant", **args, nan="ignore")
+    (v,) = oracle.forward("silu_and_mul", x=x)
+    assert scale[0] == abs(v[0, 0]) / 448 and scale[1] == MIN_SCALE / 448  # a row all NaN: the floor
+    assert np.isnan(y[0, 1]) and np.isnan(y[1]).all() and y[0, 0] == v[0, 0] / scale[0]
+
+
+@pytest.mark.parametrize("op, extra", [
+    ("rms_norm_group_quant", {"weight": torch.ones(64, dtype=torch.float64), "eps": 1e-6, "group": 32,
+                              "scale_format": "float32", "layout": "row_major"}),
+    ("silu_and_mul_fp4_quant", {"block_format": "nvfp4", "global_scale": 1.0, "layout": "linear"}),
+])
+def test_nan_ignore_reaches_every_amax(op, extra):
+    """A group's and an FP4 block's amax: the NaN's group is scaled by its other elements."""
+    torch.manual_seed(0)
+    x = torch.randn(1, 64 if op.startswith("rms") else 128, dtype=torch.float64)
+    x[0, 3] = float("nan")
+    _, propagated = oracle.forward(op, x=x, **extra)
+    y, ignored = oracle.forward(op, x=x, **extra, nan="ignore")
+    nan_first = np.isnan(propagated[0, 0])
+    if op.startswith("rms"):  # a NaN in x: the whole row's v is NaN, every group's amax the floor's
+        assert nan_first and np.isnan(propagated).all() and (ignored == MIN_SCALE / 448).all()
+    else:  # silu_and_mul: the NaN gate element alone
+        assert nan_first and not np.isnan(propagated[0, 1:]).any() and math.isfinite(ignored[0, 0])
+        assert np.isnan(y[0, 3]) and not np.isnan(np.delete(y[0], 3)).any()
+
+
+# ------------------------------------------------------------------ the domain key
+def test_nan_is_read_said_back_fitted_and_refused_where_no_amax_is_taken():
+    d = parse("nan=ignore")
+    assert d.nan == "ignore" and parse(d.spec()) == d and d.describe() == "nan=ignore"
+    with pytest.raises(DomainError, match=r"^--domain: nan='drop': expected one of propagate, ignore$"):
+        parse("nan=drop")
+    with pytest.raises(UsageError, match=r"^'k': domain: nan=ignore: rms_norm has no nan choice to declare \(an op "
+                                         r"that takes an amax has one: rms_norm_dynamic_quant, .*\)$"):
+        make("rms_norm", "k", "plugin", lambda x, weight, eps: x, domain="nan=ignore")
+    case = Case.sample("rms_norm_dynamic_quant", F32)
+    assert case.scalars["nan"] is None  # drawn as the default
+    fitted = fit(case, d)
+    assert fitted.scalars["nan"] == "ignore" and fitted.notes["fitted"] == "nan -> ignore"
+
+
+# ------------------------------------------------------------------ verdicts
+def test_a_nan_dropping_amax_is_rejected_undeclared_and_certified_declared(session):
+    """The held-out Triton per-token kernel's failure (``scales[0]: got 4.36e-06, exact nan``), as an
+    eager kernel: rejected while it does not say its amax drops NaN, certified once it does."""
+    with pytest.raises(PropertyFailure, match=r"extremes fails.*scales"):
+        runner.run_family(session, BY_NAME["extremes"], _impl(planted.dq_nan_ignored, declared=False), F32,
+                          max_examples=10, shrink=False)
+    for family in ("extremes", "accuracy"):
+        res = runner.run_family(session, BY_NAME[family], _impl(planted.dq_nan_ignored), F32, max_examples=10)
+        assert res.outcome == "pass", (family, res.message)
+    with pytest.raises(PropertyFailure, match="extremes fails"):
+        runner.run_family(session, BY_NAME["extremes"], _impl(planted.dq_nan_ignored_nan_zeroed),
+                          torch.bfloat16, max_examples=20, shrink=False)
