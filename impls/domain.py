@@ -40,6 +40,10 @@ was certified.
                               the non-NaN elements (IEEE maximumNumber, Triton's tl.max).  Only an
                               op that takes an amax (the dynamic, group and FP4 quants) has one: on
                               another op the key is an error (checked when the kernel is registered)
+    scale_floor=1/512q|eps32  the floor of a dynamic or group scale (a contract choice, argument kind
+                              "scale_floor"): 1/(512 q) (the default, vLLM's min_scaling_factor) or
+                              float32's machine epsilon 2**-23 (some int8 paths); only the dynamic and
+                              group quants have one (FP4's block scale has none)
 
 A case is drawn as for any kernel, then *fitted* into the domain
 (``properties.fitting``): the row length rounded up to the multiple (capped at
@@ -57,7 +61,7 @@ import math
 from dataclasses import dataclass, fields
 
 from ..oracle import OPS
-from ..oracle.dynamic_quant import NAN_POLICIES
+from ..oracle.dynamic_quant import NAN_POLICIES, SCALE_FLOORS
 from ..oracle.formats import DTYPE_NAMES
 
 MAX_FITTED_ELEMENTS = 1 << 27
@@ -69,8 +73,8 @@ narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to
 [gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
 
 KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
-        "nan")
-CONTRACT = {"nan": NAN_POLICIES}  # the contract choices: key = the argument kind it sets, and its values
+        "nan", "scale_floor")
+CONTRACT = {"nan": NAN_POLICIES, "scale_floor": SCALE_FLOORS}  # the contract choices: key = the argument kind it sets, and its values
 RANKS = (2, 3, 4)
 
 
@@ -92,6 +96,7 @@ class Domain:
     weightless: bool | None = None
     flags: tuple[tuple[str, bool], ...] | None = None  # (argument, its one supported value), sorted by name
     nan: str | None = None  # "propagate" | "ignore": the amax's NaN policy (a contract choice)
+    scale_floor: str | None = None  # "1/512q" | "eps32": a dynamic scale's floor (a contract choice)
 
     @property
     def declared(self) -> bool:
@@ -185,14 +190,15 @@ def check_flags(domain: Domain, rec, where: str) -> None:
 
 def check_contract(domain: Domain, rec, where: str) -> None:
     """DomainError unless every contract choice ``domain`` declares (``CONTRACT``) is one op record
-    ``rec`` makes: it has an argument of that kind (an op without an amax has no NaN policy)."""
+    ``rec`` makes: it has an argument of that kind (an op without an amax has no NaN policy, one
+    without a floored scale no scale_floor)."""
     kinds = {a.kind for a in rec.args}
     for key in CONTRACT:
         value = getattr(domain, key)
         if value is not None and key not in kinds:
             makes = [name for name, op in OPS.items() if any(a.kind == key for a in op.args)]
-            raise DomainError(f"{where}: {key}={value}: {rec.name} has no {key} choice to declare (an op that "
-                              f"takes an amax has one: {', '.join(makes)})")
+            raise DomainError(f"{where}: {key}={value}: {rec.name} has no {key} choice to declare (the ops "
+                              f"that have one: {', '.join(makes)})")
 
 
 def parse(spec, where: str = "--domain") -> Domain:

@@ -55,6 +55,8 @@ sets them (``impls.domain``, ``properties.fitting``); the oracle and the bounds 
     nan      the NaN policy of every amax an op takes, one of ``dynamic_quant.NAN_POLICIES``:
              None or "propagate" (a NaN in a row, group or block makes its scale NaN) or "ignore"
              (IEEE maximumNumber: the amax of its non-NaN elements, Triton's ``tl.max``)
+    scale_floor  a dynamic or group scale's floor, one of ``dynamic_quant.SCALE_FLOORS``: None or
+             "1/512q" (1 / (512 q), vLLM's) or "eps32" (float32's machine epsilon)
     qdtype   the name of the format an output is quantised to, one of ``dynamic_quant.QDTYPES``:
              "float8_e4m3fn" or "int8" (the output's dtype follows it: ``record.Out.dtype_arg``)
     scale_ub None (no bound) or a positive finite float: the largest row peak a dynamic scale is
@@ -89,7 +91,7 @@ import numpy as np
 import torch
 
 from . import validate as v
-from .dynamic_quant import NAN_POLICIES, QDTYPES, SCALE_FORMATS
+from .dynamic_quant import NAN_POLICIES, QDTYPES, SCALE_FLOORS, SCALE_FORMATS
 from .formats import to_float64
 from .fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS, GLOBAL_SCALES
 
@@ -256,4 +258,5 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          sample=lambda normal, rows, width: False,
          draw=lambda d, arg: d.choose([False, True], arg.name), shape=None),
     _contract_kind("nan", NAN_POLICIES),
+    _contract_kind("scale_floor", SCALE_FLOORS),
 )}

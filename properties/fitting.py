@@ -21,7 +21,7 @@ wasted on what the kernel never claimed:
     weightless  no: a None weight or bias becomes its identity (``Case.with_identity``)
     flags     a flag argument the domain fixes (``flags=NAME:yes|no``) set to that value: the
               case is then the op's other form on the same tensors, an equally valid input
-    contract  a contract choice the domain declares (``nan=``: ``domain.CONTRACT``) set on the
+    contract  a contract choice the domain declares (``nan=``, ``scale_floor=``: ``domain.CONTRACT``) set on the
               op's argument of that kind (drawn as None, the default): the same input, judged by
               the oracle under the kernel's declared semantics
 

@@ -1,11 +1,15 @@
-"""Contract choices a kernel declares (``impls.domain``: ``nan=``), judged by its own declaration.
+"""Contract choices a kernel declares (``impls.domain``: ``nan=``, ``scale_floor=``), judged by its own
+declaration.
 
 * the oracle takes the amax under the declared NaN policy: "ignore" drops a NaN (maximumNumber)
   for every op with an amax (per row, per group, per FP4 block), while the NaN elements' own
   outputs stay NaN;
 * a correct kernel whose amax drops NaN (as Triton's ``tl.max``) is rejected without ``nan=ignore``
   and certified with it; one that declares it but zeroes the NaN activations is still rejected;
-* the key is read, said back, refused with a one-line error naming it, and refused for an op
+* the scale's floor is the declared one (1 / (512 q) or float32's epsilon): a kernel flooring at
+  epsilon is rejected undeclared and certified declared, one declaring it and flooring at 1 / (512 q)
+  rejected;
+* each key is read, said back, refused with a one-line error naming it, and refused for an op
   without an amax.
 """
 from __future__ import annotations
@@ -20,7 +24,7 @@ import torch
 from ... import oracle
 from ...impls import UsageError, make
 from ...impls.domain import Domain, DomainError, parse
-from ...oracle.dynamic_quant import MIN_SCALE
+from ...oracle.dynamic_quant import EPS32, MIN_SCALE
 from .. import runner
 from ..case import Case
 from ..families import BY_NAME
@@ -82,8 +86,8 @@ def test_nan_is_read_said_back_fitted_and_refused_where_no_amax_is_taken():
     assert d.nan == "ignore" and parse(d.spec()) == d and d.describe() == "nan=ignore"
     with pytest.raises(DomainError, match=r"^--domain: nan='drop': expected one of propagate, ignore$"):
         parse("nan=drop")
-    with pytest.raises(UsageError, match=r"^'k': domain: nan=ignore: rms_norm has no nan choice to declare \(an op "
-                                         r"that takes an amax has one: rms_norm_dynamic_quant, .*\)$"):
+    with pytest.raises(UsageError, match=r"^'k': domain: nan=ignore: rms_norm has no nan choice to declare \(the "
+                                         r"ops that have one: rms_norm_dynamic_quant, .*\)$"):
         make("rms_norm", "k", "plugin", lambda x, weight, eps: x, domain="nan=ignore")
     case = Case.sample("rms_norm_dynamic_quant", F32)
     assert case.scalars["nan"] is None  # drawn as the default
@@ -104,3 +108,31 @@ def test_a_nan_dropping_amax_is_rejected_undeclared_and_certified_declared(sessi
     with pytest.raises(PropertyFailure, match="extremes fails"):
         runner.run_family(session, BY_NAME["extremes"], _impl(planted.dq_nan_ignored_nan_zeroed),
                           torch.bfloat16, max_examples=20, shrink=False)
+
+
+def test_the_scale_floor_is_the_declared_one():
+    x = torch.zeros(2, 8, dtype=torch.float64)
+    args = {"x": x, "weight": torch.ones(8, dtype=torch.float64), "eps": 1e-6, "qdtype": "int8", "scale_ub": None}
+    assert (oracle.forward("rms_norm_dynamic_quant", **args)[1] == MIN_SCALE / 127).all()
+    assert (oracle.forward("rms_norm_dynamic_quant", **args, scale_floor="1/512q")[1] == MIN_SCALE / 127).all()
+    assert EPS32 == 2.0 ** -23 and (oracle.forward("rms_norm_dynamic_quant", **args, scale_floor="eps32")[1] == EPS32).all()
+    group = {"x": torch.zeros(2, 16, dtype=torch.float64), "group": 8, "scale_format": "ue8m0", "layout": "row_major", "scale_floor": "eps32"}
+    assert (oracle.forward("silu_and_mul_group_quant", **group)[1] == EPS32).all()  # 2**-23: UE8M0 keeps it
+    assert parse("scale_floor=eps32").describe() == "scale_floor=eps32"
+    with pytest.raises(DomainError, match=r"^--domain: scale_floor='eps': expected one of 1/512q, eps32$"):
+        parse("scale_floor=eps")
+    with pytest.raises(UsageError, match=r"^'k': domain: scale_floor=eps32: rms_norm_fp4_quant has no scale_floor "
+                                         r"choice to declare \(the ops that have one: rms_norm_dynamic_quant, .*\)$"):
+        make("rms_norm_fp4_quant", "k", "plugin", lambda *a: a, domain="scale_floor=eps32")
+
+
+def test_a_kernel_is_judged_by_the_floor_it_declares(session):
+    with pytest.raises(PropertyFailure, match=r"extremes fails.*scales"):
+        runner.run_family(session, BY_NAME["extremes"], _impl(planted.dq_eps32_floor, declared=False), F32,
+                          max_examples=10, shrink=False)
+    for family in ("extremes", "accuracy"):
+        res = runner.run_family(session, BY_NAME[family], _impl(planted.dq_eps32_floor), F32, max_examples=10)
+        assert res.outcome == "pass", (family, res.message)
+    with pytest.raises(PropertyFailure, match=r"extremes fails.*scales"):
+        runner.run_family(session, BY_NAME["extremes"], _impl(planted.dq_floor_not_as_declared), F32,
+                          max_examples=10, shrink=False)
