@@ -96,18 +96,23 @@ def test_nan_is_read_said_back_fitted_and_refused_where_no_amax_is_taken():
 
 
 # ------------------------------------------------------------------ verdicts
-def test_a_nan_dropping_amax_is_rejected_undeclared_and_certified_declared(session):
-    """The held-out Triton per-token kernel's failure (``scales[0]: got 4.36e-06, exact nan``), as an
-    eager kernel: rejected while it does not say its amax drops NaN, certified once it does."""
+@pytest.mark.parametrize("right, wrong, wrong_dtype", [
+    (planted.dq_nan_ignored, planted.dq_nan_ignored_nan_zeroed, torch.bfloat16),
+    (planted.dq_eps32_floor, planted.dq_floor_not_as_declared, F32),
+], ids=["nan", "scale_floor"])
+def test_a_kernel_is_judged_by_the_contract_choice_it_declares(session, right, wrong, wrong_dtype):
+    """A correct kernel that makes a documented choice (an amax that drops NaN, as the held-out Triton
+    per-token kernel whose extremes failed with ``scales[0]: got 4.36e-06, exact nan``; float32's
+    epsilon as the floor) is rejected while it does not declare it and certified once it does; a
+    kernel that declares the choice and does otherwise is still rejected."""
     with pytest.raises(PropertyFailure, match=r"extremes fails.*scales"):
-        runner.run_family(session, BY_NAME["extremes"], _impl(planted.dq_nan_ignored, declared=False), F32,
-                          max_examples=10, shrink=False)
+        runner.run_family(session, BY_NAME["extremes"], _impl(right, declared=False), F32, max_examples=10,
+                          shrink=False)
     for family in ("extremes", "accuracy"):
-        res = runner.run_family(session, BY_NAME[family], _impl(planted.dq_nan_ignored), F32, max_examples=10)
+        res = runner.run_family(session, BY_NAME[family], _impl(right), F32, max_examples=10)
         assert res.outcome == "pass", (family, res.message)
     with pytest.raises(PropertyFailure, match="extremes fails"):
-        runner.run_family(session, BY_NAME["extremes"], _impl(planted.dq_nan_ignored_nan_zeroed),
-                          torch.bfloat16, max_examples=20, shrink=False)
+        runner.run_family(session, BY_NAME["extremes"], _impl(wrong), wrong_dtype, max_examples=20, shrink=False)
 
 
 def test_the_scale_floor_is_the_declared_one():
@@ -115,8 +120,10 @@ def test_the_scale_floor_is_the_declared_one():
     args = {"x": x, "weight": torch.ones(8, dtype=torch.float64), "eps": 1e-6, "qdtype": "int8", "scale_ub": None}
     assert (oracle.forward("rms_norm_dynamic_quant", **args)[1] == MIN_SCALE / 127).all()
     assert (oracle.forward("rms_norm_dynamic_quant", **args, scale_floor="1/512q")[1] == MIN_SCALE / 127).all()
-    assert EPS32 == 2.0 ** -23 and (oracle.forward("rms_norm_dynamic_quant", **args, scale_floor="eps32")[1] == EPS32).all()
-    group = {"x": torch.zeros(2, 16, dtype=torch.float64), "group": 8, "scale_format": "ue8m0", "layout": "row_major", "scale_floor": "eps32"}
+    eps32 = oracle.forward("rms_norm_dynamic_quant", **args, scale_floor="eps32")[1]
+    assert EPS32 == 2.0 ** -23 and (eps32 == EPS32).all()
+    group = {"x": torch.zeros(2, 16, dtype=torch.float64), "group": 8, "scale_format": "ue8m0", "layout": "row_major",
+             "scale_floor": "eps32"}
     assert (oracle.forward("silu_and_mul_group_quant", **group)[1] == EPS32).all()  # 2**-23: UE8M0 keeps it
     assert parse("scale_floor=eps32").describe() == "scale_floor=eps32"
     with pytest.raises(DomainError, match=r"^--domain: scale_floor='eps': expected one of 1/512q, eps32$"):
@@ -124,15 +131,3 @@ def test_the_scale_floor_is_the_declared_one():
     with pytest.raises(UsageError, match=r"^'k': domain: scale_floor=eps32: rms_norm_fp4_quant has no scale_floor "
                                          r"choice to declare \(the ops that have one: rms_norm_dynamic_quant, .*\)$"):
         make("rms_norm_fp4_quant", "k", "plugin", lambda *a: a, domain="scale_floor=eps32")
-
-
-def test_a_kernel_is_judged_by_the_floor_it_declares(session):
-    with pytest.raises(PropertyFailure, match=r"extremes fails.*scales"):
-        runner.run_family(session, BY_NAME["extremes"], _impl(planted.dq_eps32_floor, declared=False), F32,
-                          max_examples=10, shrink=False)
-    for family in ("extremes", "accuracy"):
-        res = runner.run_family(session, BY_NAME[family], _impl(planted.dq_eps32_floor), F32, max_examples=10)
-        assert res.outcome == "pass", (family, res.message)
-    with pytest.raises(PropertyFailure, match=r"extremes fails.*scales"):
-        runner.run_family(session, BY_NAME["extremes"], _impl(planted.dq_floor_not_as_declared), F32,
-                          max_examples=10, shrink=False)
