@@ -125,7 +125,8 @@ def test_the_scale_floor_is_the_declared_one():
     group = {"x": torch.zeros(2, 16, dtype=torch.float64), "group": 8, "scale_format": "ue8m0", "layout": "row_major",
              "scale_floor": "eps32"}
     assert (oracle.forward("silu_and_mul_group_quant", **group)[1] == EPS32).all()  # 2**-23: UE8M0 keeps it
-    assert parse("scale_floor=eps32").describe() == "scale_floor=eps32"
+    d = parse("scale_floor=eps32")
+    assert d.scale_floor == "eps32" and parse(d.spec()) == d and d.describe() == "scale_floor=eps32"
     with pytest.raises(DomainError, match=r"^--domain: scale_floor='eps': expected one of 1/512q, eps32$"):
         parse("scale_floor=eps")
     with pytest.raises(UsageError, match=r"^'k': domain: scale_floor=eps32: rms_norm_fp4_quant has no scale_floor "
