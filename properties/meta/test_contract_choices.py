@@ -81,14 +81,25 @@ def test_nan_ignore_reaches_every_amax(op, extra):
 
 
 # ------------------------------------------------------------------ the domain key
-def test_nan_is_read_said_back_fitted_and_refused_where_no_amax_is_taken():
-    d = parse("nan=ignore")
-    assert d.nan == "ignore" and parse(d.spec()) == d and d.describe() == "nan=ignore"
-    with pytest.raises(DomainError, match=r"^--domain: nan='drop': expected one of propagate, ignore$"):
-        parse("nan=drop")
-    with pytest.raises(UsageError, match=r"^'k': domain: nan=ignore: rms_norm has no nan choice to declare \(the "
+@pytest.mark.parametrize("key, value, bad, expected, op", [
+    ("nan", "ignore", "drop", "propagate, ignore", "rms_norm"),
+    ("scale_floor", "eps32", "eps", "1/512q, eps32", "rms_norm_fp4_quant"),
+])
+def test_a_contract_key_is_read_said_back_and_refused_in_one_line(key, value, bad, expected, op):
+    """Read and said back; an unknown value names the key and its values; declared for an op
+    without that choice (rms_norm takes no amax, FP4's block scale has no floor), a usage error."""
+    d = parse(f"{key}={value}")
+    assert (d.nan, d.scale_floor)[key == "scale_floor"] == value and parse(d.spec()) == d
+    assert d.describe() == f"{key}={value}"
+    with pytest.raises(DomainError, match=rf"^--domain: {key}='{bad}': expected one of {expected}$"):
+        parse(f"{key}={bad}")
+    with pytest.raises(UsageError, match=rf"^'k': domain: {key}={value}: {op} has no {key} choice to declare \(the "
                                          r"ops that have one: rms_norm_dynamic_quant, .*\)$"):
-        make("rms_norm", "k", "plugin", lambda x, weight, eps: x, domain="nan=ignore")
+        make(op, "k", "plugin", lambda *a: a, domain=f"{key}={value}")
+
+
+def test_a_drawn_case_holds_the_default_and_fitting_sets_the_declared_choice():
+    d = parse("nan=ignore")
     case = Case.sample("rms_norm_dynamic_quant", F32)
     assert case.scalars["nan"] is None  # drawn as the default
     fitted = fit(case, d)
@@ -125,10 +136,3 @@ def test_the_scale_floor_is_the_declared_one():
     group = {"x": torch.zeros(2, 16, dtype=torch.float64), "group": 8, "scale_format": "ue8m0", "layout": "row_major",
              "scale_floor": "eps32"}
     assert (oracle.forward("silu_and_mul_group_quant", **group)[1] == EPS32).all()  # 2**-23: UE8M0 keeps it
-    d = parse("scale_floor=eps32")
-    assert d.scale_floor == "eps32" and parse(d.spec()) == d and d.describe() == "scale_floor=eps32"
-    with pytest.raises(DomainError, match=r"^--domain: scale_floor='eps': expected one of 1/512q, eps32$"):
-        parse("scale_floor=eps")
-    with pytest.raises(UsageError, match=r"^'k': domain: scale_floor=eps32: rms_norm_fp4_quant has no scale_floor "
-                                         r"choice to declare \(the ops that have one: rms_norm_dynamic_quant, .*\)$"):
-        make("rms_norm_fp4_quant", "k", "plugin", lambda *a: a, domain="scale_floor=eps32")
