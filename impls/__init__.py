@@ -23,7 +23,7 @@ import torch
 from ..oracle import OPS
 
 from . import conventions
-from .domain import Domain, DomainError, check_flags, check_size, parse
+from .domain import Domain, DomainError, check_contract, check_flags, check_size, parse
 
 BACKENDS = ("eager", "compiled", "custom-op", "triton", "case-study", "plugin")
 MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "custom_op", "triton_norms", "triton_gated_norm",
@@ -64,6 +64,7 @@ class Impl:
             object.__setattr__(self, "domain", parse(self.domain.spec(), where))
             check_size(self.domain, OPS[self.op], MANY_ROWS, where)
             check_flags(self.domain, OPS[self.op], where)
+            check_contract(self.domain, OPS[self.op], where)
         except DomainError as e:
             raise UsageError(str(e)) from None
 

@@ -38,6 +38,16 @@ was certified.
                               that fails fails its served result; no: it is not captured
                               (default: tried, and a failed capture is noted, not failed).
                               No case is fitted for it: it is a claim about the call
+    nan=propagate|ignore      the NaN policy of the op's amax (a contract choice, argument kind "nan",
+                              ``oracle.dynamic_quant``): propagate (the default) makes a scale NaN
+                              where its row, group or block holds a NaN; ignore takes the amax over
+                              the non-NaN elements (IEEE maximumNumber, Triton's tl.max).  Only an
+                              op that takes an amax (the dynamic, group and FP4 quants) has one: on
+                              another op the key is an error (checked when the kernel is registered)
+    scale_floor=1/512q|eps32  the floor of a dynamic or group scale (a contract choice, argument kind
+                              "scale_floor"): 1/(512 q) (the default, vLLM's min_scaling_factor) or
+                              float32's machine epsilon 2**-23 (some int8 paths); only the dynamic and
+                              group quants have one (FP4's block scale has none)
 
 A case is drawn as for any kernel, then *fitted* into the domain
 (``properties.fitting``): the row length rounded up to the multiple (capped at
@@ -54,6 +64,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+from ..oracle import OPS
+from ..oracle.dynamic_quant import NAN_POLICIES, SCALE_FLOORS
 from ..oracle.formats import DTYPE_NAMES
 
 MAX_FITTED_ELEMENTS = 1 << 27
@@ -65,7 +77,8 @@ narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to
 [gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
 
 KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
-        "capturable")
+        "capturable", "nan", "scale_floor")
+CONTRACT = {"nan": NAN_POLICIES, "scale_floor": SCALE_FLOORS}  # the contract choices: key = the argument kind it sets, and its values
 RANKS = (2, 3, 4)
 
 
@@ -87,6 +100,8 @@ class Domain:
     weightless: bool | None = None
     flags: tuple[tuple[str, bool], ...] | None = None  # (argument, its one supported value), sorted by name
     capturable: bool | None = None  # a CUDA-graph capture that fails: gates (yes), not tried (no), noted (None)
+    nan: str | None = None  # "propagate" | "ignore": the amax's NaN policy (a contract choice)
+    scale_floor: str | None = None  # "1/512q" | "eps32": a dynamic scale's floor (a contract choice)
 
     @property
     def declared(self) -> bool:
@@ -139,6 +154,7 @@ class Domain:
         if self.capturable is not None:
             parts.append("capturable=yes (a failed CUDA-graph capture fails; captured on a GPU only)" if self.capturable
                          else "capturable=no (never captured in a CUDA graph)")
+        parts += [f"{key}={getattr(self, key)}" for key in CONTRACT if getattr(self, key) is not None]
         return "; ".join(parts)
 
     def spec(self) -> str:
@@ -178,6 +194,19 @@ def check_flags(domain: Domain, rec, where: str) -> None:
         if name not in ours:
             raise DomainError(f"{where}: flags={name}:{'yes' if value else 'no'}: {name} is not a flag argument of "
                               f"{rec.name} (its flags: {', '.join(ours) or 'none'})")
+
+
+def check_contract(domain: Domain, rec, where: str) -> None:
+    """DomainError unless every contract choice ``domain`` declares (``CONTRACT``) is one op record
+    ``rec`` makes: it has an argument of that kind (an op without an amax has no NaN policy, one
+    without a floored scale no scale_floor)."""
+    kinds = {a.kind for a in rec.args}
+    for key in CONTRACT:
+        value = getattr(domain, key)
+        if value is not None and key not in kinds:
+            makes = [name for name, op in OPS.items() if any(a.kind == key for a in op.args)]
+            raise DomainError(f"{where}: {key}={value}: {rec.name} has no {key} choice to declare (the ops "
+                              f"that have one: {', '.join(makes)})")
 
 
 def parse(spec, where: str = "--domain") -> Domain:
@@ -294,4 +323,4 @@ def _flags(where, key, value) -> tuple[tuple[str, bool], ...]:
 
 _READ = {"dtypes": _dtypes, "params": _choice("same", "float32"), "residual": _choice("same", "float32"),
          "max_width": _positive, "width_multiple": _positive, "contiguous": _choice("last", "all"), "ranks": _ranks, "weightless": _yes_no,
-         "flags": _flags, "capturable": _yes_no}
+         "flags": _flags, "capturable": _yes_no, **{key: _choice(*values) for key, values in CONTRACT.items()}}

@@ -101,9 +101,10 @@ def _resolve(rec: Op, args: dict, outs: list) -> None:
         rows = np.nonzero(near.reshape(-1, n).any(axis=1))[0] if n else []
         if len(rows):
             # rows resolved are claimed ones, valid rows of a masked op: a selection of rows is one
-            # expert whose rows are all valid
+            # expert whose rows are all valid; an argument that may be None may be left out (a
+            # contract choice not declared: ``kinds``)
             sub = {a.name: _rows(args[a.name], rows) if KINDS[a.kind].shape == "rows" else
-                   torch.tensor(len(rows)) if KINDS[a.kind].shape == "experts" else args[a.name] for a in rec.args}
+                   torch.tensor(len(rows)) if KINDS[a.kind].shape == "experts" else args.get(a.name) for a in rec.args}
             exact = forward(rec.name, path="mpmath", **sub)[k]
             flat = v.reshape(-1, n).copy()
             flat[rows] = exact.reshape(-1, n)

@@ -6,7 +6,9 @@ weight), q the quantised format's largest value, S the exact scale of a row, s_k
 
     scale   the kernel takes A_k = max_i |v_k,i| of its own v, within max_i B_v,i of A = max_i |v_i|
             (|max|a| - max|b|| <= max|a - b|); the cap at scale_ub and the floor are 1-Lipschitz and
-            exact; the division by q (or a product with a rounded 1 / q) costs 2 u_c S, the float32
+            exact (under nan=ignore the max is over the elements whose exact v is not NaN: there the
+            kernel's v is NaN too, the base op's NaN policy, so its maximumNumber drops the same ones,
+            and the same inequality holds over the rest); the division by q (or a product with a rounded 1 / q) costs 2 u_c S, the float32
             store u_32 S, and the float64 oracle's own division ORACLE S:
 
                 B_s = |s_k - S| <= max_i B_v,i / q + (2 u_c + u_32 + ORACLE) S
@@ -67,24 +69,31 @@ def rescaled(y, scale, kernel_scale):
         return np.where(ks == 0, 0.0, y * spread(scale, y) / ks)  # a zero scale gives y = 0 (``fp4``)
 
 
-def dynamic(base, main: str, qdtype: str, indeterminate=None):
+def dynamic(base, main: str, qdtype: str, nan: str, indeterminate=None):
     """The bounds (y's, the scale's, the rest) of base dynamically quantised per row to
     ``args[qdtype]``: ``quantised`` with one group per row, a float32 scale."""
-    return quantised(base, main, lambda args: args[qdtype], None, lambda args: "float32", indeterminate)
+    return quantised(base, main, lambda args: args[qdtype], None, lambda args: "float32", nan, indeterminate)
 
 
-def per_group(base, main: str, qdtype: str, group: str, scale_format: str, indeterminate=None):
+def per_group(base, main: str, qdtype: str, group: str, scale_format: str, nan: str, indeterminate=None):
     """The bounds of base quantised per group of ``args[group]`` elements of a row to ``qdtype``
     (a fixed format name), its scales stored as ``args[scale_format]`` says
     (``dynamic_quant.group_forward``): ``quantised``."""
     return quantised(base, main, lambda args: qdtype, lambda args: int(args[group]), lambda args: args[scale_format],
-                     indeterminate)
+                     nan, indeterminate)
 
 
-def quantised(base, main: str, qdtype_of, group_of, format_of, indeterminate=None):
+def peak_errors(v_err, v, args: dict, nan: str):
+    """The elements' errors a peak is taken of: all of them, or under ``args[nan] == "ignore"`` those
+    whose exact v is not NaN (a NaN element's error read as 0: the max drops it, module docstring)."""
+    return np.where(np.isnan(v), 0.0, v_err) if args.get(nan) == "ignore" else v_err
+
+
+def quantised(base, main: str, qdtype_of, group_of, format_of, nan: str, indeterminate=None):
     """The bounds (y's, the scale's, the rest) of base quantised to the format ``qdtype_of(args)``
     names, one scale per group of ``group_of(args)`` elements of a row (or one per row, where the
-    oracle's scale has one value per row; group_of is then None), y's against the exact scale or,
+    oracle's scale has one value per row; group_of is then None), the peak's NaN policy ``args[nan]``
+    (``peak_errors``), y's against the exact scale or,
     given ``kernel_scale``, against that; other keywords (a fused form's ``rows=``) go to base.
 
     The scale's bound B_s is on its value before any rounding (the oracle's): max over the group of
@@ -119,12 +128,13 @@ def quantised(base, main: str, qdtype_of, group_of, format_of, indeterminate=Non
             v = y * spread(used, y)
             v_bound, *rest = base(args, (v, *exact[2:]), kernel, **kw)
             v_err = np.where(np.isnan(v_bound), np.inf, v_bound)
+            at_peak = peak_errors(v_err, v, args, nan)
             g = None
             if np.ndim(scale) < np.ndim(y):  # one scale per row (an empty row's: no group to split)
-                peak_err = np.max(v_err, axis=-1, initial=0.0)
+                peak_err = np.max(at_peak, axis=-1, initial=0.0)
             else:
                 g = group_of(args)
-                peak_err = np.max(v_err.reshape(v_bound.shape[:-1] + (n // g, g)), axis=-1, initial=0.0)
+                peak_err = np.max(at_peak.reshape(v_bound.shape[:-1] + (n // g, g)), axis=-1, initial=0.0)
             scale_bound = peak_err / qmax(name) + (2 * ctx.uc + (U_32 if kernel else 0.0) + ORACLE) * scale
             if kernel_scale is None:
                 lo, hi = np.where(scale > scale_bound, scale - scale_bound, 0.0), scale + scale_bound
@@ -160,9 +170,9 @@ def quantised(base, main: str, qdtype_of, group_of, format_of, indeterminate=Non
 DIVISIONS = 2 * (2 * FN_ULPS + 1)  # two divisions, each a reciprocal good to FN_ULPS ulps and a product
 
 
-def block(base, main: str, block_format: str, global_scale: str, indeterminate=None):
+def block(base, main: str, block_format: str, global_scale: str, nan: str, indeterminate=None):
     """The bounds (y's, the scale's, the rest) of base quantised to FP4 per block
-    (``fp4.forward``): the module docstring's B_s and B_y.  ``indeterminate``: base's (where an
+    (``fp4.forward``): the module docstring's B_s and B_y, the peak's NaN policy ``args[nan]``.  ``indeterminate``: base's (where an
     infinite exact v may come back NaN, ``bounds_gated``): a block holding such an element has no
     claim, on its scale (NaN's amax is NaN) or its values."""
 
@@ -176,7 +186,7 @@ def block(base, main: str, block_format: str, global_scale: str, indeterminate=N
             d = divisor(scale, f.scale)
             v = y * spread(d, y) * g
             v_bound, *rest = base(args, (v, *exact[2:]), kernel, **kw)
-            v_err = np.where(np.isnan(v_bound), np.inf, v_bound)
+            v_err = peak_errors(np.where(np.isnan(v_bound), np.inf, v_bound), v, args, nan)
             peak_err = np.max(v_err.reshape(v_bound.shape[:-1] + (n // f.block, f.block)), axis=-1, initial=0.0)
             scale_bound = peak_err / (6 * g) + rel * scale + ctx.lam_c
             if kernel_scale is None:

@@ -5,24 +5,42 @@ form with the residual add, SGLang's fused add + RMSNorm + per-token quant.
 Per row r, with v = f(args)[0] (the exact real value) and q = qdtype's largest value:
 
     A_r      = max_i |v_ri|
-    scale_r  = max(min(A_r, scale_ub) / q, MIN_SCALE / q),   MIN_SCALE = 1 / 512
+    scale_r  = max(min(A_r, scale_ub) / q, F),   F = MIN_SCALE / q = 1 / (512 q) by default
     y_ri     = Q(v_ri / scale_r)
     op(args, qdtype, scale_ub) = (y, scale, f's other outputs)
 
 Per group (``group_forward``, vLLM's ``rms_norm_per_block_quant``, DeepSeek's 1 x 128 activations,
 OCP MX): the same with a group of ``group`` consecutive elements of a row for the row, no scale_ub,
-and the scale stored as "float32" (as above) or "ue8m0": P(max(A_g / q, MIN_SCALE / q)), P rounding
+and the scale stored as "float32" (as above) or "ue8m0": P(max(A_g / q, F)), P rounding
 up to a power of two (``formats.UE8M0``), so that no group's peak saturates.
 
 qdtype, by name (``QDTYPES``): "float8_e4m3fn" (q = 448; Q rounds to nearest even and saturates
 at +-448, ``formats.E4M3``) or "int8" (q = 127; Q rounds to the nearest integer, ties to even, and
 saturates to [-128, 127], ``formats.INT8``).  scale_ub: None (no bound) or a positive finite float:
-rows whose amax passes it saturate.  The floor MIN_SCALE / q (vLLM's ``min_scaling_factor``,
-1 / (448 * 512) for float8) keeps an all-zero row's scale positive: its y is 0, not 0 / 0.  The
+rows whose amax passes it saturate.  The floor F keeps an all-zero row's scale positive: its y is
+0, not 0 / 0.  F is a contract choice the kernel declares (argument kind "scale_floor",
+``SCALE_FLOORS``, set by its domain's ``scale_floor=``, never passed to it; ``floor``):
+
+    "1/512q" (the default, None)  F = MIN_SCALE / q, vLLM's ``min_scaling_factor``: 1 / (448 * 512)
+             for float8, 1 / (127 * 512) for int8
+    "eps32"  F = 2**-23, float32's machine epsilon, whatever q (the floor some int8 paths clamp to)
+
+Each is exact (a power of two, or its quotient by q rounded once to float64 like the rest of the
+scale), so the bounds (``bounds_quant``) hold for either unchanged: the floor is 1-Lipschitz.  The
 scales are float32, one per row (x.shape[:-1]), as vLLM and SGLang return them.
 
-NaN policy: a row where v has NaN (f's NaN policy: a NaN or inf in the row) has scale NaN (the max
-propagates it); float8 keeps NaN in y, int8 has no NaN and no claim is made on y there.
+NaN policy, a contract choice the kernel declares (argument kind "nan", ``NAN_POLICIES``; never passed
+to the kernel: its domain's ``nan=`` sets it, ``impls.domain``):
+
+    "propagate" (the default, None)  A_r = max_i |v_ri| is NaN where the row holds a NaN (f's NaN
+             policy: a NaN or inf in the row), and so is scale_r (the max propagates it)
+    "ignore"   the max is IEEE 754-2019 maximumNumber, which drops a NaN (Triton's ``tl.max`` by
+             default, and so vLLM's and SGLang's Triton quant kernels): A_r = max over the i with
+             v_ri not NaN of |v_ri|, 0 where there is none (a row all NaN: its scale is the floor)
+
+Either way y_ri = Q(v_ri / scale_r) keeps NaN where v_ri is NaN: float8 keeps it (its NaN encoding),
+int8 has no NaN and no claim is made on y there.  The same choice holds for every amax normcert
+takes: a group's (``group_forward``) and an FP4 block's (``fp4``).
 
 The oracle's outputs are v / scale (before Q: consumers round, as for the static FP8 ops) and the
 exact scale, each rounded once to float64; where the scale is infinite (an infinite v, or a peak past
@@ -39,9 +57,13 @@ import numpy as np
 import torch
 
 from .formats import UE8M0, fmt
+from .sums import row_peak
 
 QDTYPES = {"float8_e4m3fn": torch.float8_e4m3fn, "int8": torch.int8}
 MIN_SCALE = 1 / 512  # times 1 / q: the floor of a row's scale
+NAN_POLICIES = ("propagate", "ignore")  # an amax that keeps a NaN, or drops it (maximumNumber)
+SCALE_FLOORS = ("1/512q", "eps32")  # the scale's floor: MIN_SCALE / q, or float32's machine epsilon
+EPS32 = float(torch.finfo(torch.float32).eps)  # 2**-23
 SCALE_FORMATS = ("float32", "ue8m0")  # a group's scale as computed, or rounded up to a power of two
 
 
@@ -50,12 +72,27 @@ def qmax(qdtype: str) -> float:
     return fmt(QDTYPES[qdtype]).max
 
 
-def scales(peak: np.ndarray, qdtype: str, scale_ub: float | None) -> np.ndarray:
-    """scale = max(min(A, scale_ub) / q, MIN_SCALE / q) per row from the rows' peaks A (float64)."""
+def floor(qdtype: str, scale_floor: str | None) -> float:
+    """The scale's floor F under the declared ``scale_floor`` (``SCALE_FLOORS``; None: the default)."""
+    return EPS32 if scale_floor == "eps32" else MIN_SCALE / qmax(qdtype)
+
+
+def scales(peak: np.ndarray, qdtype: str, scale_ub: float | None, scale_floor: str | None = None) -> np.ndarray:
+    """scale = max(min(A, scale_ub) / q, F) per row from the rows' peaks A (float64), F = ``floor``."""
     q = qmax(qdtype)
     with np.errstate(all="ignore"):
         capped = peak if scale_ub is None else np.where(peak > scale_ub, scale_ub, peak)  # NaN stays NaN
-        return np.where(np.isnan(capped), np.nan, np.maximum(capped / q, MIN_SCALE / q))
+        return np.where(np.isnan(capped), np.nan, np.maximum(capped / q, floor(qdtype, scale_floor)))
+
+
+def peak(B, rows, nan: str | None):
+    """max_i |rows_i| over the last dim (keepdim, float64) on backend B: NaN where a row holds one, or
+    under ``nan == "ignore"`` over the non-NaN elements alone, 0 where there is none (``NAN_POLICIES``;
+    |v| >= 0, so a NaN read as 0 is the max over the rest)."""
+    if nan != "ignore":
+        return B.row_peak(rows)
+    a = B.to_float64(rows)
+    return row_peak(np.where(np.isnan(a), 0.0, a))
 
 
 def per_element(scale: np.ndarray, n: int) -> np.ndarray:
@@ -83,32 +120,33 @@ def _over(B, v, divisor):
     return out
 
 
-def group_forward(base, qdtype: str, group: str, scale_format: str, layout: str):
+def group_forward(base, qdtype: str, group: str, scale_format: str, layout: str, nan: str, scale_floor: str):
     """``base(B, **args)`` quantised per group of ``args[group]`` consecutive elements of a row
     (``rms_norm_group_quant``): (v / scale, scale before its rounding (per group, (..., n / group)),
     base's other outputs), with q = qdtype's largest value (qdtype: a fixed format name); the
-    scales' memory layout (``args[layout]``) is the calling contract's, not the values'."""
+    scales' memory layout (``args[layout]``) is the calling contract's, not the values'; the amax's NaN
+    policy is ``args[nan]``'s (``peak``), the scale's floor ``args[scale_floor]``'s (``floor``)."""
 
     def quantised(B, **args):
-        rest = {k: v for k, v in args.items() if k not in (group, scale_format, layout)}
+        rest = {k: v for k, v in args.items() if k not in (group, scale_format, layout, nan, scale_floor)}
         first, *others = base(B, **rest)
         n, g = first.shape[-1], int(args[group])
-        peak = B.row_peak(first.reshape(first.shape[:-1] + (n // g, g)))[..., 0]
-        scale = scales(peak, qdtype, None)  # for ue8m0: before its rounding up
+        scale = scales(peak(B, first.reshape(first.shape[:-1] + (n // g, g)), args[nan])[..., 0], qdtype, None, args[scale_floor])  # for ue8m0: before its rounding up
         divisor = per_element(rounded_scale(scale, args[scale_format]), n)
         return (_over(B, first, divisor), B.array(scale), *others)
 
     return quantised
 
 
-def forward(base, qdtype: str, scale_ub: str):
+def forward(base, qdtype: str, scale_ub: str, nan: str, scale_floor: str):
     """The dynamically quantised forward from base's, ``base(B, **args) -> outputs``:
-    (v / scale, scale, base's other outputs)."""
+    (v / scale, scale, base's other outputs); the amax's NaN policy is ``args[nan]``'s (``peak``), the
+    scale's floor ``args[scale_floor]``'s (``floor``)."""
 
     def quantised(B, **args):
-        rest = {k: v for k, v in args.items() if k not in (qdtype, scale_ub)}
+        rest = {k: v for k, v in args.items() if k not in (qdtype, scale_ub, nan, scale_floor)}
         first, *others = base(B, **rest)
-        scale = scales(B.row_peak(first)[..., 0], args[qdtype], args[scale_ub])
+        scale = scales(peak(B, first, args[nan])[..., 0], args[qdtype], args[scale_ub], args[scale_floor])
         return (_over(B, first, np.asarray(scale)[..., None]), B.array(scale), *others)
 
     return quantised

@@ -6,7 +6,8 @@ Per block b of ``block`` consecutive elements of a row, with v = f(args)[0] (the
 g = global_scale (a positive finite float; the dequantising side's per-tensor scale) and R the block
 format's scale rounding:
 
-    A_b  = max_{i in b} |v_i|
+    A_b  = max_{i in b} |v_i|               (over the non-NaN v_i where the kernel declares
+                                            nan=ignore: ``dynamic_quant``'s NaN policy)
     S_b  = A_b / (6 g)                      the exact block scale, before its rounding
     s_b  = R(S_b)                           the stored block scale
     y_i  = E2M1(v_i / (s_b g))  where s_b > 0,   y_i = 0 where s_b = 0
@@ -66,6 +67,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .dynamic_quant import peak as amax
 from .formats import E2M1, E4M3, UE8M0
 
 GLOBAL_SCALES = (1.0, 1.0, 0.375, 2.0 ** -5, 11 / 8192, 3.0)  # drawn: float32-exact, one saturating E4M3
@@ -159,16 +161,18 @@ def divisor(scale: np.ndarray, form) -> np.ndarray:
     return np.where(r > 0, r, np.where(scale > 0, scale, np.where(np.isnan(scale), np.nan, 1.0)))
 
 
-def forward(base, block_format: str, global_scale: str, layout: str):
+def forward(base, block_format: str, global_scale: str, layout: str, nan: str):
     """``base(B, **args)`` quantised to FP4 per block (module docstring): (v / (D g), S per block
-    (..., n / block), base's other outputs); the layout is the calling contract's, not the values'."""
+    (..., n / block), base's other outputs); the layout is the calling contract's, not the values';
+    A_b's NaN policy is ``args[nan]``'s (``dynamic_quant.peak``: "ignore" takes it over the block's
+    non-NaN elements)."""
 
     def quantised(B, **args):
-        rest = {k: v for k, v in args.items() if k not in (block_format, global_scale, layout)}
+        rest = {k: v for k, v in args.items() if k not in (block_format, global_scale, layout, nan)}
         first, *others = base(B, **rest)
         f, g = BLOCK_FORMATS[args[block_format]], float(args[global_scale])
         n = first.shape[-1]
-        peak = B.row_peak(first.reshape(first.shape[:-1] + (n // f.block, f.block)))[..., 0]
+        peak = amax(B, first.reshape(first.shape[:-1] + (n // f.block, f.block)), args[nan])[..., 0]
         with np.errstate(all="ignore"):
             scale = np.asarray(peak, dtype=np.float64) / (6.0 * g)
             d = np.repeat(divisor(scale, f.scale), f.block, axis=-1) * g

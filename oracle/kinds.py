@@ -47,6 +47,16 @@ define a case):
              divided by it before it is rounded to its quantised format)
     flag     True or False: a switch between two forms of the op (the gated norm's
              norm_before_gate), drawn both ways
+
+The *contract kinds* are choices a kernel declares, not arguments it is passed: no ``call`` gives
+them to a kernel, they are never drawn (a drawn case holds None, the default) and a kernel's domain
+sets them (``impls.domain``, ``properties.fitting``); the oracle and the bounds read them:
+
+    nan      the NaN policy of every amax an op takes, one of ``dynamic_quant.NAN_POLICIES``:
+             None or "propagate" (a NaN in a row, group or block makes its scale NaN) or "ignore"
+             (IEEE maximumNumber: the amax of its non-NaN elements, Triton's ``tl.max``)
+    scale_floor  a dynamic or group scale's floor, one of ``dynamic_quant.SCALE_FLOORS``: None or
+             "1/512q" (1 / (512 q), vLLM's) or "eps32" (float32's machine epsilon)
     qdtype   the name of the format an output is quantised to, one of ``dynamic_quant.QDTYPES``:
              "float8_e4m3fn" or "int8" (the output's dtype follows it: ``record.Out.dtype_arg``)
     scale_ub None (no bound) or a positive finite float: the largest row peak a dynamic scale is
@@ -81,7 +91,7 @@ import numpy as np
 import torch
 
 from . import validate as v
-from .dynamic_quant import QDTYPES, SCALE_FORMATS
+from .dynamic_quant import NAN_POLICIES, QDTYPES, SCALE_FLOORS, SCALE_FORMATS
 from .formats import to_float64
 from .fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS, GLOBAL_SCALES
 
@@ -173,6 +183,13 @@ def _norm_group(d, arg) -> int | None:
     return size
 
 
+def _contract_kind(name: str, values: tuple[str, ...]) -> Kind:
+    """A contract choice (module docstring): None (the default, ``values[0]``) or one of ``values``;
+    sampled and drawn as None, set by a kernel's declared domain alone."""
+    return Kind(name, check=lambda op, arg_name, value, x: value is None or v.one_of(op, arg_name, value, values),
+                sample=lambda normal, rows, width: None, draw=lambda d, arg: None, shape=None, may_be_none=True)
+
+
 def _scalar_check(check: Callable) -> Callable:
     return lambda op, name, value, x: check(op, name, value)
 
@@ -240,4 +257,6 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("flag", check=_scalar_check(v.boolean),
          sample=lambda normal, rows, width: False,
          draw=lambda d, arg: d.choose([False, True], arg.name), shape=None),
+    _contract_kind("nan", NAN_POLICIES),
+    _contract_kind("scale_floor", SCALE_FLOORS),
 )}

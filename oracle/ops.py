@@ -51,6 +51,8 @@ Y, RESIDUAL_OUT = Out("y"), Out("residual_out", like="residual", rounded=True)  
 Y_FP8 = Out("y", dtype=torch.float8_e4m3fn, quantised=True)
 WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS = Arg("weight", "weight", optional=True), Arg("bias", "bias", optional=True)
 QDTYPE, SCALE_UB = Arg("qdtype", "qdtype"), Arg("scale_ub", "scale_ub")
+NAN = Arg("nan", "nan")  # a contract choice (``kinds``): the amax's NaN policy, never passed to a kernel
+FLOOR = Arg("scale_floor", "scale_floor")  # a contract choice: the dynamic scale's floor
 Y_DYNAMIC = Out("y", dtype_arg="qdtype", quantised=True, scale="scales")  # divided by the kernel's own scale
 SCALES = Out("scales", dtype=torch.float32, shape="leading")  # one per row, float32
 GROUP, SCALE_FORMAT, LAYOUT = Arg("group", "group"), Arg("scale_format", "scale_format"), Arg("layout", "layout")
@@ -107,10 +109,11 @@ def _dynamic_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     outputs (y in the qdtype argument's format, the scales, base's others); an inference op.  A
     halves base (silu_and_mul) gives a halves op, one scale per output row."""
     main = args[0].name
-    qdtype = next(a.name for a in args if a.kind == "qdtype")
-    scale_ub = next(a.name for a in args if a.kind == "scale_ub")
-    return Op(name, args, (Y_DYNAMIC, SCALES, *base.outs[1:]), (), dynamic_quant.forward(base.forward, qdtype, scale_ub),
-              None, bounds_quant.dynamic(base.forward_bound, main, qdtype, base.indeterminate), None, call=call,
+    qdtype, scale_ub, nan, floor = (next(a.name for a in args if a.kind == k)
+                                    for k in ("qdtype", "scale_ub", "nan", "scale_floor"))
+    return Op(name, args, (Y_DYNAMIC, SCALES, *base.outs[1:]), (),
+              dynamic_quant.forward(base.forward, qdtype, scale_ub, nan, floor),
+              None, bounds_quant.dynamic(base.forward_bound, main, qdtype, nan, base.indeterminate), None, call=call,
               rowwise=base.rowwise, scale_invariant=base.scale_invariant, halves=base.halves)
 
 
@@ -120,10 +123,12 @@ def _group_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     rows a multiple of the largest group drawn; an inference op.  A halves base (silu_and_mul) gives a
     halves op: the groups are of its output row, x's two halves are never grouped across."""
     main = args[0].name
-    group, form, layout = (next(a.name for a in args if a.kind == k) for k in ("group", "scale_format", "layout"))
+    group, form, layout, nan, floor = (next(a.name for a in args if a.kind == k)
+                                       for k in ("group", "scale_format", "layout", "nan", "scale_floor"))
     return Op(name, args, (Y_GROUP, GROUP_SCALES, *base.outs[1:]), (),
-              dynamic_quant.group_forward(base.forward, "float8_e4m3fn", group, form, layout), None,
-              bounds_quant.per_group(base.forward_bound, main, "float8_e4m3fn", group, form, base.indeterminate), None,
+              dynamic_quant.group_forward(base.forward, "float8_e4m3fn", group, form, layout, nan, floor), None,
+              bounds_quant.per_group(base.forward_bound, main, "float8_e4m3fn", group, form, nan, base.indeterminate),
+              None,
               call=call, rowwise=base.rowwise, scale_invariant=base.scale_invariant, width_multiple=max(GROUPS),
               halves=base.halves)
 
@@ -179,10 +184,10 @@ def _fp4_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     multiple of the largest block (twice that for a halves op: the multiple is the main tensor's
     width); an inference op."""
     main = args[0].name
-    form, scale, layout = (next(a.name for a in args if a.kind == k)
-                           for k in ("block_format", "global_scale", "block_layout"))
-    return Op(name, args, (Y_FP4, BLOCK_SCALES, *base.outs[1:]), (), fp4.forward(base.forward, form, scale, layout),
-              None, bounds_quant.block(base.forward_bound, main, form, scale, base.indeterminate), None, call=call,
+    form, scale, layout, nan = (next(a.name for a in args if a.kind == k)
+                                for k in ("block_format", "global_scale", "block_layout", "nan"))
+    return Op(name, args, (Y_FP4, BLOCK_SCALES, *base.outs[1:]), (), fp4.forward(base.forward, form, scale, layout, nan),
+              None, bounds_quant.block(base.forward_bound, main, form, scale, nan, base.indeterminate), None, call=call,
               rowwise=base.rowwise, scale_invariant=base.scale_invariant, halves=base.halves,
               width_multiple=fp4.MAX_BLOCK * (2 if base.halves else 1), max_width=base.max_width,
               max_rank=base.max_rank)
@@ -195,13 +200,13 @@ RMS_NORM = Op("rms_norm", (X, WEIGHTLESS_WEIGHT, EPS), (Y,), ("x", "weight"),
 ADD_RMS_NORM = _fused("add_rms_norm", RMS_NORM, (X, RESIDUAL, WEIGHT, EPS),
                       call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"]))
 RMS_NORM_DYNAMIC_QUANT = _dynamic_quantised(
-    "rms_norm_dynamic_quant", RMS_NORM, (X, WEIGHT, EPS, QDTYPE, SCALE_UB),
+    "rms_norm_dynamic_quant", RMS_NORM, (X, WEIGHT, EPS, QDTYPE, SCALE_UB, NAN, FLOOR),
     call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["qdtype"], a["scale_ub"]))
 RMS_NORM_GROUP_QUANT = _group_quantised(
-    "rms_norm_group_quant", RMS_NORM, (X, WEIGHT, EPS, GROUP, SCALE_FORMAT, LAYOUT),
+    "rms_norm_group_quant", RMS_NORM, (X, WEIGHT, EPS, GROUP, SCALE_FORMAT, LAYOUT, NAN, FLOOR),
     call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["group"], a["scale_format"], a["layout"]))
 RMS_NORM_FP4_QUANT = _fp4_quantised(
-    "rms_norm_fp4_quant", RMS_NORM, (X, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT),
+    "rms_norm_fp4_quant", RMS_NORM, (X, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT, NAN),
     call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["block_format"], a["global_scale"], a["layout"]))
 RMS_NORM_FP8 = _quantised("rms_norm_fp8", RMS_NORM, (X, WEIGHT, EPS, SCALE),
                           call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["scale"]))
@@ -215,13 +220,13 @@ SWIGLU = Op("swiglu", (GATE, UP), (Y,), ("gate", "up"),
             rowwise=True, indeterminate=bounds_gated.swiglu_indeterminate)
 SILU_AND_MUL = _on_halves("silu_and_mul", SWIGLU, (X,), call=lambda fn, a: fn(a["x"]))
 SILU_AND_MUL_DYNAMIC_QUANT = _dynamic_quantised(
-    "silu_and_mul_dynamic_quant", SILU_AND_MUL, (X, QDTYPE, SCALE_UB),
+    "silu_and_mul_dynamic_quant", SILU_AND_MUL, (X, QDTYPE, SCALE_UB, NAN, FLOOR),
     call=lambda fn, a: fn(a["x"], a["qdtype"], a["scale_ub"]))
 SILU_AND_MUL_GROUP_QUANT = _group_quantised(
-    "silu_and_mul_group_quant", SILU_AND_MUL, (X, GROUP, SCALE_FORMAT, LAYOUT),
+    "silu_and_mul_group_quant", SILU_AND_MUL, (X, GROUP, SCALE_FORMAT, LAYOUT, NAN, FLOOR),
     call=lambda fn, a: fn(a["x"], a["group"], a["scale_format"], a["layout"]))
 SILU_AND_MUL_GROUP_QUANT_MASKED = _counted(
-    "silu_and_mul_group_quant_masked", SILU_AND_MUL_GROUP_QUANT, (X, Arg("counts", "counts"), GROUP, SCALE_FORMAT, LAYOUT),
+    "silu_and_mul_group_quant_masked", SILU_AND_MUL_GROUP_QUANT, (X, Arg("counts", "counts"), GROUP, SCALE_FORMAT, LAYOUT, NAN, FLOOR),
     call=lambda fn, a: fn(a["x"], a["counts"], a["group"], a["scale_format"], a["layout"]))
 GEGLU = Op("geglu", (GATE, UP, APPROXIMATE), (Y,), ("gate", "up"),
            geglu.forward, geglu.vjp, bounds_gated.geglu_fwd, bounds_gated.geglu_bwd,
@@ -248,15 +253,15 @@ OPS: dict[str, Op] = {
         _fused("add_rms_norm_fp8", RMS_NORM_FP8, (X, RESIDUAL, WEIGHT, EPS, SCALE),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["scale"])),
         RMS_NORM_DYNAMIC_QUANT,
-        _fused("add_rms_norm_dynamic_quant", RMS_NORM_DYNAMIC_QUANT, (X, RESIDUAL, WEIGHT, EPS, QDTYPE, SCALE_UB),
+        _fused("add_rms_norm_dynamic_quant", RMS_NORM_DYNAMIC_QUANT, (X, RESIDUAL, WEIGHT, EPS, QDTYPE, SCALE_UB, NAN, FLOOR),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["qdtype"], a["scale_ub"])),
         RMS_NORM_GROUP_QUANT,
-        _fused("add_rms_norm_group_quant", RMS_NORM_GROUP_QUANT, (X, RESIDUAL, WEIGHT, EPS, GROUP, SCALE_FORMAT, LAYOUT),
+        _fused("add_rms_norm_group_quant", RMS_NORM_GROUP_QUANT, (X, RESIDUAL, WEIGHT, EPS, GROUP, SCALE_FORMAT, LAYOUT, NAN, FLOOR),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["group"], a["scale_format"],
                                      a["layout"])),
         RMS_NORM_FP4_QUANT,
         _fused("add_rms_norm_fp4_quant", RMS_NORM_FP4_QUANT,
-               (X, RESIDUAL, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT),
+               (X, RESIDUAL, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT, NAN),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["block_format"],
                                      a["global_scale"], a["layout"])),
         LAYER_NORM,
@@ -277,7 +282,7 @@ OPS: dict[str, Op] = {
         SILU_AND_MUL_DYNAMIC_QUANT,
         SILU_AND_MUL_GROUP_QUANT,
         SILU_AND_MUL_GROUP_QUANT_MASKED,
-        _fp4_quantised("silu_and_mul_fp4_quant", SILU_AND_MUL, (X, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT),
+        _fp4_quantised("silu_and_mul_fp4_quant", SILU_AND_MUL, (X, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT, NAN),
                        call=lambda fn, a: fn(a["x"], a["block_format"], a["global_scale"], a["layout"])),
         GEGLU,
         _on_halves("gelu_and_mul", GEGLU, (X, APPROXIMATE), call=lambda fn, a: fn(a["x"], a["approximate"])),

@@ -21,6 +21,9 @@ wasted on what the kernel never claimed:
     weightless  no: a None weight or bias becomes its identity (``Case.with_identity``)
     flags     a flag argument the domain fixes (``flags=NAME:yes|no``) set to that value: the
               case is then the op's other form on the same tensors, an equally valid input
+    contract  a contract choice the domain declares (``nan=``, ``scale_floor=``: ``domain.CONTRACT``) set on the
+              op's argument of that kind (drawn as None, the default): the same input, judged by
+              the oracle under the kernel's declared semantics
 
 Every operation is exact on the values it keeps except a cast to a narrower dtype
 (params=same, residual=same), which rounds: the case is then a different, equally valid input; the
@@ -32,7 +35,7 @@ import math
 
 import torch
 
-from ..impls.domain import Domain
+from ..impls.domain import CONTRACT, Domain
 from ..oracle.kinds import KINDS
 from ..oracle.validate import stream_dtypes
 
@@ -55,6 +58,11 @@ def fit(case: Case, domain: Domain) -> Case:
     if fixed:
         case = case.copy(scalars={**case.scalars, **dict(fixed)})
         changed += [f"{name} -> {value}" for name, value in fixed]
+    chosen = {a.name: getattr(domain, a.kind) for a in rec.args if a.kind in CONTRACT
+              and getattr(domain, a.kind) is not None and case.scalars.get(a.name) != getattr(domain, a.kind)}
+    if chosen:
+        case = case.copy(scalars={**case.scalars, **chosen})
+        changed += [f"{name} -> {value}" for name, value in chosen.items()]
     t = dict(case.tensors)
     main = t[rec.main]
 

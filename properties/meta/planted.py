@@ -17,7 +17,7 @@ from ...impls.compiled import compiled_at_first_call
 from ...impls.eager import (_or, fp4_round_scale, fp4_scales_in, group_scales, layer_norm, pack_fp4, pow2_up,
                             rms_formula, row_scales, scales_in, silu_mul_rows, to_e2m1, to_e4m3, to_qdtype, up)
 from ...oracle.fp4 import BLOCK_FORMATS, padded
-from ...oracle.dynamic_quant import MIN_SCALE, qmax
+from ...oracle.dynamic_quant import EPS32, MIN_SCALE, qmax
 from ...impls.eager import rms_norm as eager_rms_norm
 
 from .expect import batch_size_bug, bucket_bug, bug, correct
@@ -505,6 +505,49 @@ def add_dq_scale_before_add(x, residual, weight, eps, qdtype, scale_ub):
     v = rms_formula(s, up(weight, x), eps)
     _, scale = _dq(x, weight, eps, qdtype, scale_ub)
     return to_qdtype(v / scale[..., None], qdtype), scale, s.to(residual.dtype)
+
+
+def _nan_dropping_peak(v):
+    """amax |v| per row (keepdim) as IEEE maximumNumber takes it (Triton's tl.max): a NaN element
+    dropped, 0 where a row has no other."""
+    return torch.where(v.isnan(), 0.0, v.abs()).amax(-1, keepdim=True)
+
+
+def _dq_nan_ignored(x, weight, eps, qdtype, scale_ub, zero_nan=False):
+    """SGLang's order (v = x rho w in the compute format) with the peak of maximumNumber; y keeps NaN
+    where v is NaN, or (``zero_nan``) quantises those elements as 0."""
+    v = rms_formula(up(x), up(weight, x), eps)
+    q = qmax(qdtype)
+    peak = _nan_dropping_peak(v)
+    scale = ((peak if scale_ub is None else peak.clamp(max=scale_ub)) / q).clamp(min=MIN_SCALE / q).float()
+    return to_qdtype(torch.where(v.isnan(), 0.0, v) / scale if zero_nan else v / scale, qdtype), scale[..., 0]
+
+
+@bug("rms_norm_dynamic_quant", "extremes")
+def dq_nan_ignored_nan_zeroed(x, weight, eps, qdtype, scale_ub):
+    """Declares nan=ignore and takes its amax so, but reads NaN elements as 0 in y too: a NaN
+    activation comes out 0 (the contract keeps y NaN where v is, float8's NaN encoding)."""
+    return _dq_nan_ignored(x, weight, eps, qdtype, scale_ub, zero_nan=True)
+
+
+dq_nan_ignored_nan_zeroed.normcert_domain = "nan=ignore"
+
+
+def _dq_floored(x, weight, eps, qdtype, scale_ub, floor):
+    """SGLang's order (v = x rho w in the compute format) with the scale floored at ``floor``."""
+    v = rms_formula(up(x), up(weight, x), eps)
+    scale = row_scales(v, scale_ub, qmax(qdtype), floor)
+    return to_qdtype(v / scale, qdtype), scale[..., 0]
+
+
+@bug("rms_norm_dynamic_quant", "extremes")
+def dq_floor_not_as_declared(x, weight, eps, qdtype, scale_ub):
+    """Declares scale_floor=eps32 (float32's machine epsilon) but floors at vLLM's 1 / (512 q): an
+    all-zero row's scale is not the one its contract says."""
+    return _dq_floored(x, weight, eps, qdtype, scale_ub, MIN_SCALE / qmax(qdtype))
+
+
+dq_floor_not_as_declared.normcert_domain = "scale_floor=eps32"
 
 
 # ------------------------------------------------------------------ rms_norm_fp4_quant bugs
@@ -1359,6 +1402,26 @@ def dq_vllm_order(x, weight, eps, qdtype, scale_ub):
     q = qmax(qdtype)
     scale = row_scales(v, scale_ub, q, MIN_SCALE / q)
     return to_qdtype(v * (1 / scale.to(v.dtype)), qdtype), scale[..., 0]
+
+
+@correct("rms_norm_dynamic_quant")
+def dq_nan_ignored(x, weight, eps, qdtype, scale_ub):
+    """A Triton-style per-token kernel's amax (maximumNumber: NaN dropped, ``_dq_nan_ignored``),
+    declared: certified under nan=ignore, rejected by extremes without it (``test_contract_choices``)."""
+    return _dq_nan_ignored(x, weight, eps, qdtype, scale_ub)
+
+
+dq_nan_ignored.normcert_domain = "nan=ignore"
+
+
+@correct("rms_norm_dynamic_quant")
+def dq_eps32_floor(x, weight, eps, qdtype, scale_ub):
+    """An int8 path's floor: the scale clamped to float32's machine epsilon, declared
+    (scale_floor=eps32): certified so, rejected by extremes without it (``test_contract_choices``)."""
+    return _dq_floored(x, weight, eps, qdtype, scale_ub, EPS32)
+
+
+dq_eps32_floor.normcert_domain = "scale_floor=eps32"
 
 
 @correct("rms_norm_group_quant")
