@@ -126,6 +126,8 @@ def naive(op: str, a: dict, part: int):
     rec, B = oracle.OPS[op], NaiveLoops()
     first = {arg.name: a[arg.name][:part] for arg in rec.args
              if KINDS[arg.kind].shape in ("rows", "leading") and a.get(arg.name) is not None}
+    if rec.counts and a[rec.main].dim() == 2:  # one expert, its first ``part`` tokens: at most part valid
+        first[rec.counts] = a[rec.counts].clamp(max=part)
     kw = oracle.arguments(rec, B, {**a, **first})
     with mpmath.workprec(MP_PREC), np.errstate(all="ignore"):
         return rec.forward(B, **kw)
