@@ -374,13 +374,15 @@ class Suite:
             certificate.check_writable(self.certificate, flag("certificate"))
         device = _device(config)
         impls.ensure_triton_mode(device)  # before anything imports triton
+        from .runner import MOST_FAILURES  # noqa: PLC0415
         from .session import Session  # noqa: PLC0415
 
         self.session = Session(device=device, seed=config.getoption("--normcert-seed"), bitwise=config.getoption("--normcert-bitwise"),
                                require_backward=config.getoption("--normcert-require-backward"),
                                failures_dir=os.path.abspath(config.getoption("--normcert-failures-dir")),
                                kernel_timeout=timeout,
-                               profile=config.getoption("hypothesis_profile", None) or "ci")
+                               profile=config.getoption("hypothesis_profile", None) or "ci",
+                               most_failures=MOST_FAILURES)
         self.session.beat()  # before any kernel's module is imported: an import that hangs stops the beat
         from ..oracle.formats import DTYPE_NAMES  # noqa: PLC0415
         from .families import BY_NAME  # noqa: PLC0415

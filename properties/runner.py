@@ -320,7 +320,8 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
 
 
 MOST_FAILURES = 3
-"""The most distinct failures a cell's search reports (``_Search.others``)."""
+"""The most distinct failures a cell's search reports in a run of the plugin (``_Search.others``;
+``Session.most_failures``, which a meta-test's own session leaves at 1: it asks whether a bug dies)."""
 
 MORE_TIME = 2.0
 MORE_TIME_FLOOR = 0.5
@@ -489,20 +490,20 @@ class _Search:
         """After the search failed with ``e`` (its ``outcome`` and ``message``) in ``seconds``: search on for failures
         of other kinds (``kind_of``), as Hypothesis does when it reports several distinct bugs, each
         shrunk: round after round, each a random search on a seed of its own (then the buckets not
-        run yet), until ``MOST_FAILURES`` are found or ``MORE_TIME`` runs out (a case being shrunk
+        run yet), until ``session.most_failures`` are found or ``MORE_TIME`` runs out (a case being shrunk
         then is kept as shrunk so far), or, for a family with no random search, its buckets are done.  Not after a hang, a nondeterministic
         kernel, normcert's own error, or a failure not shrunk (``shrinks_not``: it decides
         nothing or costs too much)."""
         if self.failed is None:
             return
         self.found = [Found(self.failed[0], message, *self.failed_as)]
-        if outcome != "fail" or isinstance(e, Flaky) or self.hung or self.shrinks_not:
+        if outcome != "fail" or isinstance(e, Flaky) or self.hung or self.shrinks_not or self.session.most_failures < 2:
             return
         self.until = time.perf_counter() + max(MORE_TIME * seconds, MORE_TIME_FLOOR)
         kept = self.worst
         self.worst = Worst()  # the result's worst error stays the first search's
         try:
-            while len(self.found) < MOST_FAILURES:
+            while len(self.found) < self.session.most_failures:
                 self.round += 1
                 self.failed = self.partial = None
                 try:

@@ -45,7 +45,9 @@ class Session:
     process ("" if nothing: ``probes.first_call``), the support probe's call;
     compiled: kernel id -> the kernel as ``torch.compile`` makes it (``checks.compiled``), made once;
     uncapturable: kernel id -> why its CUDA-graph capture failed, for its next served result's modes
-    (``checks.graphed``)."""
+    (``checks.graphed``);
+    most_failures: the most distinct failures a failing cell's search reports (``runner.MOST_FAILURES``
+    in the plugin's runs; 1, the first alone, in a meta-test's own session, which asks whether a bug dies)."""
 
     device: str = "cpu"
     seed: int = 0
@@ -72,6 +74,7 @@ class Session:
     first_calls: dict = field(default_factory=dict)
     compiled: dict = field(default_factory=dict)
     uncapturable: dict[str, str] = field(default_factory=dict)
+    most_failures: int = 1
 
     def forcing(self, impl) -> Forcing:
         """The kernel's autotuners, run under the config the runner selects (``impls.autotune``);

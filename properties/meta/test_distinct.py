@@ -37,7 +37,8 @@ F32 = torch.float32
 
 @pytest.fixture
 def session(normcert_session, tmp_path):
-    return Session(device=normcert_session.device, seed=normcert_session.seed, failures_dir=str(tmp_path))
+    return Session(device=normcert_session.device, seed=normcert_session.seed, failures_dir=str(tmp_path),
+                   most_failures=runner.MOST_FAILURES)
 
 
 def _impl(name: str):
