@@ -377,8 +377,8 @@ class Op:
         def one(o):
             if o.shape == "leading":
                 return rows[:-1]
-            if o.shape == "groups":
-                return rows[:-1] + (rows[-1] // self.group_size(o, args),)
+            if o.shape == "groups":  # ceil: a partial last group (tail=partial) has its own value
+                return rows[:-1] + (-(-rows[-1] // self.group_size(o, args)),)
             return rows
 
         return tuple(one(o) for o in self.outs)
@@ -418,10 +418,13 @@ class Op:
         if self.halves:
             v.even_last_dim(self.name, x)
         row = x[..., : x.shape[-1] // 2] if self.halves else x  # a halves op's scalars are of its output row
+        partial = any(a.kind == "tail" and args.get(a.name) == "partial" for a in self.args)
         for a in self.args:
             t = args.get(a.name)
             if a.name != self.main and not (t is None and (a.optional or KINDS[a.kind].may_be_none)):
-                KINDS[a.kind].check(self.name, a.name, t, row if not KINDS[a.kind].tensor else x)
+                # under tail=partial a group need not divide the row (the kind checks the rest)
+                KINDS[a.kind].check(self.name, a.name, t, None if partial and a.kind == "group"
+                                    else row if not KINDS[a.kind].tensor else x)
 
     def sample(self, dtype: torch.dtype, device="cpu", rows: int = 3, width: int = 6, seed: int = 0) -> dict:
         """A small ordinary input, the same for every consumer that needs one (the dtype probe,
