@@ -56,7 +56,8 @@ was certified.
                               group quants have one
 
 A case is drawn as for any kernel, then *fitted* into the domain
-(``properties.fitting``): the row length rounded up to the multiple (capped at
+(``properties.fitting``): the row length rounded up to the multiple (cut short of a
+whole group first under tail=partial; capped at
 the maximum), leading dims flattened or unsqueezed to an allowed rank, tensors
 made contiguous, weights cast, None weights replaced by ones / zeros; its notes
 say what was fitted.
