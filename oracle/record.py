@@ -9,7 +9,7 @@ properties) loops over records and reads these fields; none of them names an op.
 
 Argument kinds (``kinds.KINDS``: rows, stream, weight, bias, matrix, vector, mask, eps, alpha,
 approximate, scale, flag, qdtype, scale_ub, group, group_size, scale_format, layout, counts, block_format,
-global_scale, block_layout) are records too: how an argument is checked, sampled, drawn and given to the
+global_scale, block_layout, and the contract kinds nan, scale_floor, tail) are records too: how an argument is checked, sampled, drawn and given to the
 oracle is its kind's, in ``kinds`` alone.  An ``optional`` argument may be passed as None (a
 weightless call, as vLLM, quack and Llama-4's QK-norm make it): it then means its kind's identity,
 a weight of ones or a bias of zeros, and gets no gradient.
