@@ -48,9 +48,16 @@ was certified.
                               "scale_floor"): 1/(512 q) (the default, vLLM's min_scaling_factor) or
                               float32's machine epsilon 2**-23 (some int8 paths); only the dynamic and
                               group quants have one (FP4's block scale has none)
+    tail=none|partial         a per-group quant's tail rule (a contract choice, argument kind "tail"):
+                              none (the default) requires rows a multiple of the group; partial
+                              admits a last group shorter than the group, with its own scale from
+                              its own amax, and the kernel is then fitted rows that are not a
+                              multiple of it (``Domain.width``, ``properties.fitting``).  Only the
+                              group quants have one
 
 A case is drawn as for any kernel, then *fitted* into the domain
-(``properties.fitting``): the row length rounded up to the multiple (capped at
+(``properties.fitting``): the row length rounded up to the multiple (cut short of a
+whole group first under tail=partial; capped at
 the maximum), leading dims flattened or unsqueezed to an allowed rank, tensors
 made contiguous, weights cast, None weights replaced by ones / zeros; its notes
 say what was fitted.
@@ -65,7 +72,7 @@ import math
 from dataclasses import dataclass, fields
 
 from ..oracle import OPS
-from ..oracle.dynamic_quant import NAN_POLICIES, SCALE_FLOORS
+from ..oracle.dynamic_quant import NAN_POLICIES, SCALE_FLOORS, TAILS
 from ..oracle.formats import DTYPE_NAMES
 
 MAX_FITTED_ELEMENTS = 1 << 27
@@ -77,8 +84,8 @@ narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to
 [gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
 
 KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
-        "capturable", "nan", "scale_floor")
-CONTRACT = {"nan": NAN_POLICIES, "scale_floor": SCALE_FLOORS}  # the contract choices: key = the argument kind it sets, and its values
+        "capturable", "nan", "scale_floor", "tail")
+CONTRACT = {"nan": NAN_POLICIES, "scale_floor": SCALE_FLOORS, "tail": TAILS}  # the contract choices: key = the argument kind it sets, and its values
 RANKS = (2, 3, 4)
 
 
@@ -102,6 +109,7 @@ class Domain:
     capturable: bool | None = None  # a CUDA-graph capture that fails: gates (yes), not tried (no), noted (None)
     nan: str | None = None  # "propagate" | "ignore": the amax's NaN policy (a contract choice)
     scale_floor: str | None = None  # "1/512q" | "eps32": a dynamic scale's floor (a contract choice)
+    tail: str | None = None  # "none" | "partial": a per-group quant's last group (a contract choice)
 
     @property
     def declared(self) -> bool:
@@ -113,7 +121,9 @@ class Domain:
     def width(self, n: int, halves: bool = False, op_multiple: int = 1) -> int:
         """The row length a case of length ``n`` is fitted to: n rounded up to the multiple (and to
         an even length for a halves op, to a multiple of the op's own ``op_multiple`` for a
-        per-group op), capped at the largest such length <= max_width."""
+        per-group op, unless the domain declares tail=partial: its groups need not divide a row),
+        capped at the largest such length <= max_width."""
+        op_multiple = 1 if self.tail == "partial" else op_multiple
         step = math.lcm(self.width_multiple, op_multiple * (2 if halves else 1))  # op_multiple: of output rows
         step *= 2 if halves and step % 2 else 1
         fitted = max(step, -(-n // step) * step)

@@ -22,6 +22,14 @@ weight), q the quantised format's largest value, S the exact scale of a row, s_k
             No claim (bound -inf) where the scale is not a positive finite number (its own check
             says so, or its row has no claim) or, for int8, which has no NaN, where v is NaN.
 
+Per group (``per_group``) the same with a group for the row: A, S, B_s and the y bound are each
+group's, the max over its own elements.  Under tail=partial (``dynamic_quant``) the last group of a
+row may hold m < group elements; no term above depends on a group's size (the peak inequality
+|max|a| - max|b|| <= max|a - b| holds over any set, the division by q and the stores cost the same
+relative error per scale, and y's bound is per element), so the partial group's bound is the same
+formula taken over its m elements: max over them of B_v,i / q + (2 u_c + u_32 + ORACLE) S.  B_v,i
+itself is the base op's, of the whole row (a norm's statistics are over the row, not the group).
+
 FP4 (``block``, ``fp4``): per block, S = A / (6 g) with g the global scale.  The kernel's amax is
 within max_block B_v of A as above; it divides by 6 and by g, or multiplies by reciprocals of
 them (``rcp.approx``): each of the two divisions is a reciprocal good to FN_ULPS ulps of c (at most
@@ -54,19 +62,31 @@ from .fp4 import BLOCK_FORMATS, divisor
 U_32 = FORMATS[torch.float32].u  # the scales are stored in float32
 
 
-def spread(scale, like) -> np.ndarray:
+def spread(scale, like, group: int | None = None) -> np.ndarray:
     """A scale per row (shape like.shape[:-1]) or per group of a row (like.shape[:-1] + (G,)) as one
-    value per element of ``like``."""
+    value per element of ``like`` (groups of ``group`` elements, the last partial, where given:
+    ``dynamic_quant.per_element``)."""
     scale = np.asarray(scale, dtype=np.float64)
-    return per_element(scale, np.shape(like)[-1]) if scale.ndim == np.ndim(like) else scale[..., None]
+    return per_element(scale, np.shape(like)[-1], group) if scale.ndim == np.ndim(like) else scale[..., None]
 
 
-def rescaled(y, scale, kernel_scale):
+def by_group(a, group: int, fill) -> np.ndarray:
+    """a's rows (..., n) as (..., G, group), G = ceil(n / group): a partial last group padded with
+    ``fill`` (0 for a max of errors, False for an any)."""
+    a = np.asarray(a)
+    n = a.shape[-1]
+    pad = -n % group
+    if pad:
+        a = np.concatenate([a, np.full(a.shape[:-1] + (pad,), fill, dtype=a.dtype)], axis=-1)
+    return a.reshape(a.shape[:-1] + ((n + pad) // group, group))
+
+
+def rescaled(y, scale, kernel_scale, group: int | None = None):
     """w = v / s_k from the oracle's y = v / S and S (the scale y was divided by, rounded where its
-    format rounds): the exact value over the kernel's own scale."""
+    format rounds): the exact value over the kernel's own scale (per group of ``group``: ``spread``)."""
     with np.errstate(all="ignore"):
-        ks = spread(kernel_scale, y)
-        return np.where(ks == 0, 0.0, y * spread(scale, y) / ks)  # a zero scale gives y = 0 (``fp4``)
+        ks = spread(kernel_scale, y, group)
+        return np.where(ks == 0, 0.0, y * spread(scale, y, group) / ks)  # a zero scale gives y = 0 (``fp4``)
 
 
 def dynamic(base, main: str, qdtype: str, nan: str, indeterminate=None):
@@ -122,46 +142,48 @@ def quantised(base, main: str, qdtype_of, group_of, format_of, nan: str, indeter
     def bound(args, exact, kernel=True, kernel_scale=None, **kw):
         ctx = Context(args[main].dtype, kernel=kernel)
         y, scale, form, name = exact[0], exact[1], format_of(args), qdtype_of(args)
-        n = y.shape[-1]
+        per_row = np.ndim(scale) < np.ndim(y)  # one scale per row (an empty row's: no group to split)
+        g = None if per_row else group_of(args)
+
+        def wide(a):  # a value per group (or row) as one per element: a partial last group's too
+            return spread(a, y, g)
+
         with np.errstate(all="ignore"):
             used = rounded_scale(scale, form)
-            v = y * spread(used, y)
+            v = y * wide(used)
             v_bound, *rest = base(args, (v, *exact[2:]), kernel, **kw)
             v_err = np.where(np.isnan(v_bound), np.inf, v_bound)
             at_peak = peak_errors(v_err, v, args, nan)
-            g = None
-            if np.ndim(scale) < np.ndim(y):  # one scale per row (an empty row's: no group to split)
+            if per_row:
                 peak_err = np.max(at_peak, axis=-1, initial=0.0)
-            else:
-                g = group_of(args)
-                peak_err = np.max(at_peak.reshape(v_bound.shape[:-1] + (n // g, g)), axis=-1, initial=0.0)
+            else:  # a partial group's peak over its own elements (the pad's 0 is no error)
+                peak_err = np.max(by_group(at_peak, g, 0.0), axis=-1, initial=0.0)
             scale_bound = peak_err / qmax(name) + (2 * ctx.uc + (U_32 if kernel else 0.0) + ORACLE) * scale
             if kernel_scale is None:
                 lo, hi = np.where(scale > scale_bound, scale - scale_bound, 0.0), scale + scale_bound
                 if form == "ue8m0":
                     lo, hi = UE8M0.round(lo), UE8M0.round(hi)
-                s, s_lo, s_hi = spread(used, y), spread(lo, y), spread(hi, y)
+                s, s_lo, s_hi = wide(used), wide(lo), wide(hi)
                 y_bound = (v_bound / s_lo + (2 * ctx.uc + ORACLE) * np.abs(v / s)
                            + np.abs(v) * np.maximum(1 / s_lo - 1 / s, 1 / s - 1 / s_hi))
             else:
-                s = spread(kernel_scale, y)
+                s = wide(kernel_scale)
                 y_bound = v_bound / s + (2 * ctx.uc + ORACLE) * np.abs(v / s)
             no_claim = ~(np.isfinite(s) & (s > 0))
             if isinstance(fmt(QDTYPES[name]), IntegerFormat):  # int8 has no NaN to give
                 no_claim = no_claim | np.isnan(v)
             y_bound = np.where(no_claim, -np.inf, np.where(np.isnan(y_bound), np.inf, y_bound))
-            def any_in_group(mask):
-                if np.ndim(scale) < np.ndim(y):
-                    return mask.any(axis=-1)
-                return mask.reshape(mask.shape[:-1] + (n // g, g)).any(axis=-1)
 
-            reach = np.where(np.isinf(spread(used, y)), np.inf, np.abs(v) + v_err)  # an infinite scale: v is
+            def any_in_group(mask):
+                return mask.any(axis=-1) if per_row else by_group(mask, g, False).any(axis=-1)
+
+            reach = np.where(np.isinf(wide(used)), np.inf, np.abs(v) + v_err)  # an infinite scale: v is
             loose = reach >= min(ctx.cmax, ctx.omax)  # past c's or x.dtype's range (the docstring); NaN rows not
             if indeterminate is not None:
                 loose = loose | np.asarray(indeterminate(args), dtype=bool)
             group_loose = any_in_group(loose)
             scale_bound = np.where(group_loose, -np.inf, scale_bound)
-            y_bound = np.where(spread(group_loose, y).astype(bool), -np.inf, y_bound)
+            y_bound = np.where(wide(group_loose).astype(bool), -np.inf, y_bound)
         return (y_bound, scale_bound, *rest)
 
     return bound

@@ -14,6 +14,16 @@ OCP MX): the same with a group of ``group`` consecutive elements of a row for th
 and the scale stored as "float32" (as above) or "ue8m0": P(max(A_g / q, F)), P rounding
 up to a power of two (``formats.UE8M0``), so that no group's peak saturates.
 
+The tail rule, a contract choice the kernel declares (argument kind "tail", ``TAILS``, set by its
+domain's ``tail=``, never passed to it; ``group_forward``): "none" (the default, None) requires the
+row (the output row of a [gate | up] op) to be a multiple of ``group``, a ValueError naming
+``group`` otherwise; "partial" admits any row length n: a row has G = ceil(n / group) groups, group
+j of elements [j group, min((j + 1) group, n)), so the last one holds n - (G - 1) group elements
+(fewer than ``group`` where group does not divide n) and its scale is of its own amax, A_G-1 =
+max |v_i| over those elements alone, as any group's.  The scales are (..., G) in either layout:
+scale (r, j) of flat row r at r G + j ("row_major") or at j R + r ("column_major", R rows), G the
+partial count.
+
 qdtype, by name (``QDTYPES``): "float8_e4m3fn" (q = 448; Q rounds to nearest even and saturates
 at +-448, ``formats.E4M3``) or "int8" (q = 127; Q rounds to the nearest integer, ties to even, and
 saturates to [-128, 127], ``formats.INT8``).  scale_ub: None (no bound) or a positive finite float:
@@ -65,6 +75,7 @@ NAN_POLICIES = ("propagate", "ignore")  # an amax that keeps a NaN, or drops it 
 SCALE_FLOORS = ("1/512q", "eps32")  # the scale's floor: MIN_SCALE / q, or float32's machine epsilon
 EPS32 = float(torch.finfo(torch.float32).eps)  # 2**-23
 SCALE_FORMATS = ("float32", "ue8m0")  # a group's scale as computed, or rounded up to a power of two
+TAILS = ("none", "partial")  # rows a multiple of the group, or a last group shorter, with its own scale
 
 
 def qmax(qdtype: str) -> float:
@@ -95,10 +106,27 @@ def peak(B, rows, nan: str | None):
     return row_peak(np.where(np.isnan(a), 0.0, a))
 
 
-def per_element(scale: np.ndarray, n: int) -> np.ndarray:
-    """A scale per group of a row (shape (..., G)) repeated over its n / G elements: (..., n)."""
+def per_element(scale: np.ndarray, n: int, group: int | None = None) -> np.ndarray:
+    """A scale per group of a row (shape (..., G)) repeated over its elements: (..., n).  Without
+    ``group`` the groups are n / G long; with it, ``group`` long but the last, which takes what is
+    left (G = ceil(n / group): a partial tail, ``TAILS``)."""
     scale = np.asarray(scale)
-    return np.repeat(scale, n // scale.shape[-1], axis=-1) if scale.shape[-1] else scale
+    if not scale.shape[-1]:
+        return scale
+    return np.repeat(scale, n // scale.shape[-1] if group is None else group, axis=-1)[..., :n]
+
+
+def group_peaks(B, v, group: int, nan: str | None):
+    """The amax of every group of ``group`` consecutive elements of v's rows (float64, (..., G),
+    G = ceil(n / group)), the last group that of the n mod group elements left where it is partial;
+    NaN policy ``nan`` (``peak``)."""
+    n = v.shape[-1]
+    whole = n // group * group
+    peaks = peak(B, v[..., :whole].reshape(v.shape[:-1] + (n // group, group)), nan)[..., 0]
+    if whole < n:  # the partial tail: its own amax, not one over a pad or the group before it
+        peaks = np.concatenate([np.asarray(peaks, dtype=np.float64).reshape(v.shape[:-1] + (n // group,)),
+                                np.asarray(peak(B, v[..., whole:], nan), dtype=np.float64)], axis=-1)
+    return peaks
 
 
 def rounded_scale(scale: np.ndarray, scale_format: str) -> np.ndarray:
@@ -120,19 +148,23 @@ def _over(B, v, divisor):
     return out
 
 
-def group_forward(base, qdtype: str, group: str, scale_format: str, layout: str, nan: str, scale_floor: str):
+def group_forward(base, qdtype: str, group: str, scale_format: str, layout: str, nan: str, scale_floor: str,
+                  tail: str):
     """``base(B, **args)`` quantised per group of ``args[group]`` consecutive elements of a row
-    (``rms_norm_group_quant``): (v / scale, scale before its rounding (per group, (..., n / group)),
-    base's other outputs), with q = qdtype's largest value (qdtype: a fixed format name); the
-    scales' memory layout (``args[layout]``) is the calling contract's, not the values'; the amax's NaN
-    policy is ``args[nan]``'s (``peak``), the scale's floor ``args[scale_floor]``'s (``floor``)."""
+    (``rms_norm_group_quant``): (v / scale, scale before its rounding (per group, (..., G)), base's
+    other outputs), with q = qdtype's largest value (qdtype: a fixed format name); the scales' memory
+    layout (``args[layout]``) is the calling contract's, not the values'; the amax's NaN policy is
+    ``args[nan]``'s (``peak``), the scale's floor ``args[scale_floor]``'s (``floor``), the tail rule
+    ``args[tail]``'s (module docstring: G = n / group, or ceil(n / group) under "partial")."""
 
     def quantised(B, **args):
-        rest = {k: v for k, v in args.items() if k not in (group, scale_format, layout, nan, scale_floor)}
+        rest = {k: v for k, v in args.items() if k not in (group, scale_format, layout, nan, scale_floor, tail)}
         first, *others = base(B, **rest)
         n, g = first.shape[-1], int(args[group])
-        scale = scales(peak(B, first.reshape(first.shape[:-1] + (n // g, g)), args[nan])[..., 0], qdtype, None, args[scale_floor])  # for ue8m0: before its rounding up
-        divisor = per_element(rounded_scale(scale, args[scale_format]), n)
+        if n % g and args.get(tail) != "partial":
+            raise ValueError(f"{group} must be a divisor of the row length {n} (tail=none), got {g}")
+        scale = scales(group_peaks(B, first, g, args[nan]), qdtype, None, args[scale_floor])  # ue8m0: before its rounding up
+        divisor = per_element(rounded_scale(scale, args[scale_format]), n, g)
         return (_over(B, first, divisor), B.array(scale), *others)
 
     return quantised

@@ -57,13 +57,17 @@ sets them (``impls.domain``, ``properties.fitting``); the oracle and the bounds 
              (IEEE maximumNumber: the amax of its non-NaN elements, Triton's ``tl.max``)
     scale_floor  a dynamic or group scale's floor, one of ``dynamic_quant.SCALE_FLOORS``: None or
              "1/512q" (1 / (512 q), vLLM's) or "eps32" (float32's machine epsilon)
+    tail     a per-group op's tail rule, one of ``dynamic_quant.TAILS``: None or "none" (the row a
+             multiple of the group, else a ValueError naming the group) or "partial" (any row: the
+             last group shorter, with its own scale; the group kind's divisor check is then not
+             applied, ``record.Op.check``)
     qdtype   the name of the format an output is quantised to, one of ``dynamic_quant.QDTYPES``:
              "float8_e4m3fn" or "int8" (the output's dtype follows it: ``record.Out.dtype_arg``)
     scale_ub None (no bound) or a positive finite float: the largest row peak a dynamic scale is
              taken of (rows past it saturate)
     group    a positive integer dividing the row length: consecutive elements of a row that share
              a quantisation scale, one of GROUPS when drawn (the op's ``width_multiple`` makes
-             every one of them divide the rows drawn)
+             every one of them divide the rows drawn); under tail=partial any positive integer
     scale_format  how a group's scale is stored, one of ``dynamic_quant.SCALE_FORMATS``: "float32"
              (as computed) or "ue8m0" (rounded up to a power of two, OCP MX)
     group_size  None (the whole row) or a positive integer dividing the row length: the gated norm's
@@ -91,7 +95,7 @@ import numpy as np
 import torch
 
 from . import validate as v
-from .dynamic_quant import NAN_POLICIES, QDTYPES, SCALE_FLOORS, SCALE_FORMATS
+from .dynamic_quant import NAN_POLICIES, QDTYPES, SCALE_FLOORS, SCALE_FORMATS, TAILS
 from .formats import to_float64
 from .fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS, GLOBAL_SCALES
 
@@ -259,4 +263,5 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          draw=lambda d, arg: d.choose([False, True], arg.name), shape=None),
     _contract_kind("nan", NAN_POLICIES),
     _contract_kind("scale_floor", SCALE_FLOORS),
+    _contract_kind("tail", TAILS),
 )}

@@ -53,6 +53,7 @@ WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS = Arg("weight", "weight", optional=True), Arg
 QDTYPE, SCALE_UB = Arg("qdtype", "qdtype"), Arg("scale_ub", "scale_ub")
 NAN = Arg("nan", "nan")  # a contract choice (``kinds``): the amax's NaN policy, never passed to a kernel
 FLOOR = Arg("scale_floor", "scale_floor")  # a contract choice: the dynamic scale's floor
+TAIL = Arg("tail", "tail")  # a contract choice: a per-group op's last group, whole or partial
 Y_DYNAMIC = Out("y", dtype_arg="qdtype", quantised=True, scale="scales")  # divided by the kernel's own scale
 SCALES = Out("scales", dtype=torch.float32, shape="leading")  # one per row, float32
 GROUP, SCALE_FORMAT, LAYOUT = Arg("group", "group"), Arg("scale_format", "scale_format"), Arg("layout", "layout")
@@ -120,13 +121,14 @@ def _dynamic_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
 def _group_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     """base with its first output quantised to float8_e4m3fn with a scale per group of a row it
     computes (``oracle.dynamic_quant.group_forward``): outputs (y, the scales, base's others); output
-    rows a multiple of the largest group drawn; an inference op.  A halves base (silu_and_mul) gives a
+    rows a multiple of the largest group drawn (a kernel that declares tail=partial is fitted rows that
+    are not: ``properties.fitting``); an inference op.  A halves base (silu_and_mul) gives a
     halves op: the groups are of its output row, x's two halves are never grouped across."""
     main = args[0].name
-    group, form, layout, nan, floor = (next(a.name for a in args if a.kind == k)
-                                       for k in ("group", "scale_format", "layout", "nan", "scale_floor"))
+    group, form, layout, nan, floor, tail = (next(a.name for a in args if a.kind == k)
+                                             for k in ("group", "scale_format", "layout", "nan", "scale_floor", "tail"))
     return Op(name, args, (Y_GROUP, GROUP_SCALES, *base.outs[1:]), (),
-              dynamic_quant.group_forward(base.forward, "float8_e4m3fn", group, form, layout, nan, floor), None,
+              dynamic_quant.group_forward(base.forward, "float8_e4m3fn", group, form, layout, nan, floor, tail), None,
               bounds_quant.per_group(base.forward_bound, main, "float8_e4m3fn", group, form, nan, base.indeterminate),
               None,
               call=call, rowwise=base.rowwise, scale_invariant=base.scale_invariant, width_multiple=max(GROUPS),
@@ -203,7 +205,7 @@ RMS_NORM_DYNAMIC_QUANT = _dynamic_quantised(
     "rms_norm_dynamic_quant", RMS_NORM, (X, WEIGHT, EPS, QDTYPE, SCALE_UB, NAN, FLOOR),
     call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["qdtype"], a["scale_ub"]))
 RMS_NORM_GROUP_QUANT = _group_quantised(
-    "rms_norm_group_quant", RMS_NORM, (X, WEIGHT, EPS, GROUP, SCALE_FORMAT, LAYOUT, NAN, FLOOR),
+    "rms_norm_group_quant", RMS_NORM, (X, WEIGHT, EPS, GROUP, SCALE_FORMAT, LAYOUT, NAN, FLOOR, TAIL),
     call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["group"], a["scale_format"], a["layout"]))
 RMS_NORM_FP4_QUANT = _fp4_quantised(
     "rms_norm_fp4_quant", RMS_NORM, (X, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT, NAN),
@@ -223,10 +225,10 @@ SILU_AND_MUL_DYNAMIC_QUANT = _dynamic_quantised(
     "silu_and_mul_dynamic_quant", SILU_AND_MUL, (X, QDTYPE, SCALE_UB, NAN, FLOOR),
     call=lambda fn, a: fn(a["x"], a["qdtype"], a["scale_ub"]))
 SILU_AND_MUL_GROUP_QUANT = _group_quantised(
-    "silu_and_mul_group_quant", SILU_AND_MUL, (X, GROUP, SCALE_FORMAT, LAYOUT, NAN, FLOOR),
+    "silu_and_mul_group_quant", SILU_AND_MUL, (X, GROUP, SCALE_FORMAT, LAYOUT, NAN, FLOOR, TAIL),
     call=lambda fn, a: fn(a["x"], a["group"], a["scale_format"], a["layout"]))
 SILU_AND_MUL_GROUP_QUANT_MASKED = _counted(
-    "silu_and_mul_group_quant_masked", SILU_AND_MUL_GROUP_QUANT, (X, Arg("counts", "counts"), GROUP, SCALE_FORMAT, LAYOUT, NAN, FLOOR),
+    "silu_and_mul_group_quant_masked", SILU_AND_MUL_GROUP_QUANT, (X, Arg("counts", "counts"), GROUP, SCALE_FORMAT, LAYOUT, NAN, FLOOR, TAIL),
     call=lambda fn, a: fn(a["x"], a["counts"], a["group"], a["scale_format"], a["layout"]))
 GEGLU = Op("geglu", (GATE, UP, APPROXIMATE), (Y,), ("gate", "up"),
            geglu.forward, geglu.vjp, bounds_gated.geglu_fwd, bounds_gated.geglu_bwd,
@@ -256,7 +258,7 @@ OPS: dict[str, Op] = {
         _fused("add_rms_norm_dynamic_quant", RMS_NORM_DYNAMIC_QUANT, (X, RESIDUAL, WEIGHT, EPS, QDTYPE, SCALE_UB, NAN, FLOOR),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["qdtype"], a["scale_ub"])),
         RMS_NORM_GROUP_QUANT,
-        _fused("add_rms_norm_group_quant", RMS_NORM_GROUP_QUANT, (X, RESIDUAL, WEIGHT, EPS, GROUP, SCALE_FORMAT, LAYOUT, NAN, FLOOR),
+        _fused("add_rms_norm_group_quant", RMS_NORM_GROUP_QUANT, (X, RESIDUAL, WEIGHT, EPS, GROUP, SCALE_FORMAT, LAYOUT, NAN, FLOOR, TAIL),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["group"], a["scale_format"],
                                      a["layout"])),
         RMS_NORM_FP4_QUANT,

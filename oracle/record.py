@@ -9,7 +9,7 @@ properties) loops over records and reads these fields; none of them names an op.
 
 Argument kinds (``kinds.KINDS``: rows, stream, weight, bias, matrix, vector, mask, eps, alpha,
 approximate, scale, flag, qdtype, scale_ub, group, group_size, scale_format, layout, counts, block_format,
-global_scale, block_layout) are records too: how an argument is checked, sampled, drawn and given to the
+global_scale, block_layout, and the contract kinds nan, scale_floor, tail) are records too: how an argument is checked, sampled, drawn and given to the
 oracle is its kind's, in ``kinds`` alone.  An ``optional`` argument may be passed as None (a
 weightless call, as vLLM, quack and Llama-4's QK-norm make it): it then means its kind's identity,
 a weight of ones or a bias of zeros, and gets no gradient.
@@ -377,8 +377,8 @@ class Op:
         def one(o):
             if o.shape == "leading":
                 return rows[:-1]
-            if o.shape == "groups":
-                return rows[:-1] + (rows[-1] // self.group_size(o, args),)
+            if o.shape == "groups":  # ceil: a partial last group (tail=partial) has its own value
+                return rows[:-1] + (-(-rows[-1] // self.group_size(o, args)),)
             return rows
 
         return tuple(one(o) for o in self.outs)
@@ -418,10 +418,13 @@ class Op:
         if self.halves:
             v.even_last_dim(self.name, x)
         row = x[..., : x.shape[-1] // 2] if self.halves else x  # a halves op's scalars are of its output row
+        partial = any(a.kind == "tail" and args.get(a.name) == "partial" for a in self.args)
         for a in self.args:
             t = args.get(a.name)
             if a.name != self.main and not (t is None and (a.optional or KINDS[a.kind].may_be_none)):
-                KINDS[a.kind].check(self.name, a.name, t, row if not KINDS[a.kind].tensor else x)
+                # under tail=partial a group need not divide the row (the kind checks the rest)
+                KINDS[a.kind].check(self.name, a.name, t, None if partial and a.kind == "group"
+                                    else row if not KINDS[a.kind].tensor else x)
 
     def sample(self, dtype: torch.dtype, device="cpu", rows: int = 3, width: int = 6, seed: int = 0) -> dict:
         """A small ordinary input, the same for every consumer that needs one (the dtype probe,

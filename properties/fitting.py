@@ -21,9 +21,15 @@ wasted on what the kernel never claimed:
     weightless  no: a None weight or bias becomes its identity (``Case.with_identity``)
     flags     a flag argument the domain fixes (``flags=NAME:yes|no``) set to that value: the
               case is then the op's other form on the same tensors, an equally valid input
-    contract  a contract choice the domain declares (``nan=``, ``scale_floor=``: ``domain.CONTRACT``) set on the
-              op's argument of that kind (drawn as None, the default): the same input, judged by
+    contract  a contract choice the domain declares (``nan=``, ``scale_floor=``, ``tail=``: ``domain.CONTRACT``)
+              set on the op's argument of that kind (drawn as None, the default): the same input, judged by
               the oracle under the kernel's declared semantics
+    tail      tail=partial (``domain.Domain.width``: the op's group multiple no longer forced): a
+              drawn row (a multiple of every group, the op's width_multiple) is cut short of a
+              whole group, by 1 to group - 1 elements of its output row spun from the case's seed,
+              in three cases of four (``_partial_width``): its last group is partial, its others
+              whole; the fourth keeps its multiple (a kernel that counts one group too many on a
+              whole row is still caught)
 
 Every operation is exact on the values it keeps except a cast to a narrower dtype
 (params=same, residual=same), which rounds: the case is then a different, equally valid input; the
@@ -81,7 +87,7 @@ def fit(case: Case, domain: Domain) -> Case:
         changed.append(f"rank {r} -> {k}")
 
     n = main.shape[-1]
-    n2 = domain.width(n, rec.halves, rec.width_multiple)
+    n2 = domain.width(_partial_width(case, n) if domain.tail == "partial" else n, rec.halves, rec.width_multiple)
     if n2 != n:
         for name, kind in kinds.items():
             v = t.get(name)
@@ -122,6 +128,27 @@ def fit(case: Case, domain: Domain) -> Case:
     if changed:
         out.notes["fitted"] = "; ".join(changed)
     return out
+
+
+PARTIAL_EVERY = 4  # under tail=partial, one fitted case in this many keeps its whole groups
+
+
+def _partial_width(case: Case, n: int) -> int:
+    """The row length n of a case of a per-group op cut for tail=partial (module docstring): its output
+    row m (n, or n / 2 for a [gate | up] op) less 1 to group - 1 elements, spun from the case's
+    seed, so that m mod group != 0 where group divides m; n itself for one seed in PARTIAL_EVERY, a
+    group of 1 or a row of one element."""
+    rec = case.record
+    group = next((case.scalars.get(a.name) for a in rec.args if a.kind == "group"), None)
+    try:
+        spin = int(case.notes.get("seed", 1))
+    except ValueError:
+        spin = 1
+    m = n // 2 if rec.halves else n
+    if not group or group < 2 or m <= 1 or spin % PARTIAL_EVERY == 0:
+        return n
+    cut = min(1 + spin // PARTIAL_EVERY % (group - 1), m - 1)
+    return (m - cut) * (2 if rec.halves else 1)
 
 
 def _params_dtype(case: Case, domain: Domain) -> torch.dtype | None:

@@ -65,7 +65,8 @@ def oracle_assessments(outs, case: Case, where=None, label=""):
     for i, j in pairs:  # the scale y was divided by: rounded where the scale's format rounds (UE8M0,
         name = rec.outputs[j]  # E4M3; an FP4 scale that rounds to 0 is not a divisor: ``fp4.divisor``)
         used = divisor(exact[j], rec.out_format(name, args)) if rec.is_quantised(name, args) else exact[j]
-        exact[i] = rescaled(exact[i], used, kw["kernel_scale"])
+        out = rec.outs[j]  # per group: the group's size, so a partial last group is spread right
+        exact[i] = rescaled(exact[i], used, kw["kernel_scale"], rec.group_size(out, args) if out.shape == "groups" else None)
     order = [j for _, j in pairs] + [k for k in range(len(rec.outputs)) if k not in {j for _, j in pairs}]
     nan_ok = rec.indeterminate(args) if rec.indeterminate else None
     for k in order:

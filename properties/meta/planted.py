@@ -739,6 +739,52 @@ def gq_fp8_max_224(x, weight, eps, group, scale_format, layout):
     return _gq(x, weight, eps, group, scale_format, layout, q=224.0)
 
 
+def _tailed_groups(v, group, scale_format, layout, tail_scale="own", tail_values="kept"):
+    """v's rows (in the compute format) quantised per group of ``group`` elements, the last one
+    partial where group does not divide the row (tail=partial): the row padded with zeros to
+    ceil(n / group) whole groups (a zero never raises an amax; a NaN is kept), each group's peak and
+    scale, y = e4m3(v times the scale's reciprocal) cut back to n.  One thing changed for a bug: the
+    partial group's scale that of the whole group before it (``tail_scale="previous"``), or its
+    values dropped, quantised as the pad's zeros (``tail_values="dropped"``)."""
+    n = v.shape[-1]
+    count, partial = -(-n // group), n % group
+    g = F.pad(v, (0, count * group - n)).unflatten(-1, (count, group))
+    scales = group_scales(g.abs().amax(-1), scale_format, 448.0)
+    if partial and count > 1 and tail_scale == "previous":
+        scales = torch.cat([scales[..., :-1], scales[..., -2:-1]], dim=-1)
+    w = (g * (1 / scales[..., None].to(g.dtype))).flatten(-2)[..., :n]
+    if partial and tail_values == "dropped":
+        w = torch.cat([w[..., :n - partial], torch.zeros_like(w[..., n - partial:])], dim=-1)
+    return to_e4m3(w).contiguous(), scales_in(scales, layout)
+
+
+def _gq_tailed(x, weight, eps, group, scale_format, layout, **bug):
+    """vLLM's rms_norm_group_quant order (``gq_vllm_order``) with a partial last group (``_tailed_groups``)."""
+    xf = up(x)
+    v = up((up((xf * _rms_sequential(xf, eps)).to(x.dtype), x) * up(weight, x)).to(x.dtype), x)
+    return _tailed_groups(v, group, scale_format, layout, **bug)
+
+
+@bug("rms_norm_group_quant", "accuracy", "extremes")
+def gq_tail_scale_of_previous_group(x, weight, eps, group, scale_format, layout):
+    """Declares tail=partial but scales its partial last group by the whole group before it (a kernel
+    that reads the last full group's amax for the leftover elements)."""
+    return _gq_tailed(x, weight, eps, group, scale_format, layout, tail_scale="previous")
+
+
+gq_tail_scale_of_previous_group.normcert_domain = "tail=partial"
+
+
+@bug("rms_norm_group_quant", "accuracy", "extremes")
+def gq_tail_values_dropped(x, weight, eps, group, scale_format, layout):
+    """Declares tail=partial, pads the tail with zeros and takes its amax over the pad (right: a zero
+    raises no amax), but drops its values: the partial group's y comes out 0."""
+    return _gq_tailed(x, weight, eps, group, scale_format, layout, tail_values="dropped")
+
+
+gq_tail_values_dropped.normcert_domain = "tail=partial"
+
+
 @bug("add_rms_norm_group_quant", "accuracy", "extremes", "fusion")
 def add_gq_scale_before_add(x, residual, weight, eps, group, scale_format, layout):
     """y and residual_out of s = x + residual, but each group's scale taken of rms_norm(x) w, before
@@ -1437,6 +1483,17 @@ def gq_vllm_order(x, weight, eps, group, scale_format, layout):
     return to_e4m3(g * (1 / scales[..., None].to(g.dtype))).flatten(-2), scales_in(scales, layout)
 
 
+@correct("rms_norm_group_quant")
+def gq_tail_partial(x, weight, eps, group, scale_format, layout):
+    """vLLM's order with a partial last group of its own scale (``_tailed_groups``), declared
+    (tail=partial): fitted rows that are not a multiple of the group, and certified on them; the same
+    kernel undeclared is drawn whole groups only (``test_tail``)."""
+    return _gq_tailed(x, weight, eps, group, scale_format, layout)
+
+
+gq_tail_partial.normcert_domain = "tail=partial"
+
+
 def _silu_mul_sglang(x):
     """SGLang's order (``silu_and_mul_masked_post_quant_fwd``): silu(gate) in the compute format
     rounded to x's dtype, its product with up rounded to x's dtype again (two roundings)."""
@@ -1464,6 +1521,16 @@ def sgq_sglang_order(x, group, scale_format, layout):
     g = v.unflatten(-1, (n // group, group))
     scales = group_scales(g.abs().amax(-1), scale_format, 448.0)
     return to_e4m3(g * (1 / scales[..., None].to(g.dtype))).flatten(-2), scales_in(scales, layout)
+
+
+@correct("silu_and_mul_group_quant")
+def sgq_tail_partial(x, group, scale_format, layout):
+    """SGLang's order (``_silu_mul_sglang``) with a partial last group of the output row
+    (``_tailed_groups``), declared (tail=partial)."""
+    return _tailed_groups(_silu_mul_sglang(x), group, scale_format, layout)
+
+
+sgq_tail_partial.normcert_domain = "tail=partial"
 
 
 @correct("silu_and_mul_group_quant_masked")

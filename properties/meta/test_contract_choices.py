@@ -9,8 +9,14 @@ declaration.
 * the scale's floor is the declared one (1 / (512 q) or float32's epsilon): a kernel flooring at
   epsilon is rejected undeclared and certified declared, one declaring it and flooring at 1 / (512 q)
   rejected;
+* the tail rule (``tail=partial``): a row of n elements has ceil(n / group) groups, the last of
+  n mod group elements scaled by its own amax; undeclared, a row that is not a multiple stays a
+  one-line ValueError naming the group; a declaring kernel is fitted rows that are not multiples
+  (most cases really have a partial group), a correct one certified on them and the tail's bugs (the
+  previous group's scale, the tail's values dropped) rejected, and the same correct kernel
+  undeclared is drawn whole groups only;
 * each key is read, said back, refused with a one-line error naming it, and refused for an op
-  without an amax.
+  without that choice (an amax, a floored scale, groups).
 """
 from __future__ import annotations
 
@@ -28,7 +34,7 @@ from ...oracle.dynamic_quant import EPS32, MIN_SCALE
 from .. import runner
 from ..case import Case
 from ..families import BY_NAME
-from ..fitting import fit
+from ..fitting import PARTIAL_EVERY, fit
 from ..measure import PropertyFailure
 from ..session import Session
 
@@ -81,20 +87,22 @@ def test_nan_ignore_reaches_every_amax(op, extra):
 
 
 # ------------------------------------------------------------------ the domain key
-@pytest.mark.parametrize("key, value, bad, expected, op", [
-    ("nan", "ignore", "drop", "propagate, ignore", "rms_norm"),
-    ("scale_floor", "eps32", "eps", "1/512q, eps32", "rms_norm_fp4_quant"),
+@pytest.mark.parametrize("key, value, bad, expected, op, first", [
+    ("nan", "ignore", "drop", "propagate, ignore", "rms_norm", "rms_norm_dynamic_quant"),
+    ("scale_floor", "eps32", "eps", "1/512q, eps32", "rms_norm_fp4_quant", "rms_norm_dynamic_quant"),
+    ("tail", "partial", "full", "none, partial", "rms_norm_dynamic_quant", "rms_norm_group_quant"),
 ])
-def test_a_contract_key_is_read_said_back_and_refused_in_one_line(key, value, bad, expected, op):
+def test_a_contract_key_is_read_said_back_and_refused_in_one_line(key, value, bad, expected, op, first):
     """Read and said back; an unknown value names the key and its values; declared for an op
-    without that choice (rms_norm takes no amax, FP4's block scale has no floor), a usage error."""
+    without that choice (rms_norm takes no amax, FP4's block scale has no floor, a per-token quant
+    has no groups), a usage error."""
     d = parse(f"{key}={value}")
-    assert (d.nan, d.scale_floor)[key == "scale_floor"] == value and parse(d.spec()) == d
+    assert getattr(d, key) == value and parse(d.spec()) == d
     assert d.describe() == f"{key}={value}"
     with pytest.raises(DomainError, match=rf"^--domain: {key}='{bad}': expected one of {expected}$"):
         parse(f"{key}={bad}")
     with pytest.raises(UsageError, match=rf"^'k': domain: {key}={value}: {op} has no {key} choice to declare \(the "
-                                         r"ops that have one: rms_norm_dynamic_quant, .*\)$"):
+                                         rf"ops that have one: {first}, .*\)$"):
         make(op, "k", "plugin", lambda *a: a, domain=f"{key}={value}")
 
 
@@ -136,3 +144,106 @@ def test_the_scale_floor_is_the_declared_one():
     group = {"x": torch.zeros(2, 16, dtype=torch.float64), "group": 8, "scale_format": "ue8m0", "layout": "row_major",
              "scale_floor": "eps32"}
     assert (oracle.forward("silu_and_mul_group_quant", **group)[1] == EPS32).all()  # 2**-23: UE8M0 keeps it
+
+
+# ------------------------------------------------------------------ tail=partial
+def _group_args(n, group=32, **extra):
+    torch.manual_seed(0)
+    return {"x": torch.randn(2, n, dtype=torch.float64), "weight": torch.ones(n, dtype=torch.float64), "eps": 1e-6,
+            "group": group, "scale_format": "float32", "layout": "row_major", **extra}
+
+
+def test_tail_partial_gives_the_last_group_its_own_scale():
+    """100 = 3 x 32 + 4: four groups, the last of 4 elements scaled by their own amax; the scales are
+    (rows, ceil(n / group)) in either layout; undeclared, the same row is a one-line ValueError naming
+    the group, and a [gate | up] op's groups are of its output row."""
+    args = _group_args(100)
+    with pytest.raises(ValueError, match=r"^rms_norm_group_quant: group must be a divisor of the row length 100, got "
+                                         r"32$"):
+        oracle.forward("rms_norm_group_quant", **args)
+    y, scales = oracle.forward("rms_norm_group_quant", **args, tail="partial")
+    (v,) = oracle.forward("rms_norm", x=args["x"], weight=args["weight"], eps=args["eps"])
+    peaks = [np.abs(v[:, j * 32:(j + 1) * 32]).max(-1) for j in range(4)]
+    assert scales.shape == (2, 4) and (scales == np.stack(peaks, -1) / 448).all()
+    assert (y == v / np.repeat(scales, 32, -1)[:, :100]).all()
+    rec = oracle.OPS["rms_norm_group_quant"]
+    for layout in ("row_major", "column_major"):
+        assert rec.out_shapes((2, 100), {**args, "layout": layout, "tail": "partial"})[1] == (2, 4)
+    x = torch.randn(3, 2 * 70, dtype=torch.float64)
+    _, scales = oracle.forward("silu_and_mul_group_quant", x=x, group=64, scale_format="ue8m0", layout="column_major",
+                               tail="partial")
+    assert scales.shape == (3, 2)  # 70 = 64 + 6 outputs a row
+    same = oracle.forward("rms_norm_group_quant", **_group_args(128), tail="partial")[1]
+    assert (same == oracle.forward("rms_norm_group_quant", **_group_args(128))[1]).all()  # whole groups: unchanged
+
+
+def test_tail_partial_bounds_each_group_over_its_own_elements():
+    """The scale's bound of the partial group is the per-group formula over its 4 elements: the
+    bounds of a row of 100 are those of its first 96 (whole groups) and of its own tail."""
+    args = {**_group_args(100), "tail": "partial", "nan": None, "scale_floor": None}
+    args["x"], args["weight"] = args["x"].float(), args["weight"].float()
+    rec = oracle.OPS["rms_norm_group_quant"]
+    exact = oracle.forward("rms_norm_group_quant", **args)
+    y_bound, s_bound = rec.forward_bound(args, tuple(exact))[:2]
+    assert s_bound.shape == (2, 4) and np.isfinite(s_bound).all() and (s_bound > 0).all()
+    assert y_bound.shape == (2, 100) and np.isfinite(y_bound).all()
+
+
+def test_tail_partial_fits_rows_that_are_not_multiples():
+    """Declared, the op's group multiple is not forced (``Domain.width``) and three drawn cases in four
+    are cut short of a whole group, by 1 to group - 1 elements of the output row; undeclared, every
+    fitted row stays a multiple of the group."""
+    partial = parse("tail=partial")
+    assert partial.width(100, op_multiple=128) == 100 and Domain().width(100, op_multiple=128) == 128
+    assert parse("tail=partial width_multiple=8").width(100, halves=True, op_multiple=128) == 104
+    tails = []
+    seeds = range(0, 100, 7)
+    for seed in seeds:
+        for op in ("rms_norm_group_quant", "silu_and_mul_group_quant"):
+            case = Case.sample(op, F32, width=256)
+            case.notes["seed"] = str(seed)
+            fitted = fit(case, partial)
+            rows = case.record.out_shape
+            m0, m, group = rows(tuple(case.tensors["x"].shape))[-1], rows(tuple(fitted.tensors["x"].shape))[-1], \
+                fitted.scalars["group"]
+            assert fitted.scalars["tail"] == "partial" and m0 % group == 0 and m0 - group < m <= m0
+            tails.append(m % group)
+            assert fit(case, parse("nan=ignore")).tensors["x"].shape == case.tensors["x"].shape
+    whole = sum(seed % PARTIAL_EVERY == 0 for seed in seeds)  # the seeds that keep whole groups
+    assert tails.count(0) == 2 * whole and 0 < whole < len(seeds) / 2 and len(set(tails)) > 5
+
+
+def _group_impl(fn, op="rms_norm_group_quant", declared=True):
+    impl = make(op, fn.__name__, "plugin", fn, target=f"normcert.properties.meta.planted:{fn.__name__}")
+    return impl if declared else dataclasses.replace(impl, domain=Domain())
+
+
+@pytest.mark.parametrize("fn, op", [(planted.gq_tail_partial, "rms_norm_group_quant"),
+                                    pytest.param(planted.sgq_tail_partial, "silu_and_mul_group_quant",
+                                                 marks=pytest.mark.normcert_heavy)])  # test_meta certifies it too
+def test_a_kernel_declaring_tail_partial_is_certified_on_partial_groups(session, fn, op):
+    """A correct kernel with a partial last group of its own scale, declared: certified by accuracy and
+    extremes in float32 and bfloat16 on rows that are not multiples of the group; undeclared, drawn
+    whole groups only, and certified so."""
+    impl = _group_impl(fn, op)
+    assert impl.domain.describe() == "tail=partial"
+    for family in ("accuracy", "extremes"):
+        for dtype in (F32, torch.bfloat16):
+            res = runner.run_family(session, BY_NAME[family], impl, dtype, max_examples=3)
+            assert res.outcome == "pass", (family, dtype, res.message)
+    res = runner.run_family(session, BY_NAME["accuracy"], _group_impl(fn, op, declared=False), F32, max_examples=3)
+    assert res.outcome == "pass", res.message
+
+
+@pytest.mark.parametrize("wrong, shown", [
+    (planted.gq_tail_scale_of_previous_group, r"scales\[3\]"),
+    (planted.gq_tail_values_dropped, r"y\[\d+\]: got 0.0"),
+], ids=["previous_scale", "values_dropped"])
+def test_a_kernel_that_handles_the_tail_wrongly_is_rejected(session, wrong, shown):
+    """Declared tail=partial, the partial group's scale taken from the whole group before it, or its
+    values dropped (padded with zeros, the amax over the pad right): rejected on the partial groups;
+    undeclared, never drawn one, both pass (the bugs live in the tail alone)."""
+    with pytest.raises(PropertyFailure, match=rf"accuracy fails.*{shown}"):
+        runner.run_family(session, BY_NAME["accuracy"], _group_impl(wrong), F32, max_examples=10, shrink=False)
+    res = runner.run_family(session, BY_NAME["accuracy"], _group_impl(wrong, declared=False), F32, max_examples=5)
+    assert res.outcome == "pass", res.message
