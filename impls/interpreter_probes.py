@@ -280,8 +280,8 @@ def _fp4_cases() -> torch.Tensor:
     mid = (grid[1:] + grid[:-1]) / 2
     powers = torch.ldexp(torch.ones(277), torch.arange(-149, 128))
     cases = torch.cat([grid, mid, torch.nextafter(mid, inf), torch.nextafter(mid, -inf), powers,
-                       torch.nextafter(powers, inf), torch.nextafter(powers, -inf), torch.tensor([3.4028235e38, 7.0, 1e30]),
-                       inf.reshape(1)])
+                       torch.nextafter(powers, inf), torch.nextafter(powers, -inf),
+                       torch.tensor([3.4028235e38, 7.0, 1e30]), inf.reshape(1)])
     cases = torch.cat([cases, -cases, torch.tensor([float("nan"), -float("nan")])])
     return cases if len(cases) % 2 == 0 else torch.cat([cases, torch.zeros(1)])
 

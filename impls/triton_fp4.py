@@ -4,7 +4,8 @@
 
 The maths is ``oracle/fp4.py``'s; per row, v = s rho w (s = x, or x + residual in the compute
 format, stored rounded as residual_out) or v = g sigma(g) u (x = [gate | up]), in float32, split
-into blocks of ``block`` (16 for "nvfp4", 32 for "mxfp4"), with gs the global scale:
+into blocks of ``block`` (16 for "nvfp4", 32 for "mxfp4"), with gs the global scale (applied to
+both formats, as the oracle's S = A / (6 g) is: OCP MX has none, and an MXFP4 caller passes 1):
 
     A     = max_{i in block} |v_i|                   NaN where the block holds a NaN (counted: a
                                                      max may drop it)
@@ -12,12 +13,12 @@ into blocks of ``block`` (16 for "nvfp4", 32 for "mxfp4"), with gs the global sc
     s     = E4M3(S)  "nvfp4": ``.to(tl.float8e4nv)``, the conversion a GPU runs (``cvt.rn.satfinite``:
                      nearest even, saturating at 448, below 2**-10 to 0), stored as float8_e4m3fn
                      and read back exactly;
-            UE8M0(S) "mxfp4": S clamped to [2**-127, 2**127], then rounded up to a power of two on
-                     its float32 bits ((bits + 0x7FFFFF) & ~0x7FFFFF: the exponent up one where the
-                     significand is not zero; from a subnormal above 2**-127 it gives 2**-126, and
-                     2**-127 itself, bits 0x400000, is kept as it is); stored as the exponent byte
-                     bits >> 23 (float8_e8m0fnu's pattern: 2**(byte - 127), 2**-127 being byte 0), 0xFF
-                     for NaN
+            UE8M0(S) "mxfp4": on S's float32 bits, which order the values >= 0 as the values: clamped
+                     to [0x400000, 0x7F000000] (2**-127, a subnormal, and 2**127), then rounded up to
+                     a power of two, (bits + 0x7FFFFF) & ~0x7FFFFF (the exponent up one where the
+                     significand is not zero; a subnormal above 2**-127 gives 2**-126), 2**-127 kept
+                     as it is; stored as the exponent byte bits >> 23 (float8_e8m0fnu's pattern,
+                     2**(byte - 127): 2**-127 is byte 0), 0xFF for NaN
     y_i   = E2M1(v_i / (s gs))   s gs rounded to float32, one division; 0 where s = 0
 
 E2M1 in-kernel by comparisons on t = |v_i / (s gs)| against the midpoints of the codes 0..7 (values
@@ -37,9 +38,10 @@ whose padding is zeroed on the host (outside the contract; a GEMM reading the ti
 BLOCK_R rows per program (``triton_norms.tile``: a function of the row length alone, so a row's bits
 do not depend on the batch), BLOCK_G blocks at a time.  Under Triton's interpreter the stores go
 through the conversions a GPU runs: fp32 -> float8e4nv through normcert's correction
-(``interpreter_fp8``), the uint8 bytes and the float32 bit operations as they are
-(``interpreter_probes.fp4_mismatches`` pins that they need no correction).  float64 x is not supported (no single-rounding
-float64 -> e4m3 conversion on a GPU, and the UE8M0 round-up reads float32 bits).
+(``interpreter_fp8``), the uint8 bytes and the float32 bit operations as they are (the probe
+``interpreter_probes.fp4_mismatches`` pins that they need no correction).  float64 x is not
+supported (no single-rounding float64 -> e4m3 conversion on a GPU; the UE8M0 round-up reads float32
+bits).
 """
 from __future__ import annotations
 
