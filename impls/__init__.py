@@ -28,7 +28,7 @@ from .domain import Domain, DomainError, check_contract, check_flags, check_size
 BACKENDS = ("eager", "compiled", "custom-op", "triton", "case-study", "plugin")
 MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "custom_op", "triton_norms", "triton_gated_norm",
                                                  "triton_dynamic_quant", "triton_group_quant", "triton_swiglu",
-                                                 "triton_swiglu_quant",
+                                                 "triton_swiglu_quant", "triton_fp4",
                                                  "triton_geglu",
                                                  "case_studies"))
 

@@ -227,12 +227,18 @@ def fp4_scales_in(scales, block_format, layout):
     return swizzle(stored) if layout == "swizzled" else stored.contiguous()
 
 
+def check_fp4_args(op, v, block_format, global_scale, layout):
+    """ValueError naming the argument where block_format, global_scale or layout is not one of its
+    kind's (checked by the kinds, against rows v of the quantised width)."""
+    for name, value in (("block_format", block_format), ("global_scale", global_scale), ("layout", layout)):
+        KINDS[{"layout": "block_layout"}.get(name, name)].check(op, name, value, v)
+
+
 def quantise_fp4(op, v, block_format, global_scale, layout):
     """(y packed, scales) of rows v (in the compute format) quantised to FP4 (``oracle.fp4``): per
     block, s = R(amax |v| / (6 g)), y = E2M1(v / (s g)), 0 where s is 0.  The arguments are checked
     by their kinds."""
-    for name, value in (("block_format", block_format), ("global_scale", global_scale), ("layout", layout)):
-        KINDS[{"layout": "block_layout"}.get(name, name)].check(op, name, value, v)
+    check_fp4_args(op, v, block_format, global_scale, layout)
     block = BLOCK_FORMATS[block_format].block
     g = v.unflatten(-1, (v.shape[-1] // block, block))
     scales = fp4_block_scales(g.abs().amax(-1), block_format, global_scale)

@@ -52,6 +52,17 @@ environment lists what was corrected.  The gaps (Triton 3.7.1):
     (a kernel that rounds with ``rint`` and clamps first, as normcert's do, never sees the difference;
     one that relies on the saturation would be wrongly rejected without it).
 
+``fp4 stores`` (no gap on Triton 3.7.1)
+    normcert's FP4 kernels (``triton_fp4``) store E2M1 codes formed by float32 comparisons and a
+    sign bit read through a bitcast, packed as int32 and stored to uint8, and UE8M0 scales rounded
+    up on their float32 bits (integer min / max / add / and / shift) and stored as the exponent
+    byte; their E4M3 scales go through the ``float8_e4m3fn`` correction.  The probe
+    (``interpreter_probes.fp4_mismatches``) runs those helpers on the E2M1 ties, 1 ulp either side,
+    every float32 power of two, the subnormals and NaN: the bare interpreter stores what a GPU does
+    (numpy's bit views, integer arithmetic and in-range int32 -> uint8 casts are exact), so there
+    is no correction; the probe stays so that a Triton whose interpreter changes this is listed as
+    "fp4 stores (not corrected)" instead of certifying on wrong bytes.
+
 Besides the gaps, one change of cost and none of semantics, made by ``install()`` whenever the
 interpreter is active (``_patch_once_per_launch``): the interpreter rebinds ``triton.language``'s
 builtins to its own (``_patch_lang``: ``inspect.getmembers`` over four namespaces) at every launch
@@ -92,9 +103,11 @@ def install() -> list[str]:
                                  ("libdevice", probes.libdevice_probe, _correct_libdevice),
                                  ("bfloat16", probes.bfloat16_probe, interpreter_bf16.install),
                                  ("float8_e4m3fn", probes.float8_probe, interpreter_fp8.install),
-                                 ("int8", probes.int8_probe, _correct_int8)):
+                                 ("int8", probes.int8_probe, _correct_int8),
+                                 ("fp4 stores", probes.fp4_probe, None)):
         if not _runs(probe):
-            correct()
+            if correct is not None:
+                correct()
             made.append(name if _runs(probe) else f"{name} (not corrected)")
     _patch_once_per_launch()
     return made

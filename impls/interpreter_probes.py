@@ -31,7 +31,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.libdevice import rsqrt, tanh
 
-from ..oracle.formats import bits
+from ..oracle.formats import E2M1, UE8M0, bits
+from .triton_fp4 import e2m1_codes, ue8m0
 
 
 @triton.jit
@@ -254,3 +255,65 @@ def int8_mismatches(device: str = "cpu") -> list[str]:
 
 def int8_probe() -> bool:
     return not int8_mismatches()
+
+
+@triton.jit
+def _fp4_codes_bytes(src, packed, exponents, n, BLOCK: tl.constexpr):
+    """normcert's FP4 kernels' own stores (``triton_fp4``): the E2M1 codes of src's pairs packed
+    into uint8 (element 2j low), and each src value's UE8M0 exponent byte."""
+    j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = j < n
+    low, high = tl.load(src + 2 * j, mask=m, other=0.0), tl.load(src + 2 * j + 1, mask=m, other=0.0)
+    tl.store(packed + j, (e2m1_codes(low) | (e2m1_codes(high) << 4)).to(tl.uint8), mask=m)
+    _, byte_low = ue8m0(tl.abs(low))
+    _, byte_high = ue8m0(tl.abs(high))
+    tl.store(exponents + 2 * j, byte_low, mask=m)
+    tl.store(exponents + 2 * j + 1, byte_high, mask=m)
+
+
+def _fp4_cases() -> torch.Tensor:
+    """Each E2M1 value, the midpoints between them (ties) and 1 float32 ulp either side, past 6
+    and inf, as +-; the UE8M0 cases: powers of two from 2**-149 to 2**127 and 1 ulp either side,
+    the largest float32, and NaN (an even count: the pairs)."""
+    inf = torch.tensor(float("inf"))
+    grid = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0])
+    mid = (grid[1:] + grid[:-1]) / 2
+    powers = torch.ldexp(torch.ones(277), torch.arange(-149, 128))
+    cases = torch.cat([grid, mid, torch.nextafter(mid, inf), torch.nextafter(mid, -inf), powers,
+                       torch.nextafter(powers, inf), torch.nextafter(powers, -inf),
+                       torch.tensor([3.4028235e38, 7.0, 1e30]), inf.reshape(1)])
+    cases = torch.cat([cases, -cases, torch.tensor([float("nan"), -float("nan")])])
+    return cases if len(cases) % 2 == 0 else torch.cat([cases, torch.zeros(1)])
+
+
+def fp4_mismatches(device: str = "cpu") -> list[str]:
+    """One line per way normcert's FP4 stores (``triton_fp4``: E2M1 codes by comparisons packed to
+    uint8, element 2j in the low nibble; UE8M0 rounded up on float32 bits, stored as the exponent
+    byte) differ from what a GPU stores on ``device`` (empty: none).  The GPU's truth: E2M1's
+    nearest even saturating rounding, the sign bit in bit 3 (a NaN: code 0 with its sign, no
+    comparison holding), and 2**ceil(log2 |v|) clamped to [2**-127, 2**127] as byte log2 + 127
+    (0xFF for NaN)."""
+
+    def storing():
+        src = _fp4_cases()
+        packed = torch.empty(len(src) // 2, dtype=torch.uint8, device=device)
+        exponents = torch.empty(len(src), dtype=torch.uint8, device=device)
+        _launch(_fp4_codes_bytes, len(src) // 2, src.to(device), packed, exponents)
+        v = src.double().numpy()
+        y = np.where(np.isnan(v), 0.0, E2M1.round(v))
+        codes = np.searchsorted(np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]), np.abs(y))
+        codes = codes | np.where(np.signbit(v), 8, 0)
+        want_packed = torch.from_numpy((codes[0::2] | codes[1::2] << 4).astype(np.uint8))
+        s = UE8M0.round(np.abs(v))
+        want_bytes = torch.from_numpy(np.where(np.isnan(s), 255, np.log2(np.where(np.isnan(s), 1.0, s)) + 127)
+                                      .astype(np.uint8))
+        pairs = (lambda k: f"({src[2 * k].item()!r}, {src[2 * k + 1].item()!r})")
+        return (_differ("E2M1 codes packed to uint8", pairs, packed.cpu().to(torch.int32), want_packed.to(torch.int32))
+                + _differ("UE8M0 exponent byte", lambda k: repr(src[k].item()), exponents.cpu().to(torch.int32),
+                          want_bytes.to(torch.int32)))
+
+    return _check("fp4 stores", storing)
+
+
+def fp4_probe() -> bool:
+    return not fp4_mismatches()

@@ -75,13 +75,10 @@ def block_groups(block_r, groups, group) -> int:
 
 
 @triton.jit
-def _group_quant_kernel(
-    X, sxr, sxc, R, srr, src, W, EPS, Y, SCALES, RES, ssr, ssg, rows, n, groups, q, min_scale,
-    FUSED: tl.constexpr, UE8M0: tl.constexpr, ACC: tl.constexpr, GROUP: tl.constexpr, BLOCK_R: tl.constexpr,
-    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
-):
-    row = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    in_rows = row < rows
+def mean_square_rstd(X, sxr, sxc, R, srr, src, RES, row, in_rows, n, EPS, FUSED: tl.constexpr, ACC: tl.constexpr,
+                     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+    """rho = 1 / sqrt(mean(s^2) + eps) of rows ``row`` (BLOCK_R of them), s = x or x + residual
+    (FUSED, then stored rounded at RES, rows n apart), over column blocks of BLOCK_N."""
     acc = tl.zeros([BLOCK_R, BLOCK_N], ACC)
     for c0 in range(0, n, BLOCK_N):
         col = c0 + tl.arange(0, BLOCK_N)
@@ -90,7 +87,19 @@ def _group_quant_kernel(
         if FUSED:
             tl.store(RES + row[:, None] * n + col[None, :], s.to(RES.dtype.element_ty), mask=m)
         acc += s * s
-    rstd = rsqrt_rn(div_rn(tl.sum(acc, 1), tl.full([], n, ACC)) + tl.load(EPS))[:, None, None]
+    return rsqrt_rn(div_rn(tl.sum(acc, 1), tl.full([], n, ACC)) + tl.load(EPS))
+
+
+@triton.jit
+def _group_quant_kernel(
+    X, sxr, sxc, R, srr, src, W, EPS, Y, SCALES, RES, ssr, ssg, rows, n, groups, q, min_scale,
+    FUSED: tl.constexpr, UE8M0: tl.constexpr, ACC: tl.constexpr, GROUP: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    in_rows = row < rows
+    rstd = mean_square_rstd(X, sxr, sxc, R, srr, src, RES, row, in_rows, n, EPS, FUSED, ACC, BLOCK_R,
+                            BLOCK_N)[:, None, None]
     for g0 in range(0, groups, BLOCK_G):
         g = g0 + tl.arange(0, BLOCK_G)
         in_groups = g < groups

@@ -36,9 +36,11 @@ from normcert.impls import interpreter, interpreter_probes as p
 probes = (p.float_probe, p.libdevice_probe, p.bfloat16_probe, p.float8_probe, p.int8_probe)
 before = [interpreter._runs(f) for f in probes]
 listed = p.bfloat16_mismatches() + p.float8_mismatches() + p.int8_mismatches()
+fp4 = p.fp4_mismatches()
 made = interpreter.install()
 after = [interpreter._runs(f) for f in probes]
-print(json.dumps({"before": before, "listed": listed, "made": made, "after": after}))
+print(json.dumps({"before": before, "listed": listed, "made": made, "after": after, "fp4": fp4,
+                  "fp4_after": p.fp4_mismatches()}))
 """
 
 
@@ -54,6 +56,13 @@ def fresh_interpreter():
 def test_the_interpreters_gaps_and_their_corrections(fresh_interpreter):
     got = fresh_interpreter
     assert (got["before"], got["made"], got["after"]) == ([False] * 5, GAPS, [True] * 5)
+
+
+def test_the_fp4_stores_need_no_correction(fresh_interpreter):
+    """normcert's FP4 stores (E2M1 codes packed to uint8, UE8M0 exponent bytes) run on the bare
+    interpreter as on a GPU, and still do with the corrections installed (so install() lists no
+    "fp4 stores")."""
+    assert (fresh_interpreter["fp4"], fresh_interpreter["fp4_after"]) == ([], [])
 
 
 def test_the_bfloat16_probe_lists_each_defect(fresh_interpreter):
@@ -80,6 +89,7 @@ def test_the_probe_kernels_on_the_device(normcert_session):
     assert interpreter_probes.bfloat16_mismatches(normcert_session.device) == []
     assert interpreter_probes.float8_mismatches(normcert_session.device) == []
     assert interpreter_probes.int8_mismatches(normcert_session.device) == []
+    assert interpreter_probes.fp4_mismatches(normcert_session.device) == []
 
 
 def test_e4m3fn_encoding_is_torchs_cast():
