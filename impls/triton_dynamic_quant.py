@@ -55,11 +55,7 @@ def _dynamic_quant_kernel(
         v = tl.where(m, load_sum(X, sxr, sxc, R, srr, src, row[:, None], col[None, :], m, FUSED, ACC) * rstd * w, 0.0)
         peak = tl.maximum(peak, tl.abs(v))
         nans += (v != v).to(tl.int32)
-    amax = tl.max(peak, 1)
-    if HAS_UB:
-        amax = tl.minimum(amax, tl.load(UB))
-    scale = tl.maximum(div_rn(amax, tl.full([], q, ACC)), tl.full([], min_scale, ACC))
-    scale = tl.where(tl.sum(nans, 1) > 0, float("nan"), scale).to(tl.float32)
+    scale = row_scale(peak, nans, UB, q, min_scale, HAS_UB, ACC)
     tl.store(SCALES + row, scale, mask=in_rows)
     stored = scale.to(ACC)[:, None]
     for c0 in range(0, n, BLOCK_N):
@@ -67,14 +63,32 @@ def _dynamic_quant_kernel(
         m = in_rows[:, None] & (col < n)[None, :]
         w = tl.load(W + col, mask=col < n, other=0.0).to(ACC)[None, :]
         t = div_rn(load_sum(X, sxr, sxc, R, srr, src, row[:, None], col[None, :], m, FUSED, ACC) * rstd * w, stored)
-        if INT8:
-            y = tl.clamp(rint(t), -128.0, 127.0).to(tl.int8)
-        else:
-            y = tl.clamp(t, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL).to(Y.dtype.element_ty)
-        tl.store(tile_ptrs(Y, row, col, n, 1), y, mask=m)
+        tl.store(tile_ptrs(Y, row, col, n, 1), quantised(t, Y, INT8), mask=m)
 
 
-def _checked(op, x, qdtype, scale_ub):
+@triton.jit
+def row_scale(peak, nans, UB, q, min_scale, HAS_UB: tl.constexpr, ACC: tl.constexpr):
+    """Each row's scale, max(min(amax, scale_ub) / q, min_scale) in float32, from its running
+    (BLOCK_R, BLOCK_N) peaks of |v| and NaN counts: NaN where the row holds a NaN."""
+    amax = tl.max(peak, 1)
+    if HAS_UB:
+        amax = tl.minimum(amax, tl.load(UB))
+    scale = tl.maximum(div_rn(amax, tl.full([], q, ACC)), tl.full([], min_scale, ACC))
+    return tl.where(tl.sum(nans, 1) > 0, float("nan"), scale).to(tl.float32)
+
+
+@triton.jit
+def quantised(t, Y, INT8: tl.constexpr):
+    """t = v / scale stored as Y's element type: int8 by ``rint`` and a clamp, float8 by a clamp
+    keeping NaN and the conversion (module docstring)."""
+    if INT8:
+        y = tl.clamp(rint(t), -128.0, 127.0).to(tl.int8)
+    else:
+        y = tl.clamp(t, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL).to(Y.dtype.element_ty)
+    return y
+
+
+def check_args(op, x, qdtype, scale_ub):
     """ValueError naming a bad qdtype or scale_ub; float64 x is not supported (no single-rounding
     float64 -> float8_e4m3fn conversion on a GPU)."""
     KINDS["qdtype"].check(op, "qdtype", qdtype, x)
@@ -106,16 +120,16 @@ def _forward(x, residual, weight, eps, qdtype, scale_ub):
 
 
 def rms_norm_dynamic_quant(x, weight, eps, qdtype, scale_ub):
-    _checked("rms_norm_dynamic_quant", x, qdtype, scale_ub)
+    check_args("rms_norm_dynamic_quant", x, qdtype, scale_ub)
     return _forward(x, None, weight, eps, qdtype, scale_ub)
 
 
 def add_rms_norm_dynamic_quant(x, residual, weight, eps, qdtype, scale_ub):
-    _checked("add_rms_norm_dynamic_quant", x, qdtype, scale_ub)
+    check_args("add_rms_norm_dynamic_quant", x, qdtype, scale_ub)
     return _forward(x, residual, weight, eps, qdtype, scale_ub)
 
 
-_NO_FLOAT64 = "dtypes=float32,float16,bfloat16"  # see _checked
+_NO_FLOAT64 = "dtypes=float32,float16,bfloat16"  # see check_args
 
 IMPLS = [
     make("rms_norm_dynamic_quant", "triton", "triton", rms_norm_dynamic_quant, devices=("cpu", "cuda"),

@@ -1,7 +1,12 @@
-"""Triton kernel for SiLU-and-mul with dynamic per-group FP8 quantisation, dense and masked by
-expert (``silu_and_mul_group_quant``, ``silu_and_mul_group_quant_masked``): forward only, as the MoE
-path's fused SwiGLU + 1 x 128 quant kernels ship it (vLLM's ``_silu_mul_fp8_quant_deep_gemm``,
-SGLang's ``silu_and_mul_masked_post_quant_fwd``).
+"""Triton kernels for SiLU-and-mul with dynamic FP8 / int8 quantisation: per token
+(``silu_and_mul_dynamic_quant``, as vLLM's fused silu_and_mul + per-token quant), and per group,
+dense and masked by expert (``silu_and_mul_group_quant``, ``silu_and_mul_group_quant_masked``):
+forward only, as the MoE path's fused SwiGLU + 1 x 128 quant kernels ship it (vLLM's
+``_silu_mul_fp8_quant_deep_gemm``, SGLang's ``silu_and_mul_masked_post_quant_fwd``).
+
+Per token: two passes over a row of H outputs, the peak of |v| (NaNs counted: a max may drop them)
+and then y = Q(v / scale) by the *stored* float32 scale, scale = max(min(amax, scale_ub) / q,
+1 / (512 q)): ``triton_dynamic_quant``'s ``row_scale`` and ``quantised``, on v = g sigma(g) u.
 
 The maths is ``oracle/dynamic_quant.py``'s on silu_and_mul's output; per row of x = [gate | up],
 H = n / 2, split into groups of ``group`` elements of the *output* row:
@@ -24,13 +29,49 @@ import torch
 import triton
 import triton.language as tl
 
-from ..oracle.dynamic_quant import MIN_SCALE, qmax
+from ..oracle.dynamic_quant import MIN_SCALE, QDTYPES, qmax
 from ..oracle.kinds import KINDS
 
 from . import make
+from .triton_dynamic_quant import check_args, quantised, row_scale
 from .triton_group_quant import block_groups, refuse_unsupported, scales_buffer, store_quantised
-from .triton_norms import as_rows, compute_dtype, tile
+from .triton_norms import as_rows, compute_dtype, div_rn, scalar, tile, tile_ptrs
 from .triton_swiglu import sigmoids
+
+
+@triton.jit
+def _silu_mul(X, sxr, sxc, row, col, h, m, ACC: tl.constexpr):
+    """v = g sigma(g) u on the (row, col) tile of the output rows, x = [gate | up] (0 off the mask)."""
+    at = X + row.to(tl.int64)[:, None] * sxr + col.to(tl.int64)[None, :] * sxc
+    gate = tl.load(at, mask=m, other=0.0).to(ACC)
+    up = tl.load(at + h * sxc, mask=m, other=0.0).to(ACC)
+    sigma, _ = sigmoids(gate)
+    return gate * sigma * up
+
+
+@triton.jit
+def _silu_mul_dynamic_quant_kernel(
+    X, sxr, sxc, UB, Y, SCALES, rows, h, q, min_scale,
+    HAS_UB: tl.constexpr, INT8: tl.constexpr, ACC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    in_rows = row < rows
+    peak = tl.zeros([BLOCK_R, BLOCK_N], ACC)
+    nans = tl.zeros([BLOCK_R, BLOCK_N], tl.int32)
+    for c0 in range(0, h, BLOCK_N):
+        col = c0 + tl.arange(0, BLOCK_N)
+        m = in_rows[:, None] & (col < h)[None, :]
+        v = _silu_mul(X, sxr, sxc, row, col, h, m, ACC)
+        peak = tl.maximum(peak, tl.abs(v))
+        nans += (v != v).to(tl.int32)
+    scale = row_scale(peak, nans, UB, q, min_scale, HAS_UB, ACC)
+    tl.store(SCALES + row, scale, mask=in_rows)
+    stored = scale.to(ACC)[:, None]
+    for c0 in range(0, h, BLOCK_N):
+        col = c0 + tl.arange(0, BLOCK_N)
+        m = in_rows[:, None] & (col < h)[None, :]
+        t = div_rn(_silu_mul(X, sxr, sxc, row, col, h, m, ACC), stored)
+        tl.store(tile_ptrs(Y, row, col, h, 1), quantised(t, Y, INT8), mask=m)
 
 
 @triton.jit
@@ -83,6 +124,25 @@ def _forward(op, x, counts, group, scale_format, layout):
     return y.reshape(lead + (h,)), scales
 
 
+def silu_and_mul_dynamic_quant(x, qdtype, scale_ub):
+    op = "silu_and_mul_dynamic_quant"
+    check_args(op, x, qdtype, scale_ub)
+    h = x.shape[-1] // 2
+    acc, acc_t = compute_dtype(x.dtype)
+    x2 = as_rows(x, x.shape[-1])
+    rows = x2.shape[0]
+    y = torch.empty((rows, h), dtype=QDTYPES[qdtype], device=x.device)
+    scales = torch.empty(rows, dtype=torch.float32, device=x.device)
+    if rows * h:
+        block_r, block_n = tile(h)
+        q = qmax(qdtype)
+        ub = scales if scale_ub is None else scalar(scale_ub, acc_t, x.device)  # unread without HAS_UB
+        _silu_mul_dynamic_quant_kernel[(triton.cdiv(rows, block_r),)](
+            x2, x2.stride(0), x2.stride(1), ub, y, scales, rows, h, q, MIN_SCALE / q,
+            HAS_UB=scale_ub is not None, INT8=qdtype == "int8", ACC=acc, BLOCK_R=block_r, BLOCK_N=block_n)
+    return y.reshape(x.shape[:-1] + (h,)), scales.reshape(x.shape[:-1])
+
+
 def silu_and_mul_group_quant(x, group, scale_format, layout):
     return _forward("silu_and_mul_group_quant", x, None, group, scale_format, layout)
 
@@ -91,9 +151,11 @@ def silu_and_mul_group_quant_masked(x, counts, group, scale_format, layout):
     return _forward("silu_and_mul_group_quant_masked", x, counts, group, scale_format, layout)
 
 
-_NO_FLOAT64 = "dtypes=float32,float16,bfloat16"  # see _forward
+_NO_FLOAT64 = "dtypes=float32,float16,bfloat16"  # see _forward and check_args
 
 IMPLS = [
+    make("silu_and_mul_dynamic_quant", "triton", "triton", silu_and_mul_dynamic_quant, devices=("cpu", "cuda"),
+         domain=_NO_FLOAT64),
     make("silu_and_mul_group_quant", "triton", "triton", silu_and_mul_group_quant, devices=("cpu", "cuda"),
          domain=_NO_FLOAT64),
     make("silu_and_mul_group_quant_masked", "triton", "triton", silu_and_mul_group_quant_masked,

@@ -60,3 +60,13 @@ def test_readme_is_a_quick_start():
     # every docs page the README links to exists (the report's screenshot comes from `normcert report`)
     for link in re.findall(r"\]\((docs/[^)#]+\.md)", readme):
         assert (ROOT / link).exists(), link
+
+
+def test_the_registry_page_lists_every_registered_kernel():
+    """docs/reference/registry.md shows ``normcert list``: a kernel registered since is a row there."""
+    from normcert import impls
+
+    page = (DOCS / "reference" / "registry.md").read_text()
+    rows = {tuple(line.split()[:3]) for line in page.splitlines() if len(line.split()) >= 3}
+    missing = [i.id for i in impls.registry() if (i.op, i.name, i.backend) not in rows]
+    assert not missing, f"docs/reference/registry.md lacks {missing} (paste `normcert list`'s rows)"
