@@ -111,6 +111,11 @@ class Domain:
     scale_floor: str | None = None  # "1/512q" | "eps32": a dynamic scale's floor (a contract choice)
     tail: str | None = None  # "none" | "partial": a per-group quant's last group (a contract choice)
 
+    def choices(self) -> dict[str, str]:
+        """The contract choices declared (``CONTRACT``): argument kind -> its value."""
+        every = {"nan": self.nan, "scale_floor": self.scale_floor, "tail": self.tail}
+        return {key: value for key, value in every.items() if value is not None}
+
     @property
     def declared(self) -> bool:
         return self != Domain()
@@ -164,7 +169,7 @@ class Domain:
         if self.capturable is not None:
             parts.append("capturable=yes (a failed CUDA-graph capture fails; captured on a GPU only)" if self.capturable
                          else "capturable=no (never captured in a CUDA graph)")
-        parts += [f"{key}={getattr(self, key)}" for key in CONTRACT if getattr(self, key) is not None]
+        parts += [f"{key}={value}" for key, value in self.choices().items()]
         return "; ".join(parts)
 
     def spec(self) -> str:
@@ -211,9 +216,8 @@ def check_contract(domain: Domain, rec, where: str) -> None:
     ``rec`` makes: it has an argument of that kind (an op without an amax has no NaN policy, one
     without a floored scale no scale_floor)."""
     kinds = {a.kind for a in rec.args}
-    for key in CONTRACT:
-        value = getattr(domain, key)
-        if value is not None and key not in kinds:
+    for key, value in domain.choices().items():
+        if key not in kinds:
             makes = [name for name, op in OPS.items() if any(a.kind == key for a in op.args)]
             raise DomainError(f"{where}: {key}={value}: {rec.name} has no {key} choice to declare (the ops "
                               f"that have one: {', '.join(makes)})")

@@ -41,7 +41,7 @@ import math
 
 import torch
 
-from ..impls.domain import CONTRACT, Domain
+from ..impls.domain import Domain
 from ..oracle.kinds import KINDS
 from ..oracle.validate import stream_dtypes
 
@@ -64,8 +64,9 @@ def fit(case: Case, domain: Domain) -> Case:
     if fixed:
         case = case.copy(scalars={**case.scalars, **dict(fixed)})
         changed += [f"{name} -> {value}" for name, value in fixed]
-    chosen = {a.name: getattr(domain, a.kind) for a in rec.args if a.kind in CONTRACT
-              and getattr(domain, a.kind) is not None and case.scalars.get(a.name) != getattr(domain, a.kind)}
+    declared = domain.choices()
+    chosen = {a.name: declared[a.kind] for a in rec.args
+              if a.kind in declared and case.scalars.get(a.name) != declared[a.kind]}
     if chosen:
         case = case.copy(scalars={**case.scalars, **chosen})
         changed += [f"{name} -> {value}" for name, value in chosen.items()]
