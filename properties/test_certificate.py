@@ -186,6 +186,7 @@ def test_bad_paths_are_refused(tmp_path, monkeypatch, option, value, says):
     assert str(e.value).startswith(f"{option} {value}: ") and says in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.normcert_heavy  # a pytest run in a fresh process per case: the heavy tier
 @pytest.mark.parametrize("args, says", [
     (["--normcert-impl", "rms_norm=boom:rms"], "importing module 'boom' raised SystemExit"),
     (["--normcert-impl", GOOD, "--hypothesis-profile", "nope"], "unknown profile"),

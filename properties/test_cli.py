@@ -16,6 +16,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from normcert.cli import verdict_table
 from normcert.properties.certificate import SCHEMA, schema
 
@@ -57,6 +59,7 @@ def test_verdict_table():
     assert table[2].split() == ["rms_norm:k", "gradients", "not", "certified", "-"]
 
 
+@pytest.mark.normcert_heavy  # the command end to end in a fresh process: the heavy tier
 def test_plugin_is_inert_in_other_runs(tmp_path):
     # CI=true makes Hypothesis load its own built-in "ci" profile; normcert's profile of the same
     # name must not replace it in somebody else's run (a CI run once caught exactly that).

@@ -128,6 +128,7 @@ def test_a_convention_that_cannot_apply_is_a_usage_error(spec, message):
         impls.plugin(spec)
 
 
+@pytest.mark.normcert_heavy  # the command end to end in a fresh process: the heavy tier
 def test_a_replay_file_keeps_the_convention(session, tmp_path):
     impl = _plug("rms_norm", planted.rms_out_skips_last_column, "out")
     with pytest.raises(PropertyFailure):

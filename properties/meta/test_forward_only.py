@@ -73,6 +73,7 @@ def test_a_grad_fn_on_some_inputs_only_fails(session):
     assert session.results[-1].outcome == "fail"
 
 
+@pytest.mark.normcert_heavy  # the command end to end in a fresh process: the heavy tier
 def test_cli_certifies_a_forward_only_kernel_and_says_so(tmp_path):
     cert = tmp_path / "cert.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_")) and k != "CI"}
