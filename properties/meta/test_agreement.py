@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import subprocess
 import sys
 import zipfile
@@ -73,10 +74,14 @@ def test_the_command_line_certifies_each_and_rejects_the_pair_then_replays_it(tm
                           "--certificate", str(tmp_path / "cert.json")],
                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-2000:]
-    rows = {(r["impl"], r["property"]): r["outcome"] for r in read_certificate(tmp_path / "cert.json")["results"]}
+    results = read_certificate(tmp_path / "cert.json")["results"]
+    rows = {(r["impl"], r["property"]): r["outcome"] for r in results}
     once, llama = f"rms_norm:{PLANTED}:rms_once_twin", f"rms_norm:{PLANTED}:rms_llama_order"
     assert rows == {(once, "accuracy"): "pass", (llama, "accuracy"): "pass", (llama, "agreement"): "fail"}
-    (saved,) = (tmp_path / "f").iterdir()
+    (row,) = [r for r in results if r["property"] == "agreement"]
+    saved = shlex.split(row["replay"])[-1]  # the first failure's; each further distinct one has its own file
+    kept = {shlex.split(f["replay"])[-1] for f in row.get("failures") or [row]}
+    assert saved in kept and {str(p) for p in (tmp_path / "f").iterdir()} == kept
     again = subprocess.run([sys.executable, "-m", "normcert", "replay", str(saved)], cwd=tmp_path, capture_output=True,
                            text=True, timeout=300)
     assert again.returncode == 1 and f"agreement still fails for {llama}" in again.stdout, \
