@@ -53,8 +53,7 @@ def _dynamic_quant_kernel(
         m = in_rows[:, None] & (col < n)[None, :]
         w = tl.load(W + col, mask=col < n, other=0.0).to(ACC)[None, :]
         v = tl.where(m, load_sum(X, sxr, sxc, R, srr, src, row[:, None], col[None, :], m, FUSED, ACC) * rstd * w, 0.0)
-        peak = tl.maximum(peak, tl.abs(v))
-        nans += (v != v).to(tl.int32)
+        peak, nans = track_peak(peak, nans, v)
     scale = row_scale(peak, nans, UB, q, min_scale, HAS_UB, ACC)
     tl.store(SCALES + row, scale, mask=in_rows)
     stored = scale.to(ACC)[:, None]
@@ -64,6 +63,12 @@ def _dynamic_quant_kernel(
         w = tl.load(W + col, mask=col < n, other=0.0).to(ACC)[None, :]
         t = div_rn(load_sum(X, sxr, sxc, R, srr, src, row[:, None], col[None, :], m, FUSED, ACC) * rstd * w, stored)
         tl.store(tile_ptrs(Y, row, col, n, 1), quantised(t, Y, INT8), mask=m)
+
+
+@triton.jit
+def track_peak(peak, nans, v):
+    """The running (BLOCK_R, BLOCK_N) peaks of |v| and counts of NaNs (a max may drop a NaN: counted)."""
+    return tl.maximum(peak, tl.abs(v)), nans + (v != v).to(tl.int32)
 
 
 @triton.jit

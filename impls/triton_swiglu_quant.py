@@ -33,7 +33,7 @@ from ..oracle.dynamic_quant import MIN_SCALE, QDTYPES, qmax
 from ..oracle.kinds import KINDS
 
 from . import make
-from .triton_dynamic_quant import check_args, quantised, row_scale
+from .triton_dynamic_quant import check_args, quantised, row_scale, track_peak
 from .triton_group_quant import block_groups, refuse_unsupported, scales_buffer, store_quantised
 from .triton_norms import as_rows, compute_dtype, div_rn, scalar, tile, tile_ptrs
 from .triton_swiglu import sigmoids
@@ -61,9 +61,7 @@ def _silu_mul_dynamic_quant_kernel(
     for c0 in range(0, h, BLOCK_N):
         col = c0 + tl.arange(0, BLOCK_N)
         m = in_rows[:, None] & (col < h)[None, :]
-        v = _silu_mul(X, sxr, sxc, row, col, h, m, ACC)
-        peak = tl.maximum(peak, tl.abs(v))
-        nans += (v != v).to(tl.int32)
+        peak, nans = track_peak(peak, nans, _silu_mul(X, sxr, sxc, row, col, h, m, ACC))
     scale = row_scale(peak, nans, UB, q, min_scale, HAS_UB, ACC)
     tl.store(SCALES + row, scale, mask=in_rows)
     stored = scale.to(ACC)[:, None]
