@@ -40,13 +40,18 @@ from .triton_swiglu import sigmoids
 
 
 @triton.jit
-def _silu_mul(X, sxr, sxc, row, col, h, m, ACC: tl.constexpr):
-    """v = g sigma(g) u on the (row, col) tile of the output rows, x = [gate | up] (0 off the mask)."""
-    at = X + row.to(tl.int64)[:, None] * sxr + col.to(tl.int64)[None, :] * sxc
+def _silu_mul_at(at, h, sxc, m, ACC: tl.constexpr):
+    """v = g sigma(g) u with g at the pointers ``at`` of x = [gate | up] and u h columns on (0 off the mask)."""
     gate = tl.load(at, mask=m, other=0.0).to(ACC)
     up = tl.load(at + h * sxc, mask=m, other=0.0).to(ACC)
     sigma, _ = sigmoids(gate)
     return gate * sigma * up
+
+
+@triton.jit
+def _silu_mul(X, sxr, sxc, row, col, h, m, ACC: tl.constexpr):
+    """v on the (row, col) tile of the output rows (``_silu_mul_at``)."""
+    return _silu_mul_at(X + row.to(tl.int64)[:, None] * sxr + col.to(tl.int64)[None, :] * sxc, h, sxc, m, ACC)
 
 
 @triton.jit
@@ -89,11 +94,7 @@ def _silu_mul_group_quant_kernel(
         col = g[:, None] * GROUP + tl.arange(0, GROUP)[None, :]  # (BLOCK_G, GROUP), of the output row
         in_cols = in_groups[:, None] & (col < h)
         m = in_rows[:, None, None] & in_cols[None, :, :]
-        at = X + row[:, None, None] * sxr + col.to(tl.int64)[None, :, :] * sxc
-        gate = tl.load(at, mask=m, other=0.0).to(ACC)
-        up = tl.load(at + h * sxc, mask=m, other=0.0).to(ACC)
-        sigma, _ = sigmoids(gate)
-        v = gate * sigma * up
+        v = _silu_mul_at(X + row[:, None, None] * sxr + col.to(tl.int64)[None, :, :] * sxc, h, sxc, m, ACC)
         store_quantised(v, row, g, col, in_rows, in_groups, m, Y, h, SCALES, ssr, ssg, q, min_scale, UE8M0, ACC)
 
 
