@@ -1,4 +1,4 @@
-"""Developing normcert itself: the suite's own plugin (``normcert.properties.plugin``,
+"""Developing normcert itself: the suite's own plugin (``normcert.properties.run.plugin``,
 loaded through its ``pytest11`` entry point) does the work; this file only makes
 sure that a run from the clone tests the clone.
 """

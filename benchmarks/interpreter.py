@@ -2,7 +2,7 @@
 """What does binding the language once per launch save under Triton's interpreter?
 
 Triton's interpreter rebinds ``triton.language``'s builtins at every launch and again at every
-``@triton.jit`` helper call; ``normcert.impls.interpreter`` makes a helper call reuse its launch's
+``@triton.jit`` helper call; ``normcert.properties.harness.interpreter`` makes a helper call reuse its launch's
 binding (a change of cost, none of semantics).  For each registry Triton kernel's forward, at a
 small and a large shape, this prints the median time of one call with Triton's binding at every
 call and with normcert's once per launch, side by side in one run, and whether the two gave the
@@ -22,9 +22,9 @@ import torch  # noqa: E402
 from triton.runtime import interpreter as triton_interpreter  # noqa: E402
 
 from normcert import impls  # noqa: E402
-from normcert.impls import interpreter  # noqa: E402
+from normcert.properties.harness import interpreter  # noqa: E402
 from normcert.oracle.formats import bits  # noqa: E402
-from normcert.properties.certificate import cpu_name  # noqa: E402
+from normcert.properties.evidence.certificate import cpu_name  # noqa: E402
 
 from kernels import call, inputs, timed  # noqa: E402
 

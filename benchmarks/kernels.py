@@ -24,7 +24,7 @@ import torch
 
 from normcert import impls
 from normcert.oracle import OPS
-from normcert.properties.certificate import cpu_name
+from normcert.properties.evidence.certificate import cpu_name
 
 DEFAULT_SHAPES = ((4096, 4096), (32, 8192))
 BACKENDS = ("eager", "compiled", "triton")

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """What does each calling mode cost?  The served family timed with one mode at a time.
 
-The served family (``properties.checks.served``) calls each of its cases once under every
-calling mode that applies (``properties.modes``).  For one kernel (default: the registry's eager
+The served family (``properties.families.served``) calls each of its cases once under every
+calling mode that applies (``properties.search.modes``).  For one kernel (default: the registry's eager
 RMSNorm) and each dtype, this prints the accuracy family's time (the kernel called as a test
 calls it: the baseline) and the served family's time with only one mode at a time, then with
 every mode, on the same cases (the ci profile's examples, seeded), side by side in one run.  A
@@ -25,11 +25,12 @@ from hypothesis import settings
 
 from normcert import impls
 from normcert.oracle.formats import DTYPE_NAMES
-from normcert.properties import modes, runner
-from normcert.properties.certificate import cpu_name
+from normcert.properties.search import modes
+from normcert.properties.run import runner
+from normcert.properties.evidence.certificate import cpu_name
 from normcert.properties.families import BY_NAME
-from normcert.properties.run_settings import PROFILES
-from normcert.properties.session import Session
+from normcert.properties.harness.run_settings import PROFILES
+from normcert.properties.harness.session import Session
 
 
 def timed_family(impl, family: str, dtype, repeats: int, only=None) -> tuple[float, str]:

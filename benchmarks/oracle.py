@@ -41,7 +41,7 @@ from normcert.impls import eager
 from normcert.oracle.backends import MP_PREC
 from normcert.oracle.kinds import KINDS
 from normcert.oracle.mpmath_backend import MPExact
-from normcert.properties.certificate import cpu_name
+from normcert.properties.evidence.certificate import cpu_name
 
 import plots  # beside this script
 

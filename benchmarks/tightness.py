@@ -3,7 +3,7 @@
 
 For every op x dtype x family (accuracy: the forward; gradients: the VJP), over the registry's
 correct kernels (every backend given by ``--backends``, case studies excluded: they are
-registered as wrong) and the meta-tests' correct variants (``properties.meta.planted``, ``@correct``),
+registered as wrong) and the meta-tests' correct variants (``properties.tests.meta.planted``, ``@correct``),
 on ``--seeds`` seeds of the family's own strategy ("search" rows of the table) and the near-constant
 buckets ("near-const" rows).  The suite schedules those for a centred op (offset rows whose mean
 cancels); the benchmark adds them for every other normalising op (``Op.scale_invariant``: the
@@ -46,16 +46,16 @@ import torch
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from normcert import impls, oracle
-from normcert.impls import interpreter
+from normcert.properties.harness import interpreter
 from normcert.oracle import OPS, assessment
 from normcert.oracle.formats import DTYPE_NAMES, DTYPES, fmt
-from normcert.properties.certificate import cpu_name
+from normcert.properties.evidence.certificate import cpu_name
 from normcert.properties.families import BY_NAME
-from normcert.properties.case import valid_positions
-from normcert.properties.checks.gradients import case_cotangents, fresh_leaves
-from normcert.properties.fitting import fit
-from normcert.properties.measure import oracle_assessments
-from normcert.properties.strategies import near_constant_buckets, round_up_row
+from normcert.properties.search.case import valid_positions
+from normcert.properties.families.gradients import case_cotangents, fresh_leaves
+from normcert.properties.search.fitting import fit
+from normcert.properties.harness.measure import oracle_assessments
+from normcert.properties.search.strategies import near_constant_buckets, round_up_row
 
 import plots  # beside this script
 
@@ -67,8 +67,8 @@ def kernels(backends: tuple[str, ...], ops) -> list:
     impls.ensure_triton_mode("cpu" if not torch.cuda.is_available() else "cuda")
     interpreter.install()  # on CPU: the interpreter corrected to compute what a GPU does, as a run does
     found = [i for i in impls.registry() if i.backend in backends and not i.expected_failure and i.op in ops]
-    from normcert.properties.meta import planted  # the meta-tests' catalogue (it imports Triton too)
-    from normcert.properties.meta.expect import catalogue
+    from normcert.properties.tests.meta import planted  # the meta-tests' catalogue (it imports Triton too)
+    from normcert.properties.tests.meta.expect import catalogue
     found += [impls.make(op, fn.__name__, "plugin", fn) for op, fn, _ in catalogue(planted, "correct") if op in ops]
     return found
 

@@ -22,8 +22,8 @@ import torch
 
 from ..oracle import OPS
 
-from . import conventions
-from .domain import Domain, DomainError, check_contract, check_flags, check_size, parse
+from ..properties.declared import conventions
+from ..properties.declared.domain import Domain, DomainError, check_contract, check_flags, check_size, parse
 
 BACKENDS = ("eager", "compiled", "custom-op", "triton", "case-study", "plugin")
 MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "custom_op", "triton_norms", "triton_gated_norm",
@@ -48,13 +48,13 @@ class Impl:
     agrees_with: "Impl | None" = field(default=None, compare=False)  # must give its bits (``--agree``)
     import_fault: str = ""  # what importing its module did to the process (``imported``): every call of it fails
     kernel: Callable | None = field(default=None, compare=False)  # fn before its convention's adapter (``make``)
-    compiles: bool = False  # served compiled: a torch custom op, or --compile (``properties.checks.compiled``)
+    compiles: bool = False  # served compiled: a torch custom op, or --compile (``properties.families.compiled``)
 
     def __post_init__(self):
         """The domain is read again as normcert's own (``domain.parse`` of its fields), whoever built
         the record (an entry point may build one directly; ``dataclasses.replace``, as ``--domain``
         does, passes here too), and its largest fitted case fits (``domain.check_size``)."""
-        from ..properties.strategies import MANY_ROWS  # noqa: PLC0415 - the largest case fitting widens
+        from ..properties.search.strategies import MANY_ROWS  # noqa: PLC0415 - the largest case fitting widens
 
         where = f"{self.name!r}: domain"
         if type(self.domain) is not Domain:
@@ -104,7 +104,7 @@ def make(op, name, backend, fn, **kw) -> Impl:
 def is_custom_op(fn) -> bool:
     """Is ``fn`` a torch operator: one made with ``torch.library.custom_op``, or reached as
     ``torch.ops.NAMESPACE.NAME`` (an overload packet) or ``....default`` (an overload)?  Such a
-    kernel is one a compiled model calls, and is checked so (``properties.checks.compiled``)."""
+    kernel is one a compiled model calls, and is checked so (``properties.families.compiled``)."""
     return isinstance(fn, (torch.library.CustomOpDef, torch._ops.OpOverload, torch._ops.OpOverloadPacket))
 
 
@@ -211,7 +211,7 @@ def _from_entry_points() -> list[Impl]:
 
 def triton_installed() -> bool:
     """Can Triton be imported here?  It is optional (``pip install triton``): without it the
-    registry has no Triton kernels, and a run says so (``properties.plugin``)."""
+    registry has no Triton kernels, and a run says so (``properties.run.plugin``)."""
     return importlib.util.find_spec("triton") is not None
 
 

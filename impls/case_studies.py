@@ -16,7 +16,7 @@ do: plain ``@torch.compile``, default settings):
   designs mutate the caller's float32 tensor, and return it, compiled or not;
 * Dynamo recompiles a function for each new dtype, rank, requires_grad, size 0 or 1, ... and,
   past ``recompile_limit`` (8) recompilations, silently runs it eagerly.  normcert's kernel thread
-  raises that limit so that every call runs compiled code (``properties.sandbox.RECOMPILE_LIMIT``);
+  raises that limit so that every call runs compiled code (``properties.harness.sandbox.RECOMPILE_LIMIT``);
   checked so, the three compiled designs cost 360 s of the default CPU run (2 cores), so they are
   registered for GPU runs (``COMPILED_DEVICES``), and each has an ``-eager`` twin, registered
   for the same reasons, that runs everywhere.

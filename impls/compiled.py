@@ -34,7 +34,7 @@ DOMAIN = "contiguous=all ranks=2 weightless=no params=same residual=same"
 """The registry's compiled kernels are checked on contiguous rank-2 tensors, weights given and in
 x's dtype, a residual stream in x's: every other signature (a rank, a stride pattern, a None weight,
 a float32 weight) is one more compilation, since every call runs compiled code
-(``properties.sandbox.RECOMPILE_LIMIT``); the eager kernels they compile are checked on all of them."""
+(``properties.harness.sandbox.RECOMPILE_LIMIT``); the eager kernels they compile are checked on all of them."""
 
 DEVICES = ("cuda",)
 """Registered for GPU runs only.  Checked honestly, a compiled kernel costs one compilation per

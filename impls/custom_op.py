@@ -9,7 +9,7 @@ made with ``torch.library.custom_op``, with
                             (in float32, or float64 for float64 inputs), saved r and x
 
 The kernel under test is the operator itself (``torch.ops.normcert.rms_norm``): normcert checks
-its registration with ``torch.library.opcheck`` and its compiled calls (``properties.checks.compiled``)
+its registration with ``torch.library.opcheck`` and its compiled calls (``properties.families.compiled``)
 besides every other family.  Its weight is not optional (an operator's schema has one
 signature): the domain says ``weightless=no``.
 """

@@ -10,9 +10,9 @@
     normcert report CERT.json [-o REPORT.html]
     normcert compare A.json B.json [--format text|markdown|html] [-o PATH]
 
-``report`` draws a certificate as one HTML page that works offline (``properties.report``; ``certify
+``report`` draws a certificate as one HTML page that works offline (``properties.presentation.report``; ``certify
 --report PATH`` writes it after the run, from the certificate as judged here); ``compare`` lists the
-cells whose outcome or error / bound changed between two certificates (``properties.compare``).
+cells whose outcome or error / bound changed between two certificates (``properties.presentation.compare``).
 ``certify`` and ``replay`` run normcert's properties through pytest (the same
 plugin as ``pytest --pyargs normcert.properties``) and end with a verdict table.
 Exit status: 0 certified (or, for replay, the property now holds), 1 a property
@@ -43,8 +43,8 @@ import tempfile
 import time
 from collections import defaultdict
 
-from normcert.properties import verdict
-from normcert.properties.run_settings import HEARTBEAT, KERNEL_TIMEOUT, PROFILES, RUN_RECORD, STALLED
+from normcert.properties.evidence import verdict
+from normcert.properties.harness.run_settings import HEARTBEAT, KERNEL_TIMEOUT, PROFILES, RUN_RECORD, STALLED
 
 USAGE = 4
 NO_TESTS = 5  # pytest's exit status when it collected nothing
@@ -96,7 +96,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _pytest_args(a) -> list[str]:
-    args = ["--pyargs", "normcert.properties", "-p", "no:cacheprovider"]
+    args = ["--pyargs", "normcert.properties.suite", "-p", "no:cacheprovider"]
     if a.command == "certify":
         for spec in a.impls:
             args += ["--normcert-impl", spec]
@@ -165,7 +165,7 @@ def _list() -> int:
 
 
 PLUGINS = (("_hypothesis_pytestplugin", "hypothesis"), ("xdist.plugin", "xdist"), ("xdist.looponfail", "xdist"),
-           ("pytest_timeout", "pytest_timeout"), ("normcert.properties.plugin", "normcert"))
+           ("pytest_timeout", "pytest_timeout"), ("normcert.properties.run.plugin", "normcert"))
 """The pytest plugins the child loads, by module (and the top-level package that must be installed for
 it): with autoloading off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``), these and no others."""
 
@@ -271,12 +271,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.command == "list":
         return _list()
     if a.command == "schema":
-        from normcert.properties.certificate import schema  # noqa: PLC0415 - imports nothing heavy
+        from normcert.properties.evidence.certificate import schema  # noqa: PLC0415 - imports nothing heavy
 
         print(json.dumps(schema(), indent=1))
         return 0
     if a.command in ("report", "compare"):
-        from normcert.properties.report_cli import compare, report  # noqa: PLC0415 - no torch
+        from normcert.properties.presentation.report_cli import compare, report  # noqa: PLC0415 - no torch
 
         return report(a) if a.command == "report" else compare(a)
     if a.command == "certify" and not (a.impls or a.agree):
@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
               f"pip install pytest-xdist (or leave -n out)", file=sys.stderr)
         return USAGE
     if a.command == "certify" and a.report:
-        from normcert.properties.report_cli import check_report  # noqa: PLC0415
+        from normcert.properties.presentation.report_cli import check_report  # noqa: PLC0415
 
         problem = check_report(a.report, a.certificate)
         if problem:
@@ -342,7 +342,7 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
     if certificate:
         _summarise(certificate)
     if run["results"]:
-        from normcert.properties.certificate import claimed, verdict_line  # noqa: PLC0415
+        from normcert.properties.evidence.certificate import claimed, verdict_line  # noqa: PLC0415
 
         line = verdict_line(judged, claimed(run["domains"], run["results"]), run["scope"], run["run"])
         print("\nnormcert verdict: " + line)
@@ -362,7 +362,7 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
 
 def _summarise(certificate: str) -> None:
     """The CI job summary (``$GITHUB_STEP_SUMMARY``) from the certificate as judged here."""
-    from normcert.properties.certificate import append_step_summary  # noqa: PLC0415
+    from normcert.properties.evidence.certificate import append_step_summary  # noqa: PLC0415
 
     try:
         with open(certificate) as f:
@@ -376,7 +376,7 @@ def _report(certificate: str, path: str | None) -> None:
     write it is said, and does not change the verdict)."""
     if not path:
         return
-    from normcert.properties.report_cli import write_report  # noqa: PLC0415
+    from normcert.properties.presentation.report_cli import write_report  # noqa: PLC0415
 
     problem = write_report(certificate, path)
     print(f"normcert: the report was not written: {problem}" if problem else f"normcert: report: {path}",
@@ -384,7 +384,7 @@ def _report(certificate: str, path: str | None) -> None:
 
 
 def _incomplete(certificate: str, why: str) -> None:
-    from normcert.properties.certificate import write_incomplete  # noqa: PLC0415
+    from normcert.properties.evidence.certificate import write_incomplete  # noqa: PLC0415
 
     try:
         write_incomplete(certificate, why)
@@ -394,7 +394,7 @@ def _incomplete(certificate: str, why: str) -> None:
 
 def _correct(certificate: str, judged: str, disagreement: str) -> None:
     """Rewrite the certificate's verdict where the child's differs from this process's judgement."""
-    from normcert.properties.certificate import write_files  # noqa: PLC0415
+    from normcert.properties.evidence.certificate import write_files  # noqa: PLC0415
 
     try:
         with open(certificate) as f:

@@ -40,7 +40,7 @@ scale), so the bounds (``bounds_quant``) hold for either unchanged: the floor is
 scales are float32, one per row (x.shape[:-1]), as vLLM and SGLang return them.
 
 NaN policy, a contract choice the kernel declares (argument kind "nan", ``NAN_POLICIES``; never passed
-to the kernel: its domain's ``nan=`` sets it, ``impls.domain``):
+to the kernel: its domain's ``nan=`` sets it, ``properties.declared.domain``):
 
     "propagate" (the default, None)  A_r = max_i |v_ri| is NaN where the row holds a NaN (f's NaN
              policy: a NaN or inf in the row), and so is scale_r (the max propagates it)

@@ -19,7 +19,7 @@ with an argument it does through its ``Kind``, here and nowhere else:
     shape     how the value's shape follows the main tensor x (n = x.shape[-1]):
               "rows" x.shape (a *row input*: it shares x's rows); "leading" x.shape[:-1];
               "experts" x.shape[:-2] (one value per expert: a count of valid rows);
-              "vector" (n,); "matrix" (n, n); None: a scalar.  ``properties.fitting`` reshapes by it,
+              "vector" (n,); "matrix" (n, n); None: a scalar.  ``properties.search.fitting`` reshapes by it,
               and a domain's ``params=`` casts the "vector" tensors (weight, bias, a sublayer's bias)
     may_be_none  None is a value of the kind (a mask: every position valid; scale_ub: no bound)
 
@@ -50,7 +50,7 @@ define a case):
 
 The *contract kinds* are choices a kernel declares, not arguments it is passed: no ``call`` gives
 them to a kernel, they are never drawn (a drawn case holds None, the default) and a kernel's domain
-sets them (``impls.domain``, ``properties.fitting``); the oracle and the bounds read them:
+sets them (``properties.declared.domain``, ``properties.search.fitting``); the oracle and the bounds read them:
 
     nan      the NaN policy of every amax an op takes, one of ``dynamic_quant.NAN_POLICIES``:
              None or "propagate" (a NaN in a row, group or block makes its scale NaN) or "ignore"
@@ -108,7 +108,7 @@ SCALE_LAYOUTS = ("row_major", "column_major")  # a dynamic scale's bound: none, 
 
 
 class Drawing(Protocol):
-    """What a kind's ``draw`` may ask of the strategy module (``properties.strategies.Drawing``)."""
+    """What a kind's ``draw`` may ask of the strategy module (``properties.search.strategies.Drawing``)."""
 
     n: int  # the main tensor's last dim
     sublayer_scale: float  # the factor on a sublayer's weights (1, or tiny under a near-constant bucket)

@@ -122,7 +122,7 @@ def _group_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     """base with its first output quantised to float8_e4m3fn with a scale per group of a row it
     computes (``oracle.dynamic_quant.group_forward``): outputs (y, the scales, base's others); output
     rows a multiple of the largest group drawn (a kernel that declares tail=partial is fitted rows that
-    are not: ``properties.fitting``); an inference op.  A halves base (silu_and_mul) gives a
+    are not: ``properties.search.fitting``); an inference op.  A halves base (silu_and_mul) gives a
     halves op: the groups are of its output row, x's two halves are never grouped across."""
     main = args[0].name
     group, form, layout, nan, floor, tail = (next(a.name for a in args if a.kind == k)
@@ -154,7 +154,7 @@ def _counted(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     past counts[e] are outside the contract: the oracle and the bounds read them as zeros (so that
     their values, which the padding strategy overwrites with NaN or huge numbers, cost nothing) and
     no check reads the outputs there (``Op.valid``); a kernel must not write outside its own outputs
-    (the calling contract: ``properties.sandbox``).  Oracle and bounds are base's, rows being rows."""
+    (the calling contract: ``properties.harness.sandbox``).  Oracle and bounds are base's, rows being rows."""
     main, counts = args[0].name, next(a.name for a in args if a.kind == "counts")
 
     def forward(B, **a):

@@ -89,7 +89,7 @@ class Out:
                 laid out in memory: "row_major" (contiguous) or "column_major" (groups first), "linear"
                 (contiguous) or "swizzled" (a contiguous padded (R', G') tensor in the tensor cores'
                 128 x 4 tiles, ``fp4``); the calling contract checks its strides
-                (``properties.sandbox``), and a swizzled one is read back through its index map
+                (``properties.harness.sandbox``), and a swizzled one is read back through its index map
                 (``Op.decode``)
     packed:     stored two E2M1 values to a uint8 byte (element 2j in byte j's low nibble, ``fp4``):
                 the kernel returns uint8 of shape (..., n / 2), checked as the E2M1 values it holds
@@ -356,7 +356,7 @@ class Op:
 
     def call_outputs(self, fn: Callable, args: dict) -> tuple:
         """``call(fn, args)``'s result as a tuple of outputs (a lone tensor is the one output);
-        no contract check: that is ``properties.sandbox``'s."""
+        no contract check: that is ``properties.harness.sandbox``'s."""
         out = self.call(fn, args)
         return out if isinstance(out, tuple) else (out,)
 

@@ -7,7 +7,7 @@ so that the reference cannot drift from the code:
 
 ``normcert-schema``
     the fields of the certificate's JSON Schema
-    (``properties/normcert-certificate.schema.json``), one table per object.
+    (``properties/evidence/normcert-certificate.schema.json``), one table per object.
 
 Both import nothing heavy: ``normcert.cli`` is torch-free at import, and the schema is JSON.
 """
@@ -21,7 +21,7 @@ from docutils import nodes
 from docutils.parsers.rst import Directive
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCHEMA = os.path.join(HERE, "..", "..", "properties", "normcert-certificate.schema.json")
+SCHEMA = os.path.join(HERE, "..", "..", "properties", "evidence", "normcert-certificate.schema.json")
 
 
 def _help(parser: argparse.ArgumentParser) -> str:

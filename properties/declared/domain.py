@@ -1,0 +1,340 @@
+"""A kernel's declared domain: the inputs it supports, stated up front.
+
+A kernel that supports only part of an op says so, instead of raising
+NotImplementedError on what it does not support (a refusal would double as a
+way to dodge the cases it gets wrong).  The suite then draws only cases inside
+the domain, any refusal inside it is a failure, and the certificate says
+"certified on: <the restrictions>".
+
+Declared as an attribute on the kernel, ``kernel.normcert_domain``, or with
+``--domain`` on the command line (which replaces the attribute), as a string of
+``key=value`` items separated by spaces or semicolons, or (the attribute) a dict
+of the same keys.  The domain is normcert's own record, read from that text
+(``parse``): an object the kernel built (a ``Domain``, a subclass of one, a str
+subclass) is refused, since its methods would be the kernel's code saying what
+was certified.
+
+    dtypes=float16,bfloat16   the main tensor's dtypes (default: all four)
+    params=same|float32       weight, bias and a sublayer's bias: in x's dtype,
+                              or float32 (default: either; a sublayer's matrix is in x's)
+    residual=same|float32     a fused op's residual stream (and so its residual_out): in
+                              x's dtype, or float32 where x is float16 / bfloat16
+                              (residual_in_fp32; default: either)
+    max_width=8192            the main tensor's last dim (for the *_and_mul ops the
+                              [gate | up] row, twice the output's) is at most this
+    width_multiple=8          ... and a multiple of this
+    contiguous=last|all       last: every tensor's last dim has stride 1 (no
+                              transposed rows, no strided weight); all: every tensor
+                              contiguous
+    ranks=2,3                 the main tensor's rank is one of these (2..4)
+    weightless=yes|no         an optional weight or bias may be None (yes: it must be
+                              taken; no: never passed; default: asked once)
+    flags=NAME:yes|no,...     a flag argument (kind "flag") the kernel supports one value
+                              of: norm_before_gate:yes for a gated norm that gates after the
+                              norm only (flash-linear-attention's FusedRMSNormGated).  Its cases
+                              are drawn, then fitted to that value; NAME must be a flag of the
+                              kernel's op (checked when the kernel is registered)
+    capturable=yes|no         yes: the kernel can be captured in a CUDA graph, and a capture
+                              that fails fails its served result; no: it is not captured
+                              (default: tried, and a failed capture is noted, not failed).
+                              No case is fitted for it: it is a claim about the call
+    nan=propagate|ignore      the NaN policy of the op's amax (a contract choice, argument kind "nan",
+                              ``oracle.dynamic_quant``): propagate (the default) makes a scale NaN
+                              where its row, group or block holds a NaN; ignore takes the amax over
+                              the non-NaN elements (IEEE maximumNumber, Triton's tl.max).  Only an
+                              op that takes an amax (the dynamic, group and FP4 quants) has one: on
+                              another op the key is an error (checked when the kernel is registered)
+    scale_floor=1/512q|eps32  the floor of a dynamic or group scale (a contract choice, argument kind
+                              "scale_floor"): 1/(512 q) (the default, vLLM's min_scaling_factor) or
+                              float32's machine epsilon 2**-23 (some int8 paths); only the dynamic and
+                              group quants have one (FP4's block scale has none)
+    tail=none|partial         a per-group quant's tail rule (a contract choice, argument kind "tail"):
+                              none (the default) requires rows a multiple of the group; partial
+                              admits a last group shorter than the group, with its own scale from
+                              its own amax, and the kernel is then fitted rows that are not a
+                              multiple of it (``Domain.width``, ``properties.search.fitting``).  Only the
+                              group quants have one
+
+A case is drawn as for any kernel, then *fitted* into the domain
+(``properties.search.fitting``): the row length rounded up to the multiple (cut short of a
+whole group first under tail=partial; capped at
+the maximum), leading dims flattened or unsqueezed to an allowed rank, tensors
+made contiguous, weights cast, None weights replaced by ones / zeros; its notes
+say what was fitted.
+
+A fitted case is at most ``MAX_FITTED_ELEMENTS`` elements: a domain whose largest
+fitted case is larger cannot be built, and is a usage error before any case
+(``check_size``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from ...oracle import OPS
+from ...oracle.dynamic_quant import NAN_POLICIES, SCALE_FLOORS, TAILS
+from ...oracle.formats import DTYPE_NAMES
+
+MAX_FITTED_ELEMENTS = 1 << 27
+"""The most elements the main tensor of a fitted case may hold: 512 MiB in float32, 1 GiB as the
+oracle's float64 copy, of which a case holds a few (inputs, outputs, gradients) per xdist worker.
+Fitting grows a case only by widening its rows, so the largest fitted case is the one with the most
+rows, the "many" bucket (``strategies.MANY_ROWS`` = 65537 rows), each row widened to the
+narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to 2047 fits (2046 for a
+[gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
+
+KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
+        "capturable", "nan", "scale_floor", "tail")
+CONTRACT = {"nan": NAN_POLICIES, "scale_floor": SCALE_FLOORS, "tail": TAILS}  # the contract choices: key = the argument kind it sets, and its values
+RANKS = (2, 3, 4)
+
+
+class DomainError(ValueError):
+    """A domain that cannot be read; the message is one line naming the key."""
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The declared domain; every field None (or 1 for ``width_multiple``) means unrestricted."""
+
+    dtypes: tuple[str, ...] | None = None
+    params: str | None = None  # "same" | "float32"
+    residual: str | None = None  # "same" | "float32"
+    max_width: int | None = None
+    width_multiple: int = 1
+    contiguous: str | None = None  # "last" | "all"
+    ranks: tuple[int, ...] | None = None
+    weightless: bool | None = None
+    flags: tuple[tuple[str, bool], ...] | None = None  # (argument, its one supported value), sorted by name
+    capturable: bool | None = None  # a CUDA-graph capture that fails: gates (yes), not tried (no), noted (None)
+    nan: str | None = None  # "propagate" | "ignore": the amax's NaN policy (a contract choice)
+    scale_floor: str | None = None  # "1/512q" | "eps32": a dynamic scale's floor (a contract choice)
+    tail: str | None = None  # "none" | "partial": a per-group quant's last group (a contract choice)
+
+    def choices(self) -> dict[str, str]:
+        """The contract choices declared (``CONTRACT``): argument kind -> its value."""
+        every = {"nan": self.nan, "scale_floor": self.scale_floor, "tail": self.tail}
+        return {key: value for key, value in every.items() if value is not None}
+
+    @property
+    def declared(self) -> bool:
+        return self != Domain()
+
+    def admits_dtype(self, dtype_name: str) -> bool:
+        return self.dtypes is None or dtype_name in self.dtypes
+
+    def width(self, n: int, halves: bool = False, op_multiple: int = 1) -> int:
+        """The row length a case of length ``n`` is fitted to: n rounded up to the multiple (and to
+        an even length for a halves op, to a multiple of the op's own ``op_multiple`` for a
+        per-group op, unless the domain declares tail=partial: its groups need not divide a row),
+        capped at the largest such length <= max_width."""
+        op_multiple = 1 if self.tail == "partial" else op_multiple
+        step = math.lcm(self.width_multiple, op_multiple * (2 if halves else 1))  # op_multiple: of output rows
+        step *= 2 if halves and step % 2 else 1
+        fitted = max(step, -(-n // step) * step)
+        if self.max_width is not None:
+            fitted = min(fitted, self.max_width // step * step)
+        return fitted
+
+    def rank(self, r: int) -> int:
+        """The rank a case of rank ``r`` is fitted to: r if allowed, else the next allowed rank
+        above it, else the largest allowed."""
+        if self.ranks is None or r in self.ranks:
+            return r
+        above = [k for k in self.ranks if k > r]
+        return min(above) if above else max(self.ranks)
+
+    def describe(self) -> str:
+        """The restrictions in words, "" when none is declared."""
+        parts = []
+        if self.dtypes is not None:
+            parts.append("dtypes " + ", ".join(self.dtypes))
+        if self.params is not None:
+            parts.append("weights in x's dtype" if self.params == "same" else "weights in float32")
+        if self.residual is not None:
+            parts.append("residual stream in x's dtype" if self.residual == "same"
+                         else "residual stream in float32 (for float16 / bfloat16 x)")
+        if self.width_multiple > 1 or self.max_width is not None:
+            parts.append("row length" + (f" a multiple of {self.width_multiple}" if self.width_multiple > 1 else "")
+                         + (" and" if self.width_multiple > 1 and self.max_width is not None else "")
+                         + (f" at most {self.max_width}" if self.max_width is not None else ""))
+        if self.contiguous is not None:
+            parts.append("contiguous tensors" if self.contiguous == "all" else "last dim contiguous (stride 1)")
+        if self.ranks is not None:
+            parts.append("rank " + " or ".join(map(str, self.ranks)))
+        if self.weightless is not None:
+            parts.append("weightless calls (None weight / bias)" if self.weightless else "no weightless calls")
+        if self.flags is not None:
+            parts += [f"{name}={'yes' if value else 'no'}" for name, value in self.flags]
+        if self.capturable is not None:
+            parts.append("capturable=yes (a failed CUDA-graph capture fails; captured on a GPU only)" if self.capturable
+                         else "capturable=no (never captured in a CUDA graph)")
+        parts += [f"{key}={value}" for key, value in self.choices().items()]
+        return "; ".join(parts)
+
+    def spec(self) -> str:
+        """The domain in the syntax ``parse`` reads (a replay file and a certificate carry it)."""
+        items = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or (f.name == "width_multiple" and value == 1):
+                continue
+            if f.name == "flags":
+                value = ",".join(f"{name}:{'yes' if v else 'no'}" for name, v in value)
+            elif isinstance(value, tuple):
+                value = ",".join(map(str, value))
+            elif isinstance(value, bool):
+                value = "yes" if value else "no"
+            items.append(f"{f.name}={value}")
+        return " ".join(items)
+
+
+def check_size(domain: Domain, rec, rows: int, where: str) -> None:
+    """DomainError unless the largest case fitted into ``domain`` for op record ``rec`` (``rows``
+    rows of the narrowest row the domain admits for the op) holds at most MAX_FITTED_ELEMENTS."""
+    width = domain.width(1, rec.halves, rec.width_multiple)
+    if rows * width <= MAX_FITTED_ELEMENTS:
+        return
+    most = max(m for m in range(1, MAX_FITTED_ELEMENTS // rows + 1)  # only width_multiple widens a row
+               if rows * Domain(width_multiple=m).width(1, rec.halves, rec.width_multiple) <= MAX_FITTED_ELEMENTS)
+    raise DomainError(f"{where}: width_multiple={domain.width_multiple} fits {rec.name}'s largest case ({rows} rows) "
+                      f"to rows of {width}, {rows * width} elements, past normcert's limit of {MAX_FITTED_ELEMENTS} "
+                      f"elements (for {rec.name}: width_multiple at most {most})")
+
+
+def check_flags(domain: Domain, rec, where: str) -> None:
+    """DomainError unless every flag ``domain`` fixes is an argument of kind "flag" of op record ``rec``."""
+    ours = [a.name for a in rec.args if a.kind == "flag"]
+    for name, value in domain.flags or ():
+        if name not in ours:
+            raise DomainError(f"{where}: flags={name}:{'yes' if value else 'no'}: {name} is not a flag argument of "
+                              f"{rec.name} (its flags: {', '.join(ours) or 'none'})")
+
+
+def check_contract(domain: Domain, rec, where: str) -> None:
+    """DomainError unless every contract choice ``domain`` declares (``CONTRACT``) is one op record
+    ``rec`` makes: it has an argument of that kind (an op without an amax has no NaN policy, one
+    without a floored scale no scale_floor)."""
+    kinds = {a.kind for a in rec.args}
+    for key, value in domain.choices().items():
+        if key not in kinds:
+            makes = [name for name, op in OPS.items() if any(a.kind == key for a in op.args)]
+            raise DomainError(f"{where}: {key}={value}: {rec.name} has no {key} choice to declare (the ops "
+                              f"that have one: {', '.join(makes)})")
+
+
+def parse(spec, where: str = "--domain") -> Domain:
+    """A Domain from ``spec``: a string of key=value items (spaces or semicolons between them), a
+    dict of the same keys (values: strings, whole numbers, booleans, or lists / tuples of strings
+    and whole numbers), or None (unrestricted); nothing else, a Domain included.  ``where`` names
+    the source in errors."""
+    if spec is None:
+        return Domain()
+    if isinstance(spec, Domain):
+        raise DomainError(f"{where}: a {type(spec).__name__} object is not accepted (normcert reads a domain only "
+                          f"from its own text): give a string of KEY=VALUE items or a dict")
+    if type(spec) is str:
+        items = {}
+        for item in spec.replace(";", " ").split():
+            key, sep, value = item.partition("=")
+            if not sep or not value:
+                raise DomainError(f"{where} {spec!r}: {item!r} must look like KEY=VALUE (keys: {', '.join(KEYS)})")
+            if key in items:
+                raise DomainError(f"{where} {spec!r}: {key} given twice")
+            items[key] = value
+    elif type(spec) is dict:
+        items = dict(spec)
+        odd = [k for k, v in items.items() if type(k) is not str or not _plain(v)]
+        if odd:
+            raise DomainError(f"{where}: {odd[0]!r}: expected string keys and values that are strings, whole numbers, "
+                              f"booleans or lists of those")
+    else:
+        raise DomainError(f"{where}: expected a string of KEY=VALUE items or a dict, got {type(spec).__name__}")
+    unknown = [k for k in items if k not in KEYS]
+    if unknown:
+        raise DomainError(f"{where}: unknown key {unknown[0]!r}, expected one of {', '.join(KEYS)}")
+    kw = {k: _READ[k](where, k, v) for k, v in items.items()}
+    domain = Domain(**kw)
+    step = domain.width_multiple
+    if domain.max_width is not None and domain.max_width < step:
+        raise DomainError(f"{where}: max_width={domain.max_width} is below width_multiple={step}: no row fits")
+    return domain
+
+
+def _plain(value) -> bool:
+    """A value a dict domain may hold: a str, int or bool, or a list / tuple of str and int (exact types:
+    a subclass could answer ``==`` and ``str`` as it likes)."""
+    if type(value) in (list, tuple):
+        return all(type(v) in (str, int) for v in value)
+    return type(value) in (str, int, bool)
+
+
+def _names(value) -> list[str]:
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return [str(v).strip() for v in items if str(v).strip()]
+
+
+def _dtypes(where, key, value) -> tuple[str, ...]:
+    names = _names(value)
+    known = list(DTYPE_NAMES.values())
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise DomainError(f"{where}: {key}={value!r}: expected some of {', '.join(known)}, comma-separated")
+    return tuple(sorted(set(names), key=known.index))
+
+
+def _choice(*allowed):
+    def read(where, key, value):
+        if value not in allowed:
+            raise DomainError(f"{where}: {key}={value!r}: expected one of {', '.join(allowed)}")
+        return value
+    return read
+
+
+def _positive(where, key, value) -> int:
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if isinstance(value, bool) or n < 1 or str(n) != str(value).strip():
+        raise DomainError(f"{where}: {key}={value!r}: expected a whole number >= 1")
+    return n
+
+
+def _ranks(where, key, value) -> tuple[int, ...]:
+    try:
+        ranks = sorted({int(r) for r in _names(value)})
+    except ValueError:
+        ranks = []
+    if not ranks or any(r not in RANKS for r in ranks):
+        raise DomainError(f"{where}: {key}={value!r}: expected some of {', '.join(map(str, RANKS))}, comma-separated")
+    return tuple(ranks)
+
+
+def _yes_no(where, key, value) -> bool:
+    words = {"yes": True, "no": False, True: True, False: False}
+    if value not in words:
+        raise DomainError(f"{where}: {key}={value!r}: expected yes or no")
+    return words[value]
+
+
+def _flags(where, key, value) -> tuple[tuple[str, bool], ...]:
+    """NAME:yes|no items, comma-separated (or a list of them): each flag's one supported value."""
+    words = {"yes": True, "no": False}
+    read = {}
+    for item in _names(value):
+        name, sep, word = item.partition(":")
+        if not sep or not name or word not in words:
+            raise DomainError(f"{where}: {key}={value!r}: expected NAME:yes or NAME:no items, comma-separated "
+                              f"(e.g. flags=norm_before_gate:no), got {item!r}")
+        if name in read:
+            raise DomainError(f"{where}: {key}={value!r}: {name} given twice")
+        read[name] = words[word]
+    if not read:
+        raise DomainError(f"{where}: {key}={value!r}: expected NAME:yes or NAME:no items, comma-separated")
+    return tuple(sorted(read.items()))
+
+
+_READ = {"dtypes": _dtypes, "params": _choice("same", "float32"), "residual": _choice("same", "float32"),
+         "max_width": _positive, "width_multiple": _positive, "contiguous": _choice("last", "all"), "ranks": _ranks, "weightless": _yes_no,
+         "flags": _flags, "capturable": _yes_no, **{key: _choice(*values) for key, values in CONTRACT.items()}}

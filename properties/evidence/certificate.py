@@ -1,0 +1,407 @@
+"""The certificate: what was checked, on what, and the worst error seen.
+
+JSON schema ``normcert-certificate/7`` (``normcert-certificate.schema.json`` beside this file, printed by
+``normcert schema``; documented in docs/reference/certificate.md):
+
+    {"run": "complete" | "incomplete: ..." | "interrupted" | "stopped early: ..." (always the first line),
+     "schema": "normcert-certificate/7",
+     "verdict": "certified" | "not certified" | "incomplete" (``verdict.judge``: from the result rows),
+     "disagreement": "" or how pytest's exit status and the result rows disagree (a plugin changed reports),
+     "pytest_exit_status": int or null, "deselected": [node ids], "crashed": [node ids],
+     "scope": {"properties": [names] or "all", "dtypes": [names] or "all"} (the run's declared scope),
+     "not_run": ["kernel id property dtype", ...] (checks of the scope that left no result),
+     "config": {"inifile", "rootdir", "args"} (the pytest configuration the run was made under),
+     "environment": {"normcert" (version), "commit" (normcert's own git describe, null for a wheel), "python", "torch", "triton", "hypothesis", "numpy",
+                     "device", "device_name", "driver", "profile", "seed", "bitwise",
+                     "triton_interpreter" (null on a GPU, else the corrections made: properties.harness.interpreter)},
+     "summary": {"pass": n, "fail": n, "not-supported": n, "not-certified": n, "expected-fail": n, "warn": n},
+     "implementations": {kernel id: {"op", "backend", "target", "convention", "expected_failure",
+                                     "domain" (its declared domain as ``--domain`` reads it, or "all"),
+                                     "certified_on" (the same in words, "" for all),
+                                     "configs" (an autotuned kernel's configs, each checked by every
+                                     property; [] if none), "configs_ran_on",
+                                     "agrees_with" (the kernel id it must give the bits of, --agree; null)}},
+     "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "refused", "domain",
+                  "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay",
+                  "modes" (how the kernel was called: "grad on", or the served family's modes and why
+                  others did not run), "threads" (torch's intra-op threads when the result was recorded),
+                  "failures" (a failing row only: each distinct failure its search found, the first being
+                  the one "message", "worst_where" and "replay" name: [{"message", "where", "kind",
+                  "replay", "worst_units", "worst_ulps" (the last two where a measurement failed)}])}]}
+
+"certified" follows from the result rows (``verdict.judge``): none fails, every (kernel, property,
+dtype) of the scope has one (``families.expected``), no xdist worker crashed, and pytest exited 0;
+a run narrowed by ``-k``, ``-m``, ``--co`` or anything else that keeps a check from running lists
+it in ``not_run`` and is not certified.  The ``normcert`` command's parent process judges the rows
+again from the run record and corrects a certificate that says otherwise (``normcert.cli``).
+A kernel with a declared domain (``properties.declared.domain``) is certified on that domain only: the
+headline says "certified on: <its restrictions>".
+
+The JSON is standard (no ``Infinity`` / ``NaN`` literals): a non-finite number
+is written as the string "inf", "-inf" or "nan".  An ``incomplete`` certificate
+is written before the first test runs and replaced when the run ends, so a run
+that crashed or was killed never leaves a stale or all-pass certificate.
+
+``worst_units`` is error / bound of the error model (<= 1 passes); ``worst_ulps``
+is in ulps of the output dtype; ``worst_where`` names the element and the case.
+The Markdown beside it renders the same data as tables.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+
+import pytest
+
+import normcert
+
+from .files import UnsafePath, write_atomic
+from .verdict import DTYPE_ORDER
+
+SCHEMA = "normcert-certificate/7"
+
+
+def schema() -> dict:
+    """The certificate's JSON Schema (``normcert-certificate.schema.json``): its ``$id`` is ``SCHEMA``."""
+    with open(os.path.join(os.path.dirname(__file__), "normcert-certificate.schema.json")) as f:
+        return json.load(f)
+
+
+def check_writable(path: str, flag: str = "--certificate") -> None:
+    """Fail early, in one line naming the option ``flag``, if the certificate (JSON, and .md beside
+    it) cannot be written."""
+    if path.lower().endswith(".md"):
+        raise pytest.UsageError(f"{flag} {path}: give the JSON path; the Markdown is written beside it as .md")
+    for target in (path, markdown_path(path)):
+        if os.path.isdir(target):
+            raise pytest.UsageError(f"{flag} {path}: {target} is a folder, expected a file path")
+        if os.path.lexists(target) and (os.path.islink(target) or not os.path.isfile(target)):
+            raise pytest.UsageError(f"{flag} {path}: {target} exists and is not a regular file "
+                                    f"(a link, FIFO or device): expected a regular file or a new path")
+    if foreign_markdown(markdown_path(path)):
+        raise pytest.UsageError(f"{flag} {path}: {markdown_path(path)} exists and is not a normcert certificate "
+                                f"(the Markdown is written beside the JSON): choose another path")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise pytest.UsageError(f"{flag} {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise pytest.UsageError(f"{flag} {path}: not writable")
+
+
+def check_failures_dir(path: str, flag: str = "--failures-dir") -> None:
+    """The failures folder (option ``flag``) must be a folder that exists and is writable, or can be created."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise pytest.UsageError(f"{flag} {path}: is a file, expected a folder")
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+        raise pytest.UsageError(f"{flag} {path}: {existing} is not a writable folder")
+
+
+def markdown_path(path: str) -> str:
+    return os.path.splitext(path)[0] + ".md"
+
+
+def unexpected_passes(results: list[dict]) -> list[str]:
+    """Case studies that ran their core properties and failed none of them."""
+    from ..families import FAMILIES  # noqa: PLC0415 - torch only once results exist
+
+    core = {f.name for f in FAMILIES if f.core}
+    by_impl: dict[str, list[dict]] = {}
+    for r in results:
+        if r["backend"] == "case-study":
+            by_impl.setdefault(r["impl"], []).append(r)
+    bad = []
+    for impl, rs in by_impl.items():
+        ran = {r["prop"] for r in rs}
+        if core <= ran and not any(r["outcome"] in ("expected-fail", "fail") for r in rs):
+            bad.append(impl)
+    return bad
+
+
+def environment(session, config) -> dict:
+    import torch  # noqa: PLC0415
+
+    from .replay import versions  # noqa: PLC0415
+
+    device = session.device
+    cuda = device == "cuda" and torch.cuda.is_available()
+    env = {"normcert": normcert.__version__, "commit": normcert.source_revision(), **versions(), "device": device,
+           "device_name": torch.cuda.get_device_name() if cuda else cpu_name(),
+           "driver": torch.version.cuda if cuda else None,
+           "profile": config.getoption("hypothesis_profile", None) or "ci",
+           "seed": session.seed, "bitwise": session.bitwise, "triton_interpreter": session.interpreter}
+    return env
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"
+
+
+def _row(r: dict) -> dict:
+    return {"impl": r["impl"], "op": r["op"], "backend": r["backend"], "property": r["prop"], "dtype": r["dtype"],
+            "outcome": r["outcome"], "examples": r["examples"], "refused": r["refused"], "domain": r["domain"],
+            "seconds": round(r["seconds"], 3), "worst_ulps": r["worst_ulps"], "worst_units": r["worst_units"],
+            "worst_where": r["worst_where"], "unclaimed": r["unclaimed"], "message": r["message"],
+            "replay": r["replay"], "modes": r.get("modes", ""), "threads": r.get("threads", 0),
+            **({"failures": r["failures"]} if r.get("failures") else {})}
+
+
+def _configs(session, impl) -> dict:
+    """An autotuned kernel's configs, each run under every property (``properties.harness.autotune``), and where:
+    under Triton's interpreter a config is its kwargs alone (num_warps, num_stages, num_ctas and
+    maxnreg are not run there, so none is claimed)."""
+    forcing = session.forcing(impl)
+    if not forcing.names:
+        return {"configs": [], "configs_ran_on": ""}
+    where = ("Triton's interpreter (kwargs only: num_warps, num_stages, num_ctas, maxnreg not checked)"
+             if forcing.interpreted else session.device)
+    return {"configs": list(forcing.names), "configs_ran_on": where}
+
+
+def implementations(session) -> dict:
+    """The certificate's ``implementations``: each kernel the run checks on its device (one
+    registered for another, e.g. the compiled kernels on CPU, is not run there, so not listed)."""
+    return {i.id: {"op": i.op, "backend": i.backend, "target": i.target, "convention": i.convention or "out-of-place",
+                   "expected_failure": i.expected_failure, "domain": i.domain.spec() or "all",
+                   "certified_on": i.domain.describe(), **_configs(session, i),
+                   "agrees_with": i.agrees_with.id if i.agrees_with is not None else None}
+            for i in session.impls if session.device in i.devices}
+
+
+def build(session, results: list[dict], config, run: dict) -> dict:
+    """The certificate of ``session``'s run; ``results`` as gathered from every worker;
+    ``run`` = {"run", "verdict", "pytest_exit_status", "deselected", "crashed", "scope", "not_run"}."""
+    rows = [_row(r) for r in results]
+    impls = implementations(session)
+    return {"run": run["run"], "schema": SCHEMA, "verdict": run["verdict"], "disagreement": run["disagreement"],
+            "pytest_exit_status": run["pytest_exit_status"], "deselected": run["deselected"],
+            "crashed": run["crashed"], "scope": run["scope"], "not_run": run["not_run"],
+            "config": {"inifile": str(config.inipath) if config.inipath else None, "rootdir": str(config.rootpath),
+                       "args": list(config.invocation_params.args)},
+            "environment": environment(session, config),
+            "summary": dict(Counter(r["outcome"] for r in rows)), "implementations": impls, "results": rows}
+
+
+def finite_json(value):
+    """``value`` with every non-finite float replaced by "inf", "-inf" or "nan" (standard JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
+def to_json(cert: dict) -> str:
+    """Standard JSON whose first line carries the run's state: ``{"run": "...",``."""
+    text = json.dumps(finite_json(cert), indent=1, allow_nan=False)
+    return "{" + text[1:].lstrip()
+
+
+def markdown(cert: dict) -> str:
+    env = cert["environment"]
+    lines = [f"# normcert certificate: {headline(cert)}", "",
+             f"pytest exit status: {cert['pytest_exit_status']}; deselected tests: {len(cert['deselected'])}; "
+             f"crashed tests: {', '.join(cert['crashed']) or 'none'}; checks that did not run: {len(cert['not_run'])}"
+             + (f" ({', '.join(cert['not_run'][:5])}{', ...' if len(cert['not_run']) > 5 else ''})"
+                if cert["not_run"] else ""), ""]
+    if cert.get("disagreement"):
+        lines += [f"**The run's reports and its results disagree:** {cert['disagreement']}", ""]
+    lines += ["| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in env.items()]
+    lines += ["", "Summary: " + ", ".join(f"{v} {k}" for k, v in sorted(cert["summary"].items())), ""]
+    lines += ["| implementation | property | dtype | outcome | examples | worst ulp | worst error/bound | domain | "
+              "modes | threads |", "|---|---|---|---|---|---|---|---|---|---|"]
+    num = lambda v: v if isinstance(v, str) else f"{v:.3g}"  # noqa: E731 - "inf" arrives as a string
+    for r in sorted(cert["results"], key=lambda r: (r["impl"], r["property"], r["dtype"])):
+        lines.append(f"| {r['impl']} ({r['backend']}) | {r['property']} | {r['dtype']} | {r['outcome']} | "
+                     f"{r['examples']} | {num(r['worst_ulps'])} | {num(r['worst_units'])} | {r['domain']} | "
+                     f"{r.get('modes', '')} | {r.get('threads', '')} |")
+    lines += case_studies(cert)
+    failures = [r for r in cert["results"] if r["outcome"] in ("fail", "error", "expected-fail", "warn")]
+    if failures:
+        lines += ["", "## Failures", ""]
+        for r in failures:
+            lines += [f"- **{r['impl']}** {r['property']} {r['dtype']} ({r['outcome']}): {r['message']}",
+                      f"  - case: `{r['worst_where']}`", f"  - replay: `{r['replay']}`"]
+            for k, f in enumerate(r.get("failures", [])[1:], 2):
+                lines += [f"  - failure {k} of {len(r['failures'])}, another kind ({f['kind']}): {f['message']}",
+                          f"    - case: `{f['where']}`", f"    - replay: `{f['replay']}`"]
+    return "\n".join(lines) + "\n"
+
+
+def headline(cert: dict) -> str:
+    """The certificate's verdict in one line (``verdict_line``)."""
+    domains = claimed({k: v.get("certified_on", "") for k, v in cert["implementations"].items()}, cert["results"])
+    return verdict_line(cert["verdict"], domains, cert["scope"], cert["run"])
+
+
+DECLARED_OUT = "outside its declared domain"  # the message of a dtype the kernel's domain leaves out (runner)
+
+
+def claimed(domains: dict[str, str], rows: list[dict]) -> dict[str, str]:
+    """Each kernel's declared domain in words, with the dtypes it refused without declaring them
+    added: a kernel certified on float32 alone says so in the headline whether it declared
+    ``dtypes=float32`` or raised NotImplementedError on the others."""
+    refused: dict[str, list[str]] = {}
+    for r in rows:
+        if r["outcome"] == "not-supported" and not str(r.get("message", "")).startswith(DECLARED_OUT):
+            dtypes = refused.setdefault(r["impl"], [])
+            if r["dtype"] not in dtypes:
+                dtypes.append(r["dtype"])
+    out = dict(domains)
+    for impl, dtypes in refused.items():
+        words = "refuses (undeclared) dtypes " + ", ".join(d for d in DTYPE_ORDER if d in dtypes)
+        out[impl] = f"{out[impl]}; {words}" if out.get(impl) else words
+    return out
+
+
+
+def verdict_line(verdict: str, domains: dict[str, str], scope: dict, state: str) -> str:
+    """The verdict in one line, as the certificate's first line and ``normcert certify``'s last say it:
+    with the kernels' declared domains, the declared scope where the run was narrowed, and the run's
+    state where it did not complete."""
+    text = verdict + on_domains(domains)
+    narrowed = [f"{k} {', '.join(v)}" for k, v in scope.items() if v != "all"]
+    if narrowed:
+        text += f" (scope: {'; '.join(narrowed)})"
+    return text if state == "complete" else f"{text} -- run {state}"
+
+
+def on_domains(domains: dict[str, str]) -> str:
+    """" on: <restrictions>" for the kernels that declared a domain (named where there are several)."""
+    declared = {k: v for k, v in domains.items() if v}
+    if not declared:
+        return ""
+    if len(domains) == 1:
+        return f" on: {next(iter(declared.values()))}"
+    return " on declared domains: " + "; ".join(f"{k}: {v}" for k, v in sorted(declared.items()))
+
+
+def case_studies(cert: dict) -> list[str]:
+    """The verdict on each case study: per dtype, the first property that rejected it, what the
+    suite saw and the shrunk case; the design's registered reason stands on its first row."""
+    from ..families import FAMILIES  # noqa: PLC0415
+
+    first = [f.name for f in FAMILIES]  # which failure a verdict names first
+    by_impl: dict[str, list[dict]] = {}
+    for r in cert["results"]:
+        if r["backend"] == "case-study":
+            by_impl.setdefault(r["impl"], []).append(r)
+    if not by_impl:
+        return []
+    lines = ["", "## Case studies", "",
+             "| design: why it must fail (registered) | dtype | rejected first by | what the suite saw | shrunk case |",
+             "|---|---|---|---|---|"]
+    cell = lambda text, k: text[:k].replace("|", "\\|")  # noqa: E731
+    for impl in sorted(by_impl):
+        failed = [r for r in by_impl[impl] if r["outcome"] in ("expected-fail", "fail", "error")]
+        why = cert.get("implementations", {}).get(impl, {}).get("expected_failure", "")
+        head = f"**{impl}**: {cell(why, 300)}"
+        if not failed:
+            lines.append(f"| {head} | all | **not rejected** | - | - |")
+            continue
+        for dtype in DTYPE_ORDER:
+            rs = sorted((r for r in failed if r["dtype"] == dtype),
+                        key=lambda r: first.index(r["property"]) if r["property"] in first else len(first))
+            if rs:
+                r = rs[0]
+                others = len(rs) - 1
+                by = r["property"] + (f" (+{others} more)" if others else "")
+                lines.append(f"| {head} | {dtype} | {by} | {cell(r['message'], 180)} | `{cell(r['worst_where'], 140)}` |")
+                head = ""
+    return lines
+
+
+def write(path: str, session, results: list[dict], config, run: dict) -> dict:
+    """Write the certificate of the run (JSON, Markdown, badge); returns it."""
+    cert = finite_json(build(session, results, config, run))
+    write_files(path, cert)
+    return cert
+
+
+def write_incomplete(path: str, why: str) -> None:
+    """The certificate of a run that has not finished (or ended without normcert's end-of-run step):
+    written before any kernel code is imported, replaced by ``write`` when the run ends."""
+    write_files(path, {"run": f"incomplete: {why}", "schema": SCHEMA, "verdict": "incomplete", "disagreement": "",
+                    "pytest_exit_status": None, "deselected": [], "crashed": [], "scope": {}, "not_run": [],
+                    "config": {}, "environment": {"normcert": normcert.__version__}, "summary": {},
+                    "implementations": {}, "results": []})
+
+
+def badge_path(path: str) -> str:
+    """The shields.io endpoint file beside the certificate: ``c.json`` -> ``c.badge.json``."""
+    return os.path.splitext(path)[0] + ".badge.json"
+
+
+def badge(cert: dict) -> dict:
+    """A shields.io endpoint badge (``https://img.shields.io/endpoint?url=...``) of the verdict."""
+    colour = {"certified": "brightgreen", "incomplete": "lightgrey"}.get(cert["verdict"], "red")
+    return {"schemaVersion": 1, "label": "normcert", "message": cert["verdict"], "color": colour}
+
+
+def step_summary(cert: dict) -> str:
+    """A short Markdown verdict for a CI job summary (``$GITHUB_STEP_SUMMARY``): the headline, the
+    failing cells with their first line, and the command that replays each."""
+    lines = [f"### normcert: {headline(cert)}", ""]
+    failing = [r for r in cert["results"] if r["outcome"] in ("fail", "error")]
+    if cert.get("disagreement"):
+        lines += [f"**The run's reports and its results disagree:** {cert['disagreement']}", ""]
+    if failing:
+        lines += ["| kernel | property | dtype | what failed |", "|---|---|---|---|"]
+        for r in failing:
+            first = str(r["message"]).splitlines()[0][:200].replace("|", "\\|") if r["message"] else ""
+            lines.append(f"| {r['impl']} | {r['property']} | {r['dtype']} | {first} |")
+        replays = [f["replay"] for r in failing for f in (r.get("failures") or [r])
+                   if str(f["replay"]).startswith("normcert replay ")]
+        if replays:
+            lines += ["", "Replay a failing case on any machine:", "", "```", *replays, "```"]
+    if cert["not_run"]:
+        lines += ["", f"{len(cert['not_run'])} check(s) of the scope did not run, e.g. {cert['not_run'][0]}."]
+    return "\n".join(lines) + "\n"
+
+
+def append_step_summary(cert: dict) -> None:
+    """Append ``step_summary`` to ``$GITHUB_STEP_SUMMARY`` where a CI job sets it (GitHub Actions)."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if target:
+        with open(target, "a") as f:
+            f.write(step_summary(cert))
+
+
+def write_files(path: str, cert: dict) -> None:
+    """Write the JSON and the Markdown beside it (``files.write_atomic``: never through a link, never
+    half-written); a Markdown file there that is not a normcert certificate is left alone (OSError)."""
+    md = markdown_path(path)
+    if foreign_markdown(md):
+        raise UnsafePath(f"{md} is not a normcert certificate: not replaced")
+    for target, text in ((path, to_json(cert)), (md, markdown(cert)),
+                         (badge_path(path), json.dumps(badge(cert)) + "\n")):
+        write_atomic(target, text)
+
+
+MARKDOWN_HEAD = "# normcert certificate"
+
+
+def foreign_markdown(md: str) -> bool:
+    """Does ``md`` exist and hold something other than a normcert certificate (a README.md beside
+    ``--certificate README.json``)?"""
+    if not os.path.isfile(md):
+        return False
+    try:
+        with open(md, "rb") as f:
+            return not f.read(len(MARKDOWN_HEAD)).decode(errors="replace") == MARKDOWN_HEAD
+    except OSError:
+        return True

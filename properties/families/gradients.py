@@ -1,0 +1,85 @@
+"""Gradients: every input's gradient against the oracle's vector-Jacobian product.
+
+For random upstream gradients dy (drawn in the output dtype; zero at padded
+batch_norm positions, whose outputs are not part of the op), each gradient a
+kernel's autograd returns for x, residual, weight, bias, gate, up must be
+within the error model's backward bound of the exact VJP, and have its
+input's shape and dtype, and the backward must leave dy as it was given
+(autograd may hand the same tensor to the backward of another use of the
+output: writing dx over dy, as "in-place" backwards do, corrupts that
+gradient).  A kernel whose outputs carry no grad_fn is not certified by
+either family (forward only, ``runner.forward_only``); one whose outputs
+carry a grad_fn on some inputs and not on others fails.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+
+from ... import oracle
+from ...oracle import assessment, formats
+
+from ..harness.measure import record_assessment
+from ..harness.sandbox import ContractViolation, invoke, kernel_code
+from ..search.strategies import cases, cotangents, integer
+
+
+@st.composite
+def gradient_cases(draw, op, dtype, device, bucket=None):
+    case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset", "constant"), hostile=False,
+                      max_elems=1 << 13, max_n=4096, bucket=bucket))
+    case.params["cot_seed"] = draw(integer(0, 2 ** 32 - 1, bucket, "cot_seed"))
+    return case
+
+
+def fresh_leaves(case):
+    """The case with fresh leaf tensors (same values and dtype) for the inputs that get gradients."""
+    leaves = {k: case.tensors[k].detach().clone().requires_grad_(True) for k in case.record.grads_in(case.tensors)}
+    return case.replace(**leaves), leaves
+
+
+def case_cotangents(case, outs) -> tuple[torch.Tensor, ...]:
+    """The upstream gradients of ``outs`` for this case: drawn from its ``cot_seed`` in each
+    output's dtype, zero at padded positions (a masked op's)."""
+    rng = np.random.default_rng(int(case.params["cot_seed"]))
+    cot = cotangents(rng, [(o.shape, o.dtype) for o in outs], case.main.device)
+    mask = case.tensors.get(case.record.mask) if case.record.mask else None
+    if mask is not None:
+        cot = tuple(c * mask.unsqueeze(-1).to(c.dtype) for c in cot)
+    return cot
+
+
+def check_gradients(session, impl, case, worst, within=None, mode=""):
+    """``within`` / ``mode``: the calling mode the forward is called in (``modes``; autocast), as
+    ``sandbox.invoke`` takes them; the backward runs outside it."""
+    info = case.record
+    live, leaves = fresh_leaves(case)
+    with torch.enable_grad():
+        outs = invoke(session, impl, live, within=within, mode=mode)
+    carrying = [o.grad_fn is not None for o in outs]
+    if not any(carrying):
+        raise ContractViolation(f"{impl.id}: its outputs carry a grad_fn on some inputs, none on this case")
+    if not all(carrying):
+        raise ContractViolation(f"{impl.id}: only some outputs carry a grad_fn ({dict(zip(info.outputs, carrying))})")
+    cot = case_cotangents(case, outs)
+    names = list(leaves)
+    sent = [formats.bits(c).clone() for c in cot]
+    grads = kernel_code(session, impl, " backward",
+                        lambda: torch.autograd.grad(outs, [leaves[k] for k in names], cot, allow_unused=True),
+                        case.dtype)
+    for name, c, before in zip(info.outputs, cot, sent):
+        if not torch.equal(formats.bits(c), before):
+            raise ContractViolation(f"{impl.id}: its backward wrote into the incoming gradient of {name!r} "
+                                    f"(autograd's grad_output, which the gradients of other uses of {name} may share)")
+    args = case.oracle_args()
+    exact = oracle.vjp(case.op, cot, **args)
+    bounds = case.record.grad_bound(args, cot, exact)
+    for k, g in zip(names, grads):
+        if g is None:
+            raise ContractViolation(f"{impl.id} returned no gradient for {k!r}")
+        if g.shape != leaves[k].shape or g.dtype != leaves[k].dtype:
+            raise ContractViolation(f"{impl.id}: d{k} has shape {tuple(g.shape)} and dtype {g.dtype}, "
+                                    f"expected {tuple(leaves[k].shape)} and {leaves[k].dtype}")
+        a = assessment.assess(f"d{k}", g, exact[k], bounds[k], g.dtype)
+        record_assessment(a, case, worst)

@@ -1,0 +1,333 @@
+"""Where Triton's interpreter does not run what a GPU runs, and the corrections normcert installs.
+
+On CPU normcert runs Triton kernels with ``TRITON_INTERPRET=1``.  The interpreter
+executes a kernel's Python body on numpy arrays, and in places it cannot run
+code that compiles and runs on a GPU.  A correct kernel would then be rejected
+because of where it was checked, so each known gap has
+
+* a probe: a tiny kernel that shows the gap on the installed Triton;
+* a correction, installed only where the probe shows the gap, after which the
+  probe runs as on a GPU (``test_interpreter.py`` pins both).
+
+``install()`` runs the probes and installs what is needed; the certificate's
+environment lists what was corrected.  The gaps (Triton 3.7.1):
+
+``float scalars``
+    A GPU passes a Python float argument as an fp32 scalar, so ``eps.to(tl.float32)``
+    works on it (Liger-Kernel's RMSNorm does this).  The interpreter passes the
+    float itself ("TODO: wrap everything in triton tensors") and the kernel dies
+    with AttributeError.  Correction: floats are wrapped as fp32 scalars.
+``libdevice``
+    ``triton.language.extra.libdevice`` functions are stubs the GPU compiler
+    resolves; the interpreter calls the stub, which returns None ("cannot convert
+    None to tensor").  Correction: while a kernel is interpreted, its global names
+    bound to a libdevice stub are bound to the ``tl.math`` namesake (rsqrt, exp,
+    log, sqrt, erf, ...) or else to numpy's correctly rounded or faithful function
+    of the same name (``NUMPY_LIBDEVICE``: tanh, log1p, expm1, pow, ...).  The
+    ``fast_*`` approximations are left unbound on purpose: numpy would be more
+    accurate than the GPU's, so such a kernel fails visibly on CPU rather than
+    being certified for an accuracy it does not have.
+``bfloat16``
+    The interpreter keeps bf16 values as raw uint16 patterns and gets them wrong
+    (upstream triton#8322): its fp32 → bf16 cast truncates (1.0059 → 1.0, a GPU
+    gives 1.0078), its bf16 → fp32 cast of subnormals is wrong (1.01e-39 →
+    4.41e-39), arithmetic, comparisons and reductions run on the patterns as
+    integers, and a bf16 constant (``tl.full(..., 1.5, tl.bfloat16)``, ``x * 1.5``)
+    raises.  The probe (``interpreter_probes.bfloat16_mismatches``) runs kernels
+    over all 65,536 patterns and the fp32 rounding cases against exact
+    references.  Correction: ``interpreter_bf16``, which computes bf16 as a GPU
+    does (round to nearest even, exact subnormals, one rounding per operation).
+``float8_e4m3fn``
+    Its conversions to and from ``tl.float8e4nv`` are a generic bit shuffle: fp32 → e4m3fn
+    rounds a tie up, carries into the exponent wrongly (31.0 → 16.0) and does not saturate
+    (464 → NaN, +inf → 256); NaN widens to 480.  The probe
+    (``interpreter_probes.float8_mismatches``) converts all 256 patterns and the rounding
+    cases of every value.  Correction: ``interpreter_fp8`` (nearest even, saturating, as a
+    GPU's ``cvt.rn.satfinite`` and torch's cast).
+``int8``
+    Its float → signed integer conversion is numpy's ``astype``, which wraps what is out of range
+    (200.0 → -56, +inf → 0); a GPU's ``cvt.rzi`` truncates toward zero and *saturates* (200.0 →
+    127, +inf → 127, -inf → -128) and gives 0 for NaN.  The probe (``interpreter_probes.int8_mismatches``)
+    converts the rounding and range cases.  Correction: ``_correct_int8`` converts as a GPU does
+    (a kernel that rounds with ``rint`` and clamps first, as normcert's do, never sees the difference;
+    one that relies on the saturation would be wrongly rejected without it).
+
+``fp4 stores`` (no gap on Triton 3.7.1)
+    normcert's FP4 kernels (``triton_fp4``) store E2M1 codes formed by float32 comparisons and a
+    sign bit read through a bitcast, packed as int32 and stored to uint8, and UE8M0 scales rounded
+    up on their float32 bits (integer min / max / add / and / shift) and stored as the exponent
+    byte; their E4M3 scales go through the ``float8_e4m3fn`` correction.  The probe
+    (``interpreter_probes.fp4_mismatches``) runs those helpers on the E2M1 ties, 1 ulp either side,
+    every float32 power of two, the subnormals and NaN: the bare interpreter stores what a GPU does
+    (numpy's bit views, integer arithmetic and in-range int32 -> uint8 casts are exact), so there
+    is no correction; the probe stays so that a Triton whose interpreter changes this is listed as
+    "fp4 stores (not corrected)" instead of certifying on wrong bytes.
+
+Besides the gaps, one change of cost and none of semantics, made by ``install()`` whenever the
+interpreter is active (``_patch_once_per_launch``): the interpreter rebinds ``triton.language``'s
+builtins to its own (``_patch_lang``: ``inspect.getmembers`` over four namespaces) at every launch
+*and again at every call of a ``@triton.jit`` helper* inside the kernel, where the launch's binding
+is already in place and the repeat binds nothing new (it finds no builtin left to bind) and is never
+undone.  A helper call whose language modules the launch already bound now skips the repeat; one
+that sees a module the launch did not bind (``triton.language.core`` imported on its own) still
+runs it.  Outputs are bitwise the same (``test_interpreter``); a call of a registry Triton kernel is
+1.2 to 1.6 times as fast (``benchmarks/interpreter.py``).
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import threading
+
+import numpy as np
+
+
+def active() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def install() -> list[str]:
+    """Probe the interpreter and correct each gap it shows: "name" for each correction made and
+    verified by its probe, "name (not corrected)" where the probe still fails after it."""
+    if not active():
+        return []
+    try:
+        from . import interpreter_probes as probes  # noqa: PLC0415 - imports triton
+    except ImportError:
+        return []
+    made = []
+    from . import interpreter_bf16, interpreter_fp8  # noqa: PLC0415
+
+    for name, probe, correct in (("float scalars", probes.float_probe, _correct_floats),
+                                 ("libdevice", probes.libdevice_probe, _correct_libdevice),
+                                 ("bfloat16", probes.bfloat16_probe, interpreter_bf16.install),
+                                 ("float8_e4m3fn", probes.float8_probe, interpreter_fp8.install),
+                                 ("int8", probes.int8_probe, _correct_int8),
+                                 ("fp4 stores", probes.fp4_probe, None)):
+        if not _runs(probe):
+            if correct is not None:
+                correct()
+            made.append(name if _runs(probe) else f"{name} (not corrected)")
+    _patch_once_per_launch()
+    return made
+
+
+def launches() -> int:
+    """Kernel launches Triton's interpreter has run in this process (0 when it is not active or
+    Triton is not installed).  Counted around one call, it tells a kernel that runs under the
+    interpreter -- a Python loop over its grid, orders of magnitude slower than a GPU -- from one
+    that does not.  The count starts at the first call, whether or not ``install()`` ran."""
+    if not active():
+        return 0
+    try:
+        from triton.runtime.interpreter import GridExecutor  # noqa: PLC0415
+    except ImportError:
+        return 0
+    if not hasattr(GridExecutor, "normcert_launches"):
+        call = GridExecutor.__call__
+
+        def counted(self, *args, **kwargs):
+            GridExecutor.normcert_launches += 1
+            return call(self, *args, **kwargs)
+
+        GridExecutor.normcert_launches = 0
+        GridExecutor.__call__ = counted
+    return GridExecutor.normcert_launches
+
+
+def programs(thread: int) -> int:
+    """Programs Triton's interpreter has started in the thread whose ident is ``thread`` (0 when
+    it is not active or Triton is not installed).  The interpreter runs a launch's grid as a Python
+    loop, one program after the other, so a call whose count still rises is advancing, however
+    slowly: the watchdog tells a slow call from a hung one by it (``properties.harness.sandbox.Worker``).
+    The count starts at the first call, whether or not ``install()`` ran."""
+    if not active():
+        return 0
+    try:
+        from triton.runtime.interpreter import InterpreterBuilder  # noqa: PLC0415
+    except ImportError:
+        return 0
+    if not hasattr(InterpreterBuilder, "normcert_programs"):
+        start = InterpreterBuilder.set_grid_idx  # called once per program, as it begins
+        counts = InterpreterBuilder.normcert_programs = {}
+
+        def counted(self, x, y, z):
+            ident = threading.get_ident()
+            counts[ident] = counts.get(ident, 0) + 1
+            return start(self, x, y, z)
+
+        InterpreterBuilder.set_grid_idx = counted
+    return InterpreterBuilder.normcert_programs.get(thread, 0)
+
+
+def _runs(probe) -> bool:
+    try:
+        return probe()
+    except Exception:  # noqa: BLE001 - the gap shows as any error from the interpreter
+        return False
+
+
+def _correct_floats() -> None:
+    import triton.language as tl  # noqa: PLC0415
+    from triton.runtime import interpreter  # noqa: PLC0415
+
+    convert = interpreter._implicit_cvt
+
+    def implicit_cvt(arg):
+        if isinstance(arg, float):  # what the GPU launcher does: an fp32 scalar
+            return tl.tensor(interpreter.TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
+        return convert(arg)
+
+    interpreter._implicit_cvt = implicit_cvt
+
+
+def _correct_int8() -> None:
+    import triton.language as tl  # noqa: PLC0415
+    from triton.runtime import interpreter  # noqa: PLC0415
+
+    from .interpreter_bf16 import widen  # noqa: PLC0415
+
+    builder = interpreter.InterpreterBuilder
+    cast = builder.create_fp_to_si
+
+    def create_fp_to_si(self, src, dst_type):
+        s = src.dtype.scalar
+        if s not in (tl.float16, tl.bfloat16, tl.float32, tl.float64):
+            return cast(self, src, dst_type)
+        target = interpreter._get_np_dtype(dst_type)
+        info = np.iinfo(target)
+        value = widen(src.data) if s == tl.bfloat16 else src.data.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            ints = np.where(np.isnan(value), 0, np.clip(np.trunc(value), info.min, info.max))
+        return interpreter.TensorHandle(ints.astype(target), dst_type.scalar)
+
+    builder.create_fp_to_si = create_fp_to_si
+
+
+class _Globals:
+    """A function's globals as attributes, so the interpreter's patch scope can set and restore them."""
+
+    def __init__(self, namespace: dict):
+        object.__setattr__(self, "_ns", namespace)
+
+    def __getattr__(self, name):
+        try:
+            return self._ns[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name, value):
+        self._ns[name] = value
+
+    def __delattr__(self, name):
+        del self._ns[name]
+
+
+def _libdevice_stubs() -> set:
+    stubs = set()
+    for module in ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice"):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        stubs.update(f for _, f in inspect.getmembers(mod, inspect.isfunction))
+    return stubs
+
+
+NUMPY_LIBDEVICE = {
+    "tanh": np.tanh, "sinh": np.sinh, "cosh": np.cosh, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
+    "atan": np.arctan, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "log10": np.log10,
+    "log1p": np.log1p, "expm1": np.expm1, "cbrt": np.cbrt, "pow": np.power, "atan2": np.arctan2,
+    "hypot": np.hypot, "copysign": np.copysign, "fmod": np.fmod, "trunc": np.trunc, "rint": np.rint,
+    "nearbyint": np.rint,
+}
+
+
+def _numpy_elementwise(fn):
+    """A libdevice function for the interpreter: fn on the operands' arrays, in the first tensor's format."""
+    import triton.language as tl  # noqa: PLC0415
+    from triton.runtime import interpreter  # noqa: PLC0415
+
+    def call(*args, **_):
+        first = next(a for a in args if isinstance(a, tl.tensor))
+        with np.errstate(all="ignore"):
+            out = fn(*(a.handle.data if isinstance(a, tl.tensor) else a for a in args))
+        data = np.asarray(out).astype(first.handle.data.dtype)
+        return tl.tensor(interpreter.TensorHandle(data, first.dtype.scalar), first.type)
+
+    return call
+
+
+def _correct_libdevice() -> None:
+    import triton.language as tl  # noqa: PLC0415
+    from triton.runtime import interpreter  # noqa: PLC0415
+
+    stubs = {id(f) for f in _libdevice_stubs()}
+    shims = {name: _numpy_elementwise(fn) for name, fn in NUMPY_LIBDEVICE.items()}
+    patch_lang = interpreter._patch_lang
+
+    def patched(fn):
+        scope = patch_lang(fn)  # tl.math is now the interpreter's
+        _bind_libdevice(fn, scope)
+        return scope
+
+    def _bind_libdevice(fn, scope):
+        names = _Globals(fn.__globals__)
+        for name, value in list(fn.__globals__.items()):
+            if id(value) not in stubs:
+                continue
+            if hasattr(tl.math, value.__name__):
+                scope.set_attr(names, name, getattr(tl.math, value.__name__))
+            elif value.__name__ in shims:
+                scope.set_attr(names, name, shims[value.__name__])
+
+    patched.normcert_bind = _bind_libdevice
+    interpreter._patch_lang = patched
+
+
+def _language_modules(fn) -> frozenset:
+    """The ``triton.language`` modules ``fn``'s globals hold (those ``_patch_lang`` binds)."""
+    import triton.language as tl  # noqa: PLC0415
+
+    return frozenset(id(v) for v in fn.__globals__.values() if v is tl or v is tl.core)
+
+
+def _patch_once_per_launch() -> None:
+    """Inside a launch, a helper call whose language modules the launch's ``_patch_lang`` bound
+    reuses that binding: it runs only the libdevice correction (where installed) on its own
+    globals, recorded in the launch's scope so that the launch's end undoes it as well.  (Triton
+    calls ``_patch_lang`` at a launch and at each helper call, and drops the helper call's scope.)"""
+    from triton.runtime import interpreter  # noqa: PLC0415
+
+    if getattr(interpreter._patch_lang, "normcert_once_per_launch", False):
+        return
+    patch_lang = interpreter._patch_lang
+    bind = getattr(patch_lang, "normcert_bind", None)
+    # per thread (a launch and its helper calls run in one; a launch never starts inside another):
+    # the running launch's (modules bound, scope)
+    running = threading.local()
+
+    def patched(fn):
+        modules = _language_modules(fn)
+        launch = getattr(running, "launch", None)
+        if launch is not None and modules <= launch[0]:
+            if bind is not None:
+                bind(fn, launch[1])
+            return interpreter._LangPatchScope()  # nothing to undo: the launch's scope holds it
+        scope = patch_lang(fn)
+        if launch is not None:  # a helper that sees another module: bound (and left) as Triton does
+            return scope
+        running.launch = (modules, scope)
+        restore = scope.restore
+
+        def restore_and_end():
+            running.launch = None
+            restore()
+
+        scope.restore = restore_and_end
+        return scope
+
+    patched.normcert_once_per_launch = True
+    patched.normcert_every_call = patch_lang  # Triton's binding at every call, with the corrections (benchmarks)
+    interpreter._patch_lang = patched

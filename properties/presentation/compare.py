@@ -1,0 +1,109 @@
+"""Two certificates side by side (``normcert compare A.json B.json``): the cells that changed.
+
+A cell is one (kernel, property, dtype) check: its outcome and worst error / bound, taken from its
+result row (the worst row where one check left several, as the report's heat map shows it) or
+"not-run" where the certificate lists it in ``not_run``.  A cell changed when it is in one
+certificate only (added, removed), or its outcome or its error / bound differs (NaN equals NaN).
+The changes read as text (a terminal), Markdown (a CI job summary, a pull request) or an HTML
+page in the report's style.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .report import environment, number, short, split_not_run, worst_row
+from ..evidence.verdict import DTYPE_ORDER
+
+
+@dataclass(frozen=True)
+class Change:
+    """One cell that differs: ``before`` / ``after`` are (outcome, error / bound), None where absent."""
+    kernel: str
+    property: str
+    dtype: str
+    before: tuple[str, object] | None
+    after: tuple[str, object] | None
+
+    @property
+    def kind(self) -> str:
+        """"added", "removed", "outcome" (the outcome changed) or "error / bound" (only the number did)."""
+        if self.before is None:
+            return "added"
+        if self.after is None:
+            return "removed"
+        return "outcome" if self.before[0] != self.after[0] else "error / bound"
+
+    @property
+    def ratio(self) -> str:
+        """after / before of error / bound, "" where it says nothing (absent, zero or not finite)."""
+        if self.before is None or self.after is None:
+            return ""
+        a, b = number(self.before[1]), number(self.after[1])
+        return f"x{b / a:.3g}" if math.isfinite(a) and math.isfinite(b) and a > 0 else ""
+
+
+def cells(cert: dict) -> dict[tuple[str, str, str], tuple[str, object]]:
+    """(kernel, property, dtype) -> (outcome, error / bound) of every check of ``cert``."""
+    rows: dict[tuple, list[dict]] = {}
+    for r in cert.get("results", []):
+        rows.setdefault((r["impl"], r["property"], r["dtype"]), []).append(r)
+    out = {key: (worst_row(rs)["outcome"], worst_row(rs)["worst_units"]) for key, rs in rows.items()}
+    for entry in cert.get("not_run", []):
+        out.setdefault(split_not_run(entry), ("not-run", None))
+    return out
+
+
+def _same(a, b) -> bool:
+    """Two error / bound values are the same number (NaN is NaN; None, a check that did not run, is only None)."""
+    if a is None or b is None:
+        return a is b
+    x, y = number(a), number(b)
+    return x == y or (math.isnan(x) and math.isnan(y))
+
+
+def changes(a: dict, b: dict) -> list[Change]:
+    """The cells that differ from certificate ``a`` to ``b``, by kernel, property and dtype order."""
+    before, after = cells(a), cells(b)
+    order = {d: k for k, d in enumerate(DTYPE_ORDER)}
+    out = []
+    for key in sorted(before.keys() | after.keys(), key=lambda k: (k[0], k[1], order.get(k[2], 99), k[2])):
+        x, y = before.get(key), after.get(key)
+        if x is None or y is None or x[0] != y[0] or not _same(x[1], y[1]):
+            out.append(Change(*key, x, y))
+    return out
+
+
+def _state(cell) -> str:
+    if cell is None:
+        return "-"
+    return cell[0] if cell[1] is None else f"{cell[0]} {short(cell[1])}"
+
+
+def text(a_name: str, b_name: str, found: list[Change]) -> str:
+    """The changes as an aligned plain-text table."""
+    head = f"normcert compare {a_name} -> {b_name}: {len(found)} cell(s) changed"
+    if not found:
+        return head + "\n"
+    rows = [("kernel", "property", "dtype", "before", "after", "change")]
+    rows += [(c.kernel, c.property, c.dtype, _state(c.before), _state(c.after), f"{c.kind} {c.ratio}".strip())
+             for c in found]
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+    return "\n".join([head, ""] + ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]) + "\n"
+
+
+def markdown(a_name: str, b_name: str, found: list[Change]) -> str:
+    """The changes as a Markdown table (a CI job summary, a pull request comment)."""
+    cell = lambda v: v.replace("|", "\\|").replace("<", "&lt;")  # noqa: E731 - a kernel id is not markup
+    lines = [f"### normcert compare `{cell(a_name)}` → `{cell(b_name)}`: {len(found)} cell(s) changed", ""]
+    if found:
+        lines += ["| kernel | property | dtype | before | after | change |", "|---|---|---|---|---|---|"]
+        lines += [f"| {cell(c.kernel)} | {cell(c.property)} | {c.dtype} | {_state(c.before)} | {_state(c.after)} | "
+                  f"{(c.kind + ' ' + c.ratio).strip()} |" for c in found]
+    return "\n".join(lines) + "\n"
+
+
+def html(a_name: str, b_name: str, a: dict, b: dict, found: list[Change]) -> str:
+    """The changes as one self-contained HTML page in the report's style."""
+    return environment().get_template("compare.html").render(a_name=a_name, b_name=b_name, a=a, b=b, changes=found,
+                                                              state=_state)

@@ -1,0 +1,606 @@
+"""Running one property over one kernel and dtype with Hypothesis, and its ``Result``.
+
+``run`` drives one property for one (implementation, dtype): it draws cases,
+calls the property's check, keeps the worst error seen (and steers Hypothesis
+towards it with ``target``), and on failure re-raises with the shrunk case,
+the property, the dtype and the replay command.  Every run leaves one
+``Result`` in its session's ``results`` for the certificate, made once at its end
+(``record``): ``pass`` only when the search completed with every case checked,
+``error`` where it stopped otherwise: an exception in normcert's own checking code
+(everything the kernel raises is a ``ContractViolation`` or a refusal by then,
+``sandbox.kernel_code``), reported as normcert's, not the kernel's (``harness_error``).
+``forward_only`` and ``gradcheck`` are the backward families' own runs.
+
+What a kernel supports is its declared domain (``properties.declared.domain``): cases are
+drawn inside it (``fitting``), a dtype outside it is ``not-supported`` without a
+call, and ``NotImplementedError`` on any case inside it is a failure.  A kernel
+that declares no domain may still refuse a whole dtype: it raises
+NotImplementedError on the op's small sample (``probes.probe``), and then on every
+case drawn for that dtype (accepting one is a failure: support is not decided
+by one fixed input); refusing some cases of a dtype it accepts is a failure
+that says to declare the domain.
+
+Everything here takes the run's ``Session`` (settings, results, hung kernels)
+as its first argument; the module holds no run state.
+"""
+from __future__ import annotations
+
+import functools
+import time
+import re
+from dataclasses import dataclass, field
+
+import torch
+from hypothesis import HealthCheck, Phase, given, seed, settings, target
+from hypothesis import strategies as st
+from hypothesis.errors import Flaky
+
+from ... import oracle
+from ...oracle.formats import DTYPE_NAMES
+
+from ..search.case import Case
+from ..families.compiled import MODES as COMPILED_MODES
+from ..families.served import modes_ran
+from ..families.gradcheck import finite_differences, gradcheck_case, which_side
+from ..families.gradients import fresh_leaves
+from ..families import BY_NAME, examples
+from ..search.fitting import fit
+from ..harness.measure import PropertyFailure, Worst
+from ..search.modes import AS_TESTED
+from ..harness.probes import accepts_weightless, first_call, has_backward, inference_convention, probe, runs_interpreted
+from ..evidence.replay import save_failure
+from ..harness.sandbox import ContractViolation, KernelHung, NotSupported, first_line, invoke, kernel_code
+from ..search.strategies import buckets, large_buckets
+
+
+@dataclass
+class Result:
+    impl: str
+    op: str
+    backend: str
+    prop: str
+    dtype: str
+    outcome: str  # error (until the check completes) | pass | fail | not-supported | not-certified |
+    #               expected-fail | warn
+    examples: int = 0
+    refused: int = 0  # drawn cases the kernel refused with NotImplementedError
+    domain: str = ""  # what the checked (not refused) cases covered
+    seconds: float = 0.0
+    worst_units: float = 0.0
+    worst_ulps: float = 0.0
+    worst_where: str = ""
+    unclaimed: int = 0
+    message: str = ""
+    replay: str = ""
+    modes: str = AS_TESTED  # how the kernel was called (``modes``): the served family lists its modes
+    threads: int = 0  # torch's intra-op threads when the result was recorded (the served family sets its own)
+    failures: list = field(default_factory=list)  # each distinct failure the search found (``Found.entry``):
+    #                                               the first is the one message, worst_where and replay name
+
+
+NO_GRAD_FN = "its outputs carry no grad_fn"
+
+
+def forward_only(session, family, impl, dtype) -> Result | None:
+    """Before a family that checks the backward (of a kernel not registered without one): None
+    where the kernel's outputs carry a grad_fn, else the family's recorded result: not-certified
+    (forward only), or fail where the kernel was registered with a backward or under
+    --require-backward.  Forward-only status, like support, is not decided by the op's sample
+    alone: the gradients family's own cases (the same seeds) must carry no grad_fn either
+    (``no_grad_fn``; PropertyFailure where one does; not-supported where the dtype is refused)."""
+    convention = inference_convention(session, impl)
+    if not convention and has_backward(session, impl, dtype):
+        return None
+    why = "registered with backward" if impl.backward else "--require-backward" if session.require_backward else ""
+    if why:
+        return record(session, impl, family.name, DTYPE_NAMES[dtype], "fail",
+                      message=f"{why}, but its outputs carry no grad_fn")
+    message = f"forward only: {convention or NO_GRAD_FN}, so its backward was not checked"
+    if convention:
+        return record(session, impl, family.name, DTYPE_NAMES[dtype], "not-certified", message=message)
+    gradients = BY_NAME["gradients"]
+    return run(session, family.name, impl, dtype, gradients.cases(impl.op, dtype, session.device), no_grad_fn,
+               judge=lambda outcome, said: ("not-certified", message) if outcome == "pass" else (outcome, said))
+
+
+def gradcheck(session, impl) -> Result:
+    """torch's gradcheck test of the kernel in float64 on the op's small sample
+    (``checks.gradcheck.finite_differences``), recorded: pass, fail (expected-fail for a case
+    study), not-supported (NotImplementedError), or error where the check itself raised."""
+    case = fit(gradcheck_case(impl.op, session.device), impl.domain)
+    live, leaves = fresh_leaves(case)
+    names = list(leaves)
+
+    def fn(*tensors):
+        c = case.replace(**dict(zip(names, tensors)))
+        return c.record.call(impl.fn, c.oracle_args())
+
+    outcome, message = "error", ""
+    forcing = session.forcing(impl)
+    try:
+        for config in forcing.names or ("",):  # an autotuned kernel: under each of its configs
+            forcing.select(config)
+            mismatch = kernel_code(session, impl, " (gradcheck)",
+                                   lambda: finite_differences(fn, [leaves[k] for k in names]), torch.float64)
+            outcome = "pass" if mismatch is None else "fail"
+            message = "" if mismatch is None else (f"gradcheck fails for {impl.id} in float64 on "
+                                                   f"{case.under(config).describe()}: {which_side(case, names, mismatch)}")
+            if mismatch is not None:
+                break
+    except NotSupported:
+        outcome = "not-supported"
+    except ContractViolation as e:
+        outcome, message = "fail", str(e)
+    finally:
+        forcing.select("")
+        if outcome == "fail" and impl.expected_failure:
+            outcome = "expected-fail"
+        res = record(session, impl, "gradcheck", "float64", outcome, message=message, examples=1)
+    return res
+
+
+def no_grad_fn(session, impl, case, worst):
+    """A forward-only kernel's outputs carry no grad_fn on this case either (inputs requiring grad)."""
+    live = case.replace(**{k: case.tensors[k].detach().clone().requires_grad_(True)
+                           for k in case.record.grads_in(case.tensors)})
+    with torch.enable_grad():
+        outs = invoke(session, impl, live)
+    carrying = [name for name, o in zip(case.record.outputs, outs) if o.grad_fn is not None]
+    if carrying:
+        raise PropertyFailure(f"{', '.join(carrying)} carries a grad_fn on this case but none on the op's sample "
+                              f"(2 rows): forward-only must hold on every case, or its backward goes unchecked")
+
+
+class Coverage:
+    """What the checked cases covered (or, for a dtype the kernel does not support, refused)."""
+
+    def __init__(self):
+        self.examples = self.refused = self.rows = self.width = self.numel = 0
+        self.layouts: set[str] = set()
+        self.buckets: list[str] = []
+        self.configs: list[str] = []  # an autotuned kernel's configs the cases ran under
+        self.batch_sizes: set[int] = set()
+        self.weightless = ""  # where the op has an optional weight / bias: "taken", or "filled" (ones for None)
+        self.nones = 0  # cases checked with an optional weight or bias given as None
+
+    def checked(self, case: Case) -> None:
+        main = case.main
+        width = main.shape[-1] if main.dim() else 1
+        self.rows = max(self.rows, main.numel() // max(width, 1))
+        self.width = max(self.width, width)
+        self.numel = max(self.numel, main.numel())
+        self.layouts.add("contiguous" if main.is_contiguous() else "strided")
+        self.nones += any(case.tensors.get(k) is None for k in case.record.optional)
+        if "bucket" in case.notes:  # a bucket fitted into the declared domain is named as such: its shape changed
+            bucket = case.notes["bucket"] + (" (fitted to the domain)" if case.notes.get("fitted") else "")
+            if bucket not in self.buckets:
+                self.buckets.append(bucket)
+        if case.config and case.config not in self.configs:
+            self.configs.append(case.config)
+        if "batch sizes" in case.notes:
+            self.batch_sizes.update(int(s) for s in case.notes["batch sizes"].split("/"))
+
+    def refuse(self) -> None:
+        self.refused += 1
+
+    @property
+    def domain(self) -> str:
+        if not self.layouts:  # no case checked
+            return f"nothing checked: refused {self.refused} of {self.examples} cases" if self.refused \
+                else "nothing checked"
+        text = (f"rows <= {self.rows}, row length <= {self.width}, largest call {self.numel} elements, "
+                f"layouts: {'/'.join(sorted(self.layouts))}")
+        if self.buckets:
+            text += f"; buckets: {', '.join(self.buckets)}"
+        if self.batch_sizes:
+            text += f"; batch sizes: {', '.join(map(str, sorted(self.batch_sizes)))}"
+        if self.configs:
+            text += f"; autotuned configs: {' | '.join(self.configs)}"
+        if self.weightless == "taken":
+            text += f"; weightless calls (None weight / bias): {self.nones} cases"
+        elif self.weightless == "filled":
+            text += "; weightless calls not accepted (raised on None): None given as ones / zeros"
+        return text
+
+
+def scheduled(session, family, impl, dtype) -> tuple:
+    """The family's buckets (``strategies.buckets``) for this kernel and dtype, spun by the run's seed.
+    The "million" bucket (one call past 2**20 elements) is scheduled in one dtype of the kernel's
+    domain per run, rotating with the seed: a call that size costs seconds under Triton's interpreter."""
+    if not family.buckets or not family.applies(oracle.OPS[impl.op]) or not impl.domain.admits_dtype(DTYPE_NAMES[dtype]):
+        return ()
+    spin = session.derive_seed(impl.op, family.name, DTYPE_NAMES[dtype], "buckets")
+    if family.profile == "large":
+        return large_buckets(oracle.OPS[impl.op], spin)
+    interpreted = "many" in family.buckets and runs_interpreted(session, impl, dtype)
+    admitted = [d for d in DTYPE_NAMES.values() if impl.domain.admits_dtype(d)]
+    million = admitted[session.derive_seed(impl.op, family.name, "million") % len(admitted)]
+    return tuple(b for b in buckets(oracle.OPS[impl.op], spin, interpreted) if b.name in family.buckets
+                 and (b.name != "million" or million == DTYPE_NAMES[dtype]))
+
+
+def as_run(outcome: str, message: str) -> tuple[str, str]:
+    """``run``'s default ``judge``: the outcome is the run's own."""
+    return outcome, message
+
+
+def run_family(session, family, impl, dtype, *, max_examples=None, gating=True, judge=as_run,
+               shrink=True) -> Result:
+    """``run`` of a property family (``families.Family``): its random search (none for a family
+    of a profile), then its buckets."""
+    schedule = [(b.label, family.cases(impl.op, dtype, session.device, bucket=b))
+                for b in scheduled(session, family, impl, dtype)]
+    search = None if family.profile else family.cases(impl.op, dtype, session.device)
+    if max_examples is None and family.divide > 1:
+        max_examples = examples(family, settings().max_examples)
+    return run(session, family.name, impl, dtype, search, family.check, max_examples=max_examples,
+               gating=gating, buckets=schedule, judge=judge, shrink=shrink)
+
+
+_NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
+_OVERRIDES = {"suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+              # too_slow: an 8192-wide row through the Triton interpreter is slow by design;
+              # data_too_large: the case strategy draws many structural choices on purpose.
+              "deadline": None, "report_multiple_bugs": False,
+              # every run's search is the same inner function to Hypothesis, so a shared example
+              # database would replay one run's failures into another (results then depend on test
+              # order and the xdist split); runs are seeded, and failures are kept as replay files
+              "database": None}
+FAILED = ("fail", "error", "expected-fail")  # the outcomes ``run`` raises PropertyFailure for
+
+
+def record(session, impl, prop: str, dtype: str, outcome: str, **fields) -> Result:
+    """The one place a ``Result`` is made: the final result of ``prop`` on ``impl`` in ``dtype``
+    (a name), kept in the session's results for the certificate.  It ends the result's watch of
+    the kernel (``sandbox.kernel_code``): a hang fails this result only, and the slowest call
+    allowed since the last result (``session.slow``) is said in its message."""
+    session.hung.pop(impl.id, None)
+    slow = session.slow.pop(impl.id, (0.0, ""))[1]
+    if slow:
+        fields["message"] = f"{fields['message']}; {slow}" if fields.get("message") else slow
+    if prop == "served":
+        fields.setdefault("modes", modes_ran(session, impl, getattr(torch, dtype)))
+    elif prop == "compiled":
+        fields.setdefault("modes", COMPILED_MODES)
+    fields.setdefault("threads", torch.get_num_threads())
+    res = Result(impl.id, impl.op, impl.backend, prop, dtype, outcome, **fields)
+    session.results.append(res)
+    return res
+
+
+def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, gating=True, buckets=(),
+        judge=as_run, shrink=True) -> Result:
+    """Run ``check(session, impl, case, worst)`` over ``strategy`` (``max_examples`` cases, default:
+    the profile's; None: no random search), then over each (label, strategy) of ``buckets`` (one
+    case each: the first one Hypothesis tries, not shrunk); record the result and raise on failure.
+    A non-gating run (a bitwise family without --bitwise) reports a failure as a warning and does
+    not shrink it: shrinking re-runs the kernel hundreds of times for a case that fails nothing;
+    nor is a case study's expected failure shrunk, outside ``--profile thorough``; ``shrink=False``
+    asks for none (the meta-tests' detection checks: whether a bug dies, not its minimal case).
+    ``judge(outcome, message)`` reads the run's own outcome (pass, fail, warn, error,
+    not-supported) as the caller's verdict before it is recorded (a case study's failure is
+    expected-fail); an outcome in ``FAILED`` raises PropertyFailure."""
+    outside = outside_domain(session, impl, prop, dtype)
+    if outside:
+        return outside
+    supported = probe(session, impl, dtype)
+    wrong = first_call(session, impl, dtype)  # said after the search, where the search finds nothing worse
+    if not supported and impl.domain.declared:
+        message = f"refused the op's sample (2 rows) inside its declared domain ({impl.domain.describe()})"
+        outcome, message = judge("fail", message)
+        res = record(session, impl, prop, DTYPE_NAMES[dtype], outcome, message=message)
+        raise PropertyFailure(f"{prop} fails for {impl.id} ({impl.backend}) in {res.dtype}: {res.message}")
+    search = _Search(session, prop, impl, dtype, check, supported, gating, shrink)
+    strategy, buckets = search.in_domain(strategy, buckets)
+    t0 = time.perf_counter()
+    outcome, message, failed = "error", "", None
+    try:
+        search.all(strategy, max_examples, buckets)
+        outcome, message = search.completed()
+        if wrong:  # the first run to see a wrong first call of the dtype in this process: it counts, gating always
+            outcome, message = "fail", (f"its first call in {DTYPE_NAMES[dtype]} in this process (on the op's "
+                                        f"2 x 4 sample, the support probe) was wrong: {wrong}")
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - AssertionError is a failure; anything else an error
+        outcome, message, failed = search.failure(e)
+        search.others(e, outcome, message, strategy, max_examples, buckets, time.perf_counter() - t0)
+    finally:
+        res = search.conclude(outcome, message, failed, time.perf_counter() - t0, judge)
+    if res.outcome in FAILED:
+        raise PropertyFailure(
+            f"{prop} {'could not be checked' if res.outcome == 'error' else 'fails'} for {impl.id} ({impl.backend}) "
+            f"in {res.dtype}: {res.message}\n"
+            f"  {'first failing case (not shrunk: ' + search.shrinks_not + ')' if search.shrinks_not else 'shrunk case'}: "
+            f"{res.worst_where}\n  replay: {res.replay}"
+            + "".join(f"\n  and a failure of another kind: {f['message']}\n    on: {f['where']}\n    replay: {f['replay']}"
+                      for f in res.failures[1:])
+        ) from None
+    return res
+
+
+MOST_FAILURES = 3
+"""The most distinct failures a cell's search reports in a run of the plugin (``_Search.others``;
+``Session.most_failures``, which a meta-test's own session leaves at 1: it asks whether a bug dies)."""
+
+MORE_TIME = 2.0
+MORE_TIME_FLOOR = 0.5
+"""The search for failures of other kinds may take ``MORE_TIME`` times what the first failure took
+(its search and shrinking), or ``MORE_TIME_FLOOR`` seconds where that is more: a failing cell costs
+at most about three times what it did when the search stopped at its first failure."""
+
+
+class _OutOfBudget(BaseException):
+    """Raised in a search for failures of another kind once its time is spent: a BaseException, so
+    Hypothesis stops at once instead of taking it for a failure and shrinking it."""
+
+
+@dataclass
+class Found:
+    """One distinct failure of a cell: the (shrunk) case, its message, and its kind (``kind_of``);
+    ``units`` and ``ulps``: the failing measurement's error / bound and ulps, where one was made."""
+
+    case: Case
+    message: str
+    kind: str
+    units: float | None = None
+    ulps: float | None = None
+
+    def entry(self, replay: str) -> dict:
+        """The certificate's entry for it (``Result.failures``), ``replay`` the command that replays it."""
+        measured = {} if self.units is None else {"worst_units": self.units, "worst_ulps": self.ulps}
+        return {"message": self.message, "where": self.case.describe(), "kind": self.kind, "replay": replay,
+                **measured}
+
+
+def kind_of(e: BaseException, message: str) -> str:
+    """Which failure ``e`` (said as ``message``) is, for telling a cell's distinct failures apart: the
+    raiser's own ``kind`` where it gives one (an output's name and whether its NaN pattern, an
+    infinity or its error past the bound failed, ``Assessment.failure``; a kernel's exception type
+    and the place it was raised, ``sandbox.kernel_code``), else its type and message with every
+    number taken out (a shape or a value names the case, not the failure)."""
+    return getattr(e, "kind", "") or f"{type(e).__name__}: " + re.sub(
+        r"#(?:, #)+", "#", re.sub(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|\binf\b|\bnan\b", "#", message))
+
+
+class _Search:
+    """One ``run``'s Hypothesis searches and what they found: the worst error, the coverage, and
+    the case that failed with its message; after a failure, the failures of other kinds (``others``)."""
+
+    def __init__(self, session, prop, impl, dtype, check, supported: bool, gating: bool, shrink: bool = True):
+        self.session, self.prop, self.impl, self.dtype = session, prop, impl, dtype
+        self.supported, self.gating = supported, gating
+        # the whole dtype refused: every case must be refused too
+        self.check = check if supported else _refuses(DTYPE_NAMES[dtype])
+        # a failure is shrunk to a small case, at the price of re-running kernel and oracle hundreds of
+        # times; not where the failure decides nothing (a bitwise family without --bitwise) or is the
+        # expected verdict on a case study (most of the suite's time went to shrinking those), unless
+        # --profile thorough asks for their minimal cases
+        self.shrinks_not = ("a warning" if not gating else "not asked" if not shrink else
+                            "a case study, expected to fail; --profile thorough shrinks it"
+                            if impl.expected_failure and session.profile != "thorough" else "")
+        self.worst = Worst()
+        self.cover = Coverage()
+        self.failed = None  # (case, message) of the case that failed
+        self.failed_as: tuple = ("", None, None)  # ... and its (kind, units, ulps)
+        self.found: list[Found] = []  # the distinct failures: the first, then those of other kinds (``others``)
+        self.round = 0  # 0: the search; k: its k-th search for a failure of another kind
+        self.ran: set[int] = set()  # the buckets run (by index): another round does not run one again
+        self.until = None  # perf_counter() past which another round stops (``_OutOfBudget``)
+        self.partial = None  # the last failing case of the round's new kind, held where its time runs out
+        self.hung = None  # (case, message) of the case the kernel hung on (``sandbox.KernelHung``)
+        self.forcing = session.forcing(impl)
+
+    def in_domain(self, strategy, buckets):
+        """The strategies with every case fitted into the kernel's declared domain, and None for the
+        op's optional weight and bias replaced by the identity where the kernel does not take it."""
+        domain = self.impl.domain
+        fitted = functools.partial(fit, domain=domain)
+        if oracle.OPS[self.impl.op].optional:  # a dtype refused on the sample: whether None is taken is unknown
+            taken = domain.weightless if domain.weightless is not None else \
+                self.supported and accepts_weightless(self.session, self.impl, self.dtype)
+            self.cover.weightless = "taken" if taken else "filled"
+            if not taken:
+                fitted = lambda case: fit(case, domain).with_identity()  # noqa: E731
+        return self.under_configs(None if strategy is None else strategy.map(fitted),
+                                  [(label, strat.map(fitted)) for label, strat in buckets])
+
+    def under_configs(self, strategy, buckets):
+        """For an autotuned kernel, the strategies with each case under one of its configs
+        (``properties.harness.autotune``): a random case under a drawn config (shrinking towards the first), each
+        bucket's case under every config (the same case: its seed is the bucket's)."""
+        names = self.forcing.names
+        if not names:
+            return strategy, buckets
+        if strategy is not None:
+            strategy = st.tuples(strategy, st.sampled_from(names)).map(lambda pair: pair[0].under(pair[1]))
+        return strategy, [(label, strat.map(functools.partial(Case.under, config=name)))
+                          for label, strat in buckets for name in names]
+
+    def all(self, strategy, max_examples, buckets) -> None:
+        """The random search (on another seed in each later round), then each bucket not run yet."""
+        try:
+            if strategy is not None:
+                again = ("another kind", self.round) if self.round else ()
+                self.search(strategy, max_examples, *again, **({"phases": _NO_SHRINK} if self.shrinks_not else {}))
+            for k, (label, strat) in enumerate(buckets):
+                if k in self.ran:
+                    continue
+                self.ran.add(k)
+                # no shrinking: the bucket fixes the shape, and each step would re-run a large case
+                self.search(strat, 1, label, phases=(Phase.generate,))
+        finally:
+            self.forcing.select("")  # calls outside a search (the sample probes) run the first config
+
+    def search(self, strat, examples, *seed_parts, **more) -> None:
+        @seed(self.session.derive_seed(self.impl.op, self.prop, DTYPE_NAMES[self.dtype], *seed_parts))
+        @settings(**_OVERRIDES, **more, **({} if examples is None else {"max_examples": examples}))
+        @given(case=strat)
+        def body(case):
+            self.example(case)
+
+        body()
+
+    def example(self, case) -> None:
+        """Check one case, keep its worst error (which Hypothesis climbs) and what it covered."""
+        if self.until is not None and time.perf_counter() > self.until:
+            raise _OutOfBudget
+        self.cover.examples += 1
+        self.worst.example_units = 0.0
+        self.forcing.select(case.config)
+        try:
+            self.check(self.session, self.impl, case, self.worst)
+        except NotSupported as e:
+            if not self.supported:
+                self.cover.refuse()
+                return
+            if self._known(case, e, _refusal(self.impl.domain, e)):
+                return
+            raise PropertyFailure(self.failed[1]) from None
+        except KeyboardInterrupt:
+            raise
+        except KernelHung as e:  # the cases after a hang fail uncalled: the one to report is the one that hung
+            self.failed = self.hung = self.hung or (case, first_line(e))
+            self.failed_as = (kind_of(e, self.failed[1]), None, None)
+            raise
+        except BaseException as e:
+            if self._known(case, e, (first_line(e) or type(e).__name__) + self._pruned()):
+                return
+            raise
+        finally:
+            target(min(self.worst.example_units, 1e6), label="error / bound")
+        self.cover.checked(case)
+
+    def _known(self, case, e: BaseException, message: str) -> bool:
+        """Is ``e`` on ``case`` a failure of a kind found already (a later round passes over it: it
+        seeks another kind, and its target no longer climbs this one)?  Else it is kept as the case
+        that failed."""
+        kind = kind_of(e, message)
+        if any(f.kind == kind for f in self.found):
+            self.worst.example_units = 0.0
+            return True
+        self.failed = (case, message)
+        self.failed_as = (kind, getattr(e, "units", None), getattr(e, "ulps", None))
+        if self.round:
+            self.partial = Found(case, message, *self.failed_as)
+        return False
+
+    def others(self, e: BaseException, outcome: str, message: str, strategy, max_examples, buckets,
+               seconds: float) -> None:
+        """After the search failed with ``e`` (its ``outcome`` and ``message``) in ``seconds``: search on for failures
+        of other kinds (``kind_of``), as Hypothesis does when it reports several distinct bugs, each
+        shrunk: round after round, each a random search on a seed of its own (then the buckets not
+        run yet), until ``session.most_failures`` are found or ``MORE_TIME`` runs out (a case being shrunk
+        then is kept as shrunk so far), or, for a family with no random search, its buckets are done.  Not after a hang, a nondeterministic
+        kernel, normcert's own error, or a failure not shrunk (``shrinks_not``: it decides
+        nothing or costs too much)."""
+        if self.failed is None:
+            return
+        self.found = [Found(self.failed[0], message, *self.failed_as)]
+        if outcome != "fail" or isinstance(e, Flaky) or self.hung or self.shrinks_not or self.session.most_failures < 2:
+            return
+        self.until = time.perf_counter() + max(MORE_TIME * seconds, MORE_TIME_FLOOR)
+        kept = self.worst
+        self.worst = Worst()  # the result's worst error stays the first search's
+        try:
+            while len(self.found) < self.session.most_failures:
+                self.round += 1
+                self.failed = self.partial = None
+                try:
+                    self.all(strategy, max_examples, buckets)
+                    if strategy is None:
+                        return  # every bucket ran: nothing else to draw
+                    continue  # nothing new on this seed: another, while time is left
+                except _OutOfBudget:
+                    if self.partial is not None:
+                        self.partial.message += " (its shrinking stopped where the time for other failures ran out)"
+                        self.found.append(self.partial)
+                    return
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as again:  # noqa: BLE001 - a failure of another kind, or an error
+                    outcome, message, case = self.failure(again)
+                    if case is None:
+                        return
+                    self.found.append(Found(case, message, *self.failed_as))
+                    if outcome != "fail" or isinstance(again, Flaky) or self.hung:
+                        return
+        finally:
+            self.worst, self.until = kept, None
+
+    def _pruned(self) -> str:
+        """What a failure's message adds where the case's config was pruned away for a call's key
+        (``properties.harness.autotune.Forcing``): the config that ran in its place."""
+        if self.forcing.pruned is None:
+            return ""
+        forced, ran = self.forcing.pruned
+        return f" (config {forced} is pruned away for this call's key: it ran {ran}, as a GPU would)"
+
+    def completed(self) -> tuple[str, str]:
+        if self.supported:
+            return "pass", ""
+        return "not-supported", (f"raises NotImplementedError for {DTYPE_NAMES[self.dtype]}: on the op's sample "
+                                 f"and all {self.cover.examples} cases")
+
+    def failure(self, e: BaseException) -> tuple[str, str, object]:
+        """(outcome, message, the failing case or None) of a search that raised ``e``."""
+        # Flaky: a case failed, then passed or failed otherwise when Hypothesis ran it
+        # again -- the kernel's answer changes from call to call, itself a failure
+        failure = isinstance(e, (AssertionError, Flaky))
+        outcome = ("fail" if self.gating else "warn") if failure else "error"
+        case, message = self.failed or (None, first_line(e) or type(e).__name__)
+        if isinstance(e, Flaky):
+            message = f"nondeterministic: the same case gave another result when run again ({message})"
+        elif not failure:
+            message = harness_error(e, message)
+        return outcome, message, case
+
+    def conclude(self, outcome: str, message: str, failed, seconds: float, judge) -> Result:
+        """The run's result, judged and recorded; a failing case is saved as a replay file."""
+        worst, cover = self.worst, self.cover
+        domain = cover.domain
+        if worst.checked:
+            domain += (f"; quantised outputs bit-exact (the exactly rounded value): "
+                       f"{worst.exact} of {worst.checked} ({100 * worst.exact / worst.checked:.2f}%)")
+        where, replay, failures = (worst.where if outcome == "pass" else ""), "", []
+        if failed is not None:
+            where, replay = failed.describe(), save_failure(self.impl, self.prop, failed, self.session.failures_dir)
+            failures = [f.entry(replay if k == 0 else
+                                save_failure(self.impl, self.prop, f.case, self.session.failures_dir, f"-{k + 1}"))
+                        for k, f in enumerate(self.found or [Found(failed, message, "")])]
+        outcome, message = judge(outcome, message)
+        return record(self.session, self.impl, self.prop, DTYPE_NAMES[self.dtype], outcome, message=message,
+                      examples=cover.examples, refused=cover.refused, domain=domain, seconds=seconds,
+                      worst_units=worst.units, worst_ulps=worst.ulps, worst_where=where,
+                      unclaimed=worst.unclaimed, replay=replay, failures=failures)
+
+
+def harness_error(e: BaseException, message: str) -> str:
+    """The result message for ``e`` (said as ``message``), raised in normcert's own checking code (the
+    oracle, the bounds, the strategies, Hypothesis), not in the kernel's call: the harness's error."""
+    return f"normcert's own error, not the kernel's: {type(e).__name__} in its checking code: {message}"
+
+
+def outside_domain(session, impl, prop: str, dtype) -> Result | None:
+    """A ``not-supported`` result, recorded, where ``dtype`` is outside the kernel's declared domain
+    (the kernel is not called); None inside it."""
+    if impl.domain.admits_dtype(DTYPE_NAMES[dtype]):
+        return None
+    return record(session, impl, prop, DTYPE_NAMES[dtype], "not-supported",
+                  message=f"outside its declared domain ({impl.domain.describe()})")
+
+
+def _refusal(domain, e: NotSupported) -> str:
+    if domain.declared:
+        return f"refused a case inside its declared domain ({domain.describe()}): {e.why}"
+    return (f"refused a case of a dtype it accepts: {e.why}; a kernel that supports part of the op declares "
+            f"its domain (normcert_domain on the kernel, or --domain), and is certified on it")
+
+
+def _refuses(dtype_name: str):
+    """The check for a dtype whose sample the kernel refused: it must refuse every case."""
+    def check(session, impl, case, worst):
+        invoke(session, impl, case)  # NotSupported: consistent
+        raise PropertyFailure(f"refused the op's sample in {dtype_name} (NotImplementedError) but accepted this "
+                              f"case: support must hold for the whole dtype, or be declared (normcert_domain)")
+    return check

@@ -1,0 +1,11 @@
+"""The compiled family (``checks.compiled``): a torch operator's registration and compiled calls."""
+from __future__ import annotations
+
+import pytest
+
+from ..run.outcomes import certify
+
+
+@pytest.mark.normcert_family("compiled")
+def test_compiled(normcert_session, normcert_family, impl, dtype):
+    certify(normcert_session, normcert_family, impl, dtype)

@@ -1,0 +1,17 @@
+"""Gradients against the oracle's VJP (``checks.gradients``), and torch's gradcheck in float64
+(``checks.gradcheck``)."""
+from __future__ import annotations
+
+import pytest
+
+from ..run.outcomes import certify, certify_gradcheck
+
+
+@pytest.mark.normcert_family("gradients")
+def test_gradients(normcert_session, normcert_family, impl, dtype):
+    certify(normcert_session, normcert_family, impl, dtype)
+
+
+@pytest.mark.normcert_family("gradcheck")
+def test_gradcheck(normcert_session, normcert_family, impl):
+    certify_gradcheck(normcert_session, normcert_family, impl)

@@ -1,0 +1,58 @@
+"""``normcert compare``: the cells whose outcome or error / bound changed between two certificates,
+added and removed cells too, as text, Markdown and HTML."""
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+from normcert import cli
+
+from ..presentation import compare
+from . import report_samples
+
+KERNEL = "rms_norm:example:rms_norm"
+
+
+def _pair():
+    before = report_samples.certified()
+    after = copy.deepcopy(before)
+    after["results"][0].update(outcome="fail", worst_units=2.5)  # accuracy float32: pass 0.42 -> fail
+    after["results"][1]["worst_units"] = "nan"  # accuracy bfloat16: 0.42 -> nan
+    gone = after["results"].pop(4)  # determinism float32: removed
+    after["results"].append(report_samples.row(KERNEL, "gradients", "float64"))  # added
+    after["not_run"] = [f"{KERNEL} served float16"]  # added, as a check that did not run
+    return before, after, gone
+
+
+def test_changed_added_and_removed_cells_and_nothing_else():
+    before, after, gone = _pair()
+    found = {(c.property, c.dtype): c for c in compare.changes(before, after)}
+    assert set(found) == {("accuracy", "float32"), ("accuracy", "bfloat16"), (gone["property"], gone["dtype"]),
+                          ("gradients", "float64"), ("served", "float16")}
+    assert found["accuracy", "float32"].kind == "outcome" and found["accuracy", "float32"].ratio == "x5.95"
+    assert found["accuracy", "bfloat16"].kind == "error / bound"
+    assert found[gone["property"], gone["dtype"]].kind == "removed"
+    assert found["gradients", "float64"].kind == found["served", "float16"].kind == "added"
+    assert compare.changes(after, copy.deepcopy(after)) == []  # NaN is the same as NaN
+
+
+def test_the_three_formats(tmp_path, capsys):
+    before, after, _ = _pair()
+    paths = []
+    for name, cert in (("a.json", before), ("b.json", after)):
+        paths.append(str(tmp_path / name))
+        (tmp_path / name).write_text(json.dumps(cert))
+    assert cli.main(["compare", *paths]) == 0
+    text = capsys.readouterr().out
+    lines = [re.split(r"\s{2,}", line) for line in text.splitlines()]
+    assert "5 cell(s) changed" in text and [KERNEL, "accuracy", "float32", "pass 0.42", "fail 2.5", "outcome x5.95"] in lines
+    assert cli.main(["compare", *paths, "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "| rms_norm:example:rms_norm | accuracy | float32 | pass 0.42 | fail 2.5 | outcome x5.95 |" in md
+    out = tmp_path / "c.html"
+    assert cli.main(["compare", *paths, "--format", "html", "-o", str(out)]) == 0
+    page = out.read_text()
+    assert page.count('<tr class="change"') == 5 and f'data-cell="{KERNEL}|accuracy|float32"' in page
+    assert cli.main(["compare", paths[0], str(tmp_path / "none.json")]) == cli.USAGE
+    assert capsys.readouterr().err.startswith(f"normcert compare: {tmp_path / 'none.json'}: No such file")
