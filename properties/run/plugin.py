@@ -2,7 +2,7 @@
 
 It holds the options, the hooks that decide what each test runs on, the
 Hypothesis profiles, the collection of results and the certificate, so that
-``pytest --pyargs normcert.properties --normcert-impl OP=MODULE:ATTR`` works
+``pytest --pyargs normcert.properties.suite --normcert-impl OP=MODULE:ATTR`` works
 from any directory once normcert is installed (every option carries the
 ``normcert-`` prefix, so that an installed plugin claims no name another
 project's conftest may use, such as ``--device`` or ``--seed``; ``normcert
@@ -29,6 +29,9 @@ certify`` takes the short forms):
 
 Test files are imported under their installed names (``normcert.properties.*``)
 whatever path pytest was given, so a module never exists twice under two names.
+A run that certifies or replays a kernel collects the suite's folder alone
+(``SUITE``, by its path or its ``--pyargs`` name; anything else is a usage error):
+normcert's own tests live beside it (``normcert.properties.tests``), not in it.
 
 Installed, the plugin loads into every pytest run of the environment, so it
 stays inert unless the run collects normcert's tests (``_targets_normcert``):
@@ -83,6 +86,7 @@ def _register_profiles():
         settings.register_profile(name, max_examples=examples, deadline=None)
 
 _PACKAGE = "normcert.properties"
+SUITE = _PACKAGE + ".suite"  # what a certify or replay run collects: this folder alone
 
 
 def pytest_addoption(parser):
@@ -176,15 +180,34 @@ def _targets_normcert(config) -> bool:
     return False
 
 
+def _arguments_in(config, package: str) -> list[bool]:
+    """For each argument of the run: does it collect ``package`` or a part of it (a ``--pyargs``
+    name, or a path to its folder or to something in it)?"""
+    folder = Path(importlib.import_module(package).__file__).parent.resolve()
+    inside = []
+    for arg in config.args:
+        arg = arg.split("::")[0]
+        if config.option.pyargs and (arg == package or arg.startswith(package + ".")):
+            inside.append(True)
+            continue
+        path = (config.invocation_params.dir / arg).resolve()
+        inside.append(path == folder or folder in path.parents)
+    return inside
+
+
 @pytest.hookimpl(tryfirst=True)  # before Hypothesis's plugin loads the profile
 def pytest_configure(config):
     if not _targets_normcert(config):
         used = [o for o in ("--normcert-impl", "--normcert-agree", "--normcert-replay", "--normcert-certificate")
                 if config.getoption(o)]
         if used:
-            raise pytest.UsageError(f"{used[0]} needs normcert's tests in the run: add --pyargs normcert.properties "
+            raise pytest.UsageError(f"{used[0]} needs normcert's suite in the run: add --pyargs {SUITE} "
                                     f"(or use the normcert command)")
         return
+    plugged = [o for o in ("--normcert-impl", "--normcert-agree", "--normcert-replay") if config.getoption(o)]
+    if plugged and not all(_arguments_in(config, SUITE)):
+        raise pytest.UsageError(f"{plugged[0]} runs normcert's suite alone: give --pyargs {SUITE} or its folder "
+                                f"(normcert's own tests, {_PACKAGE}.tests, are never part of a certificate)")
     _register_profiles()
     config.addinivalue_line("markers", "normcert_family(name): the property family (families.BY_NAME) this test runs")
     config.addinivalue_line("markers", "normcert_heavy: a meta-test of the heavy tier (--normcert-tier heavy or all)")
@@ -210,29 +233,6 @@ def tiered(registry: list, tier: str, device: str) -> list:
     if tier == "heavy":
         return interpreted
     return [i for i in registry if i not in interpreted]
-
-
-RUN_MODULES = frozenset({"test_accuracy", "test_agreement", "test_bitwise", "test_compiled", "test_contract",
-                         "test_fusion", "test_gradients", "test_invariance", "test_large", "test_masks",
-                         "test_served", "test_replay"})
-"""The test modules a run that certifies or replays a kernel collects: those with a test marked
-``normcert_family`` (``test_tiers`` checks the list), and the replay test.  The others certify the
-suite itself and may import the test extra's packages (jsonschema, selenium), which a user who
-installed normcert alone does not have: collected, they would fail the user's run."""
-
-
-def pytest_ignore_collect(collection_path, config):
-    """In a run that certifies or replays a kernel, every module of normcert's tests outside
-    ``RUN_MODULES``, and the meta-tests' folder, is not collected (None: pytest decides)."""
-    if not (_plugged(config) or config.getoption("--normcert-replay")):
-        return None
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.abspath(str(collection_path))
-    if path == os.path.join(here, "meta"):
-        return True
-    if os.path.dirname(path) == here and os.path.basename(path).startswith("test_") and path.endswith(".py"):
-        return os.path.basename(path)[:-3] not in RUN_MODULES or None
-    return None
 
 
 def _plugged(config) -> bool:
@@ -473,7 +473,7 @@ class Suite:
             name = item.module.__name__
             if not name.startswith(_PACKAGE + "."):
                 return True
-            if (name == _PACKAGE + ".suite.test_replay") != replaying:
+            if (name == SUITE + ".test_replay") != replaying:
                 return False
             if not in_scope(item):
                 return False

@@ -199,10 +199,22 @@ def test_bad_module_or_profile_is_a_usage_error(tmp_path, args, says):
     (tmp_path / "bad.npz").write_text("not an archive")
     (tmp_path / "folder").mkdir()
     (tmp_path / "boom.py").write_text("raise SystemExit('no')\n")
-    r = _run(["-m", "pytest", "-p", "no:xdist", "--pyargs", "normcert.properties", *args], tmp_path)
+    r = _run(["-m", "pytest", "-p", "no:xdist", "--pyargs", "normcert.properties.suite", *args], tmp_path)
     assert r.returncode == 4, r.stdout[-2000:] + r.stderr[-2000:]
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and says in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("where", [["--pyargs", "normcert.properties"], ["--pyargs", "normcert.properties.tests"],
+                                   ["--pyargs", "normcert.properties.suite", "--pyargs", "normcert.properties.tests"]])
+def test_a_kernel_is_certified_by_the_suite_alone(tmp_path, where):
+    """A run that plugs a kernel in collects the suite's folder and nothing else: naming the whole
+    package, or normcert's own tests beside the suite, is a one-line usage error naming the suite."""
+    r = _run(["-m", "pytest", "-p", "no:xdist", *where, "--normcert-impl", "rms_norm=normcert.impls.eager:rms_norm"],
+             tmp_path)
+    assert r.returncode == 4, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "give --pyargs normcert.properties.suite" in lines[0], r.stderr
 
 
 @pytest.mark.normcert_heavy  # an end-to-end run of the command in fresh processes: the heavy tier

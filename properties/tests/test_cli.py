@@ -85,7 +85,7 @@ def test_plugin_is_inert_in_other_runs(tmp_path):
         assert seen[0].split()[3] == "None"
     misused = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "--normcert-impl", "rms_norm=m:f"], tmp_path)
     assert misused.returncode == 4
-    assert "--pyargs normcert.properties" in misused.stderr
+    assert "--pyargs normcert.properties.suite" in misused.stderr
 
 
 def test_schema_prints_the_certificate_schema(tmp_path):

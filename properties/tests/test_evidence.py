@@ -85,7 +85,7 @@ def test_a_run_that_checks_nothing_is_not_certified(tmp_path, option):
 def test_plain_pytest_with_a_selection_is_not_certified(tmp_path):
     """The same rule in a plain pytest run (the plugin's own end of run): -k leaves accuracy undone."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_")) and k != "CI"}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "--pyargs", "normcert.properties",
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "--pyargs", "normcert.properties.suite",
                         "--normcert-impl", GOOD, "--hypothesis-profile", "dev", "--normcert-dtype", "float32",
                         "--normcert-property", "accuracy,contract", "-k", "contract", "--normcert-certificate",
                         "c.json"],

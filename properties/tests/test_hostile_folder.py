@@ -5,7 +5,7 @@ reports could reach the run: a ``*.dist-info`` with a ``[pytest11]`` entry point
 whose ``addopts`` loads it, ``PYTEST_PLUGINS``, a ``conftest.py`` that sets the session's exit
 status to 0, an empty ``normcert/`` folder that would shadow the package, and links at the
 certificate's temporary name and at the replay file's name.  ``normcert certify`` and plain
-``pytest --pyargs normcert.properties`` both say "not certified" and exit 1, and nothing is
+``pytest --pyargs normcert.properties.suite`` both say "not certified" and exit 1, and nothing is
 written through a link.
 """
 from __future__ import annotations
@@ -94,7 +94,7 @@ def test_normcert_certify_judges_the_rows_whatever_the_folder_holds(tmp_path):
 
 def test_plain_pytest_gives_the_same_verdict_from_that_folder(tmp_path):
     victim = _folder(tmp_path)
-    r = _run(["-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "normcert.properties",
+    r = _run(["-m", "pytest", "-p", "no:cacheprovider", "--pyargs", "normcert.properties.suite",
               "--normcert-impl", "rms_norm=wrongkern:rms", "--normcert-certificate", "c.json", *SCOPE], tmp_path)
     out = r.stdout + r.stderr
     assert r.returncode == 1, out[-3000:]

@@ -8,7 +8,7 @@ from a folder that holds only the user's ``mykern.py``:
 * ``python -m normcert certify rms_norm=mykern:rms --certificate c.json``
   certifies a correct kernel (exit 0) with a certificate naming normcert's own
   version and no commit of the user's folder;
-* ``pytest --pyargs normcert.properties --impl rms_norm=mykern:bad``, with the
+* ``pytest --pyargs normcert.properties.suite --impl rms_norm=mykern:bad``, with the
   current folder not on ``sys.path`` (``python -P``), rejects a wrong one (exit 1).
 """
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_wheel_certifies_a_kernel_from_the_users_folder(tmp_path):
     outcomes = {(r["property"], r["dtype"]): r["outcome"] for r in cert["results"]}
     assert outcomes[("accuracy", "bfloat16")] == "pass" and set(outcomes.values()) <= {"pass", "warn"}
 
-    wrong = _run(["-P", "-m", "pytest", "-q", "-x", "--pyargs", "normcert.properties",
+    wrong = _run(["-P", "-m", "pytest", "-q", "-x", "--pyargs", "normcert.properties.suite",
                   "--normcert-impl", "rms_norm=mykern:bad", "--normcert-failures-dir", str(tmp_path / "failures")],
                  cwd=work, env=env)
     assert wrong.returncode == 1, wrong.stdout[-3000:] + wrong.stderr[-3000:]

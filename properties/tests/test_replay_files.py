@@ -10,7 +10,7 @@
 * a property's own draws (invariance's transform, the mask properties' fill and row) round trip
   and are checked against their kind;
 * ``normcert replay FILE`` of a planted bug's failure exits 1 with no
-  Hypothesis database, and ``pytest --pyargs normcert.properties --replay FILE``
+  Hypothesis database, and ``pytest --pyargs normcert.properties.suite --replay FILE``
   exits 0 against a correct kernel given with ``--impl``, both from any folder.
 """
 from __future__ import annotations
@@ -261,7 +261,7 @@ def test_replay_command_reproduces_without_hypothesis_database(tmp_path):
     bad = _run("-m", "normcert", "replay", path, storage=empty, cwd=elsewhere)
     assert bad.returncode == 1, bad.stdout[-2000:] + bad.stderr[-2000:]
     assert "accuracy still fails for rms_norm:normcert.properties.tests.meta.planted:rms_eps_outside_sqrt" in bad.stdout
-    good = _run("-m", "pytest", "-q", "-p", "no:xdist", "--pyargs", "normcert.properties", "--normcert-replay", path,
+    good = _run("-m", "pytest", "-q", "-p", "no:xdist", "--pyargs", "normcert.properties.suite", "--normcert-replay", path,
                 "--normcert-impl", "rms_norm=normcert.impls.eager:rms_norm", storage=empty, cwd=elsewhere)
     assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
     assert not any(empty.rglob("*")), "replay must not read or write a Hypothesis database"

@@ -3,11 +3,8 @@ tier together certify every registry kernel, neither twice; on CPU the interpret
 are the heavy tier's, on a GPU every kernel is the quick tier's."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from ... import impls
 from ...impls import registry
-from ..run import plugin
 from ..run.plugin import tiered
 
 
@@ -28,10 +25,3 @@ def test_without_triton_the_registry_leaves_the_triton_kernels_out_and_keeps_the
     assert {i.id for i in without} == {i.id for i in every if i.backend != "triton"}
     assert any(i.backend == "triton" for i in every) and not any(i.backend == "triton" for i in without)
 
-
-def test_a_certify_run_collects_exactly_the_family_modules_and_the_replay_test():
-    """``plugin.RUN_MODULES`` is the set of modules with a test marked normcert_family (read from
-    the sources), and test_replay: a certify run collects no module that certifies the suite."""
-    here = Path(plugin.__file__).parent.parent / "suite"
-    marked = {p.stem for p in here.glob("test_*.py") if "@pytest.mark." + "normcert_family(" in p.read_text()}
-    assert plugin.RUN_MODULES == marked | {"test_replay"}
