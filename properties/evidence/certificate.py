@@ -51,6 +51,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 from collections import Counter
 
 import pytest
@@ -122,10 +123,25 @@ def unexpected_passes(results: list[dict]) -> list[str]:
     return bad
 
 
-def environment(session, config) -> dict:
+def versions() -> dict:
+    """The versions a certificate's environment and a replay file record."""
+    import hypothesis  # noqa: PLC0415 - this module imports no torch: usage errors come fast
+    import numpy as np  # noqa: PLC0415
     import torch  # noqa: PLC0415
 
-    from .replay import versions  # noqa: PLC0415
+    out = {"python": platform.python_version(), "torch": torch.__version__, "hypothesis": hypothesis.__version__,
+           "numpy": np.__version__}
+    try:
+        import triton  # noqa: PLC0415
+
+        out["triton"] = triton.__version__
+    except ImportError:
+        out["triton"] = None
+    return out
+
+
+def environment(session, config) -> dict:
+    import torch  # noqa: PLC0415
 
     device = session.device
     cuda = device == "cuda" and torch.cuda.is_available()

@@ -19,12 +19,10 @@ from __future__ import annotations
 import io
 import json
 import os
-import platform
 import re
 import shlex
 import zipfile
 
-import hypothesis
 import numpy as np
 import torch
 
@@ -36,7 +34,7 @@ from .. import families
 from ..families import CASE_CHECKS
 
 from ..search.case import MAX_ELEMENTS, Case, extent
-from .certificate import finite_json
+from .certificate import finite_json, versions
 from .files import UnsafePath, write_atomic
 
 FORMAT = "normcert-replay/1"
@@ -46,18 +44,6 @@ _OTHER_NAMES = {d: k for k, d in _OTHER.items()}
 
 class ReplayError(ValueError):
     """A replay file that cannot be used; the message names the file and the problem."""
-
-
-def versions() -> dict:
-    out = {"python": platform.python_version(), "torch": torch.__version__, "hypothesis": hypothesis.__version__,
-           "numpy": np.__version__}
-    try:
-        import triton  # noqa: PLC0415
-
-        out["triton"] = triton.__version__
-    except ImportError:
-        out["triton"] = None
-    return out
 
 
 def _span(t: torch.Tensor):
