@@ -55,7 +55,8 @@ from normcert.properties.search.case import valid_positions
 from normcert.properties.families.gradients import case_cotangents, fresh_leaves
 from normcert.properties.search.fitting import fit
 from normcert.properties.harness.measure import oracle_assessments
-from normcert.properties.search.strategies import near_constant_buckets, round_up_row
+from normcert.properties.search.buckets import near_constant_buckets
+from normcert.properties.search.strategies import round_up_row
 
 import plots  # beside this script
 

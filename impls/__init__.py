@@ -23,7 +23,8 @@ import torch
 from ..oracle import OPS
 
 from ..properties.declared import conventions
-from ..properties.declared.domain import Domain, DomainError, check_contract, check_flags, check_size, parse
+from ..properties.declared.domain import (MANY_ROWS, Domain, DomainError, check_contract, check_flags, check_size,
+                                          parse)
 
 BACKENDS = ("eager", "compiled", "custom-op", "triton", "case-study", "plugin")
 MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "custom_op", "triton_norms", "triton_gated_norm",
@@ -54,8 +55,6 @@ class Impl:
         """The domain is read again as normcert's own (``domain.parse`` of its fields), whoever built
         the record (an entry point may build one directly; ``dataclasses.replace``, as ``--domain``
         does, passes here too), and its largest fitted case fits (``domain.check_size``)."""
-        from ..properties.search.strategies import MANY_ROWS  # noqa: PLC0415 - the largest case fitting widens
-
         where = f"{self.name!r}: domain"
         if type(self.domain) is not Domain:
             raise UsageError(f"{where}: a {type(self.domain).__name__} object is not accepted (normcert reads a "

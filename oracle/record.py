@@ -180,7 +180,7 @@ class Op:
                  1: any length
     centred:     it subtracts its group's mean (a row; batch_norm's: a channel over positions), so
                  offset, near-constant groups are where it breaks (the mean cancels): the accuracy and
-                 gradient families schedule them on every run (``strategies.near_constant_buckets``)
+                 gradient families schedule them on every run (``buckets.near_constant_buckets``)
     """
 
     name: str

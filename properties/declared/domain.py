@@ -75,11 +75,16 @@ from ...oracle import OPS
 from ...oracle.dynamic_quant import NAN_POLICIES, SCALE_FLOORS, TAILS
 from ...oracle.formats import DTYPE_NAMES
 
+MANY_ROWS = 65537
+"""The most rows a drawn case has: the search's "many" bucket, past 2**16 rows (grid and block-count
+limits, apex#411; ``properties.search.buckets``).  Declared here, below the search,
+because the registry's record checks a domain's largest fitted case against it (``check_size``)."""
+
 MAX_FITTED_ELEMENTS = 1 << 27
 """The most elements the main tensor of a fitted case may hold: 512 MiB in float32, 1 GiB as the
 oracle's float64 copy, of which a case holds a few (inputs, outputs, gradients) per xdist worker.
 Fitting grows a case only by widening its rows, so the largest fitted case is the one with the most
-rows, the "many" bucket (``strategies.MANY_ROWS`` = 65537 rows), each row widened to the
+rows, the "many" bucket (``MANY_ROWS`` = 65537 rows), each row widened to the
 narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to 2047 fits (2046 for a
 [gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
 

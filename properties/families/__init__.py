@@ -3,13 +3,15 @@
 ``FAMILIES`` is the one list: its order is the certificate's (a verdict names a
 kernel's first failure in this order), and the pytest tests, ``--replay``, the
 meta-tests and the certificate all read it.  A family holds its check and its
-strategy (``checks``: one module per family or pair):
+strategy, from this package's modules (one per family or pair: ``accuracy``, ``gradients``, ...;
+``gradcheck`` and ``graphed`` serve the gradients and served families):
 
     check(session, impl, case, worst)    checks one case, raises PropertyFailure
     cases(op, dtype, device, bucket=None) the Hypothesis strategy of cases it checks
-                                          (with a ``strategies.Bucket``: of that shape)
+                                          (with a ``buckets.Bucket``: of that shape)
 
-and its one test names it with the ``normcert_family`` mark (``plugin``).
+and its one test, in ``properties.suite``, names it with the ``normcert_family`` mark (``run.plugin``).
+The layer imports ``properties.harness``, ``properties.search`` and below; nothing above.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from ...oracle.formats import DTYPE_NAMES
 from ...oracle.validate import finite_number
 
 from . import accuracy, agreement, bitwise, compiled, contract, fusion, gradients, invariance, large, masks, served
-from ..search.strategies import BUCKETS, LARGE, REFILLS, transforms
+from ..search.buckets import BUCKETS, LARGE
+from ..search.strategies import REFILLS, transforms
 
 # the call past 2**20 elements is accuracy's alone (its cost); the near-constant groups accuracy's and gradients'
 SHAPES = tuple(b for b in BUCKETS if b not in ("million", "near_constant"))
@@ -88,7 +91,7 @@ class Family:
     applies: the ops it has a claim about; bitwise: a bitwise claim, failing the run only
     under --bitwise (else a warning); core: a case study must run it to count as checked;
     backward: it checks a kernel's backward (``runner.forward_only``: a forward-only kernel
-    is not certified by it); buckets: the scheduled shapes (``strategies.BUCKETS``) it checks
+    is not certified by it); buckets: the scheduled shapes (``buckets.BUCKETS``) it checks
     on every (kernel, dtype) besides its random search; profile: the family runs only under
     this profile (``--profile large``: on a GPU) and checks its buckets alone, no random search;
     params: its own draws beside the op's arguments (``Param``), which a replay file must carry;

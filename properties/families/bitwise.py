@@ -23,7 +23,8 @@ from ..search.fitting import fit
 from ..harness.measure import PropertyFailure
 from ..harness.probes import runs_interpreted
 from ..harness.sandbox import invoke
-from ..search.strategies import cases, integer
+from ..search.buckets import integer
+from ..search.strategies import cases
 
 
 BATCH_SIZES = (1, 2, 3, 300, 4100)

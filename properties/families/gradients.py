@@ -22,7 +22,8 @@ from ...oracle import assessment, formats
 
 from ..harness.measure import record_assessment
 from ..harness.sandbox import ContractViolation, invoke, kernel_code
-from ..search.strategies import cases, cotangents, integer
+from ..search.buckets import integer
+from ..search.strategies import cases, cotangents
 
 
 @st.composite

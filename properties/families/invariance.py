@@ -19,7 +19,8 @@ from ...oracle.formats import fmt, to_float64
 from ..search.case import valid_positions
 from ..harness.measure import check_pair
 from ..harness.sandbox import invoke
-from ..search.strategies import cases, choice, scales, transforms
+from ..search.buckets import choice
+from ..search.strategies import cases, scales, transforms
 
 
 @st.composite

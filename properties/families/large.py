@@ -5,9 +5,9 @@
     far    2 rows whose row stride is 2^31 + 128 elements: the second row starts past 2^31
            (FlashInfer#3005)
 
-Every row-wise op; each (kernel, dtype) runs both cases once (``strategies.large_buckets``),
+Every row-wise op; each (kernel, dtype) runs both cases once (``buckets.large_buckets``),
 no random search.  The kernel runs on the whole tensor and the oracle checks the rows that
-matter (``strategies.large_rows_checked``: every row from the last one that starts below
+matter (``buckets.large_rows_checked``: every row from the last one that starts below
 element 2^31, the first row, and 16 random rows below).  The op is row-wise -- output row r
 is the op of input row r alone -- so the claim on those rows is the accuracy family's, bound
 for bound.  Values: standard normal, made on the device (``strategies.device_normal``).
@@ -35,17 +35,17 @@ from ...oracle import OPS
 from ..search.case import MAX_ELEMENTS, Case, extent
 from ..harness.measure import PropertyFailure, check_against_oracle
 from ..harness.sandbox import invoke
-from ..search.strategies import (INT32_LIMIT, device_normal, eps, integer, large_rows_checked, large_storage,
-                                 large_stride)
+from ..search.buckets import INT32_LIMIT, integer, large_rows_checked, large_storage, large_stride
+from ..search.strategies import device_normal, eps
 
 
 @st.composite
 def large_cases(draw, op, dtype, device, bucket=None, limit=INT32_LIMIT):
-    """The case of one of ``strategies.large_buckets(rec, spin, limit)``: row tensors from
+    """The case of one of ``buckets.large_buckets(rec, spin, limit)``: row tensors from
     ``device_normal`` with the bucket's ``large_stride``, the other arguments
     the op record's ``sample`` at that width, eps drawn."""
     if bucket is None:
-        raise ValueError(f"large_cases({op!r}): bucket must be one of strategies.large_buckets (no random search)")
+        raise ValueError(f"large_cases({op!r}): bucket must be one of buckets.large_buckets (no random search)")
     rec = OPS[op]
     seed = draw(integer(0, 2 ** 31 - 1, bucket, "seed"))
     rows, x_width = bucket.shape(rec)

@@ -22,7 +22,8 @@ from ...oracle.formats import fmt, to_float64
 from ..search.case import valid_positions
 from ..harness.measure import check_pair
 from ..harness.sandbox import invoke
-from ..search.strategies import REFILLS, cases, choice, integer, layout_tensor
+from ..search.buckets import choice, integer
+from ..search.strategies import REFILLS, cases, layout_tensor
 
 
 def _fill(values, rows, kind, rng, f):

@@ -50,7 +50,7 @@ from ..search.modes import AS_TESTED
 from ..harness.probes import accepts_weightless, first_call, has_backward, inference_convention, probe, runs_interpreted
 from ..evidence.replay import save_failure
 from ..harness.sandbox import ContractViolation, KernelHung, NotSupported, first_line, invoke, kernel_code
-from ..search.strategies import buckets, large_buckets
+from ..search.buckets import buckets, large_buckets
 
 
 @dataclass
@@ -204,7 +204,7 @@ class Coverage:
 
 
 def scheduled(session, family, impl, dtype) -> tuple:
-    """The family's buckets (``strategies.buckets``) for this kernel and dtype, spun by the run's seed.
+    """The family's buckets (``buckets.buckets``) for this kernel and dtype, spun by the run's seed.
     The "million" bucket (one call past 2**20 elements) is scheduled in one dtype of the kernel's
     domain per run, rotating with the seed: a call that size costs seconds under Triton's interpreter."""
     if not family.buckets or not family.applies(oracle.OPS[impl.op]) or not impl.domain.admits_dtype(DTYPE_NAMES[dtype]):

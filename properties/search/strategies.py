@@ -28,20 +28,10 @@ Profiles (``x`` and friends):
 Hostile rows (optional): a few rows replaced by zeros, a constant, near-max
 values, or rows holding NaN / +inf / -inf.
 
-Buckets (``buckets``): shapes drawn on purpose, not by luck -- one long row,
-odd widths just past block boundaries (contiguous, and with a row stride larger
-than the width), many rows at a small width.  A family lists the buckets it covers
-(``families.Family.buckets``); each is one scheduled case per (kernel, family,
-dtype), run after the random search.  Hypothesis tries the simplest case of a
-strategy first, so with a bucket every other choice (profile, layout, eps,
-value seed, ...) is *spun*: its list is rotated by an amount derived from the
-run's seed (``choice``, ``integer``), so that the first case differs per seed
-and a failure still shrinks.  A centred op (``Op.centred``) also gets the near-constant
-buckets (``near_constant_buckets``): offset rows whose mean cancels, at four bucket widths.
+Buckets, the shapes drawn on purpose, are ``buckets``'s.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -56,6 +46,7 @@ from ...oracle.formats import compute_format, fmt
 from ...oracle.kinds import KINDS
 from ...oracle.validate import stream_dtypes
 
+from .buckets import HEAD_DIMS, NEAR_CONSTANT_EPS, NEAR_CONSTANT_SUBLAYER, QK_HEADS, Bucket, choice, integer
 from .case import Case
 
 PROFILES = ("normal", "lattice", "offset", "constant", "zeros", "near_max", "subnormal", "wide")
@@ -71,128 +62,6 @@ PRIMES = (2, 3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 4093, 8191)
 POWERS = tuple(2 ** k for k in range(0, 15))  # up to 16384
 ODD = (96, 100, 768, 1000, 3000, 5000, 6144, 12288)
 MAX_ELEMS = 1 << 15
-
-
-# ---------------------------------------------------------------- buckets
-LONG_WIDTH = 16384  # one row: past 4096 (a single block) and 8192
-ODD_WIDTHS = (769, 3584, 5125, 4097, 8193)  # just past multiples of 256, 512, 1024, 4096, 8192
-MANY_ROWS = 65537  # past 2**16 rows: grid and block-count limits (apex#411)
-MANY_ROWS_INTERPRETED = 1025  # under Triton's interpreter every program is a Python loop iteration
-SMALL_WIDTHS = (2, 3, 4)  # 65537 rows of these: under 2**18 elements, and 2**19 for halves
-HEAD_DIMS = (64, 128, 256)  # QK-norm: Llama-4, Qwen3, OLMo2, Gemma 3 ...
-QK_HEADS = 64  # past the 32 heads a (tokens, 32) grid would cover
-QK_TOKENS = 3
-
-
-@dataclass(frozen=True)
-class Bucket:
-    """A scheduled shape: ``rows`` x ``width`` (width: the output row's length; x is twice as
-    wide for ``halves`` ops), or rows x ``heads`` x width where heads > 0; row tensors in
-    ``layout`` (None: drawn), other choices spun by ``spin``; ``note``: how it differs from the
-    bucket's nominal size."""
-
-    name: str
-    rows: int
-    width: int
-    layout: str | None = None
-    spin: int = 0
-    note: str = ""
-    heads: int = 0
-    profile: str | None = None  # the row tensors' value profile (None: drawn)
-    columns: bool = False  # the profile's groups are columns (an op that normalises over rows)
-
-    def shape(self, rec) -> tuple[int, ...]:
-        return (self.rows,) + ((self.heads,) if self.heads else ()) + (2 * self.width if rec.halves else self.width,)
-
-    @property
-    def label(self) -> str:
-        text = f"{self.name} {self.rows}x" + (f"{self.heads}x" if self.heads else "") + f"{self.width}"
-        return text + (f" ({self.note})" if self.note else "")
-
-
-BUCKETS = ("long", "odd", "strided", "many", "qk", "million", "near_constant")
-MILLION = 1 << 20  # elements: "million" is one call past it (on CPU; --profile large goes past 2**31 on a GPU)
-MILLION_WIDTH = 4096  # its rows' x-width: 257 rows, 257 programs under Triton's interpreter
-MILLION_MIN_WIDTH = 1024  # ops capped below this (deep_norm's n x n sublayer) would need too many rows
-
-
-def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
-    """The scheduled shapes for op record ``rec`` under a run's ``spin``:
-
-    long     1 row of LONG_WIDTH (one row, longer than any single block)
-    odd      3 rows of one of ODD_WIDTHS, layout drawn
-    strided  3 rows of another of ODD_WIDTHS, row stride > width (the "sliced" layout)
-    many     MANY_ROWS rows of a small width
-    qk       (headwise ops) QK_TOKENS x QK_HEADS x one of HEAD_DIMS, the k part of a fused QKV
-             projection (layout "fused_qkv"): QK-norm as models call it
-    million  MILLION // w + 1 rows of x-width w = MILLION_WIDTH: one call past 2**20 elements (ops
-             whose max_width allows at least MILLION_MIN_WIDTH)
-
-    Widths are capped at the op's ``max_width``; with ``interpreted`` (a kernel that runs
-    under Triton's interpreter) "many" has MANY_ROWS_INTERPRETED rows."""
-    cap = rec.max_width // 2 if rec.halves else rec.max_width
-
-    def make(name, rows, width, layout=None, note="", heads=0):
-        if width > cap:
-            width, note = cap, f"width capped at the op's {cap}"
-        wider = _whole_groups(rec, width)
-        if wider != width:
-            if name == "many":  # as many elements, fewer rows
-                rows = max(2, rows * width // wider)
-            rounded = f"width rounded up to a multiple of {rec.width_multiple}"
-            width, note = wider, ", ".join(filter(None, (note, rounded)))
-        return Bucket(name, rows, width, layout, _mix(spin, name), note, heads)
-
-    odd = _mix(spin, "odd") % len(ODD_WIDTHS)
-    many = (MANY_ROWS_INTERPRETED, f"scaled from {MANY_ROWS} rows: Triton's interpreter") if interpreted \
-        else (MANY_ROWS, "")
-    qk = (make("qk", QK_TOKENS, HEAD_DIMS[_mix(spin, "qk") % len(HEAD_DIMS)], "fused_qkv", heads=QK_HEADS),) \
-        if rec.headwise else ()
-    return (make("long", 1, LONG_WIDTH),
-            make("odd", 3, ODD_WIDTHS[odd]),
-            make("strided", 3, ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], layout="sliced"),
-            make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1])) + qk \
-        + _million(rec, spin) + near_constant_buckets(rec, spin)
-
-
-def _whole_groups(rec, width: int) -> int:
-    """width rounded up to a multiple of the op's width_multiple: a per-group op's groups divide every row."""
-    return -(-width // rec.width_multiple) * rec.width_multiple
-
-
-NEAR_CONSTANT_ELEMS = 1 << 15  # elements per near-constant bucket: groups = this // width, clamped to ...
-NEAR_CONSTANT_GROUPS = (4, 64)  # ... these: many rows, as one kind in three is a constant row
-NEAR_CONSTANT_EPS = (1e-12, 1e-10, 1e-8, 1e-6, 1e-5)  # small: eps does not hide a cancelled variance
-NEAR_CONSTANT_SUBLAYER = 2.0 ** -24  # deep_norm's sublayer, scaled so z = alpha x + A x + c stays near-constant
-
-
-def near_constant_buckets(rec, spin: int) -> tuple[Bucket, ...]:
-    """For a centred op (``Op.centred``), groups of profile "near_constant" at four widths of the
-    shape buckets: LONG_WIDTH, the odd width, the small width of "many", and MILLION_WIDTH (a power
-    of two: one block); eps from NEAR_CONSTANT_EPS.  (Not the strided layout: layouts are the shape
-    buckets' question, and the near-constant ones are the suite's costliest per element.)  About
-    NEAR_CONSTANT_ELEMS elements each: NEAR_CONSTANT_ELEMS // width groups, within NEAR_CONSTANT_GROUPS.
-    A group is a row, or for an op that is not rowwise (batch_norm normalises a channel over
-    positions) a column: the bucket is then width positions x that many channels.  Widths are
-    capped at the op's ``max_width`` (a row's length; positions are not capped)."""
-    if not rec.centred:
-        return ()
-    cap = rec.max_width // 2 if rec.halves else rec.max_width
-    odd = _mix(spin, "odd") % len(ODD_WIDTHS)
-    widths = (("long", LONG_WIDTH), ("odd", ODD_WIDTHS[odd]),
-              ("many", SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)]), ("million", MILLION_WIDTH))
-    out = []
-    for width_of, width in widths:
-        note = f"{width_of} width"
-        if rec.rowwise and width > cap:
-            width, note = cap, f"{width_of} width capped at the op's {cap}"
-        if _whole_groups(rec, width) != width:
-            width, note = _whole_groups(rec, width), f"{note}, rounded up to a multiple of {rec.width_multiple}"
-        groups = min(max(NEAR_CONSTANT_ELEMS // width, NEAR_CONSTANT_GROUPS[0]), NEAR_CONSTANT_GROUPS[1])
-        rows, cols = (groups, width) if rec.rowwise else (width, groups)
-        out.append(Bucket("near_constant", rows, cols, None, _mix(spin, "near_constant " + width_of), note,
-                          profile="near_constant", columns=not rec.rowwise))
-    return tuple(out)
 
 
 def round_up_row(n: int, dtype: torch.dtype, power: int) -> torch.Tensor:
@@ -223,50 +92,6 @@ def round_up_row(n: int, dtype: torch.dtype, power: int) -> torch.Tensor:
     return row.to(dtype)
 
 
-def _million(rec, spin: int) -> tuple[Bucket, ...]:
-    x_width = min(MILLION_WIDTH, rec.max_width)
-    if x_width < MILLION_MIN_WIDTH:
-        return ()
-    rows = MILLION // x_width + 1
-    return (Bucket("million", rows, x_width // 2 if rec.halves else x_width, "contiguous", _mix(spin, "million"),
-                   f"{rows * x_width} elements"),)
-
-
-# ---------------------------------------------------------------- large (--profile large, a GPU)
-INT32_LIMIT = 2 ** 31  # elements: past it, an offset row * stride held in int32 wraps (FlashInfer#3005)
-LARGE_WIDTH = 4096
-LARGE_ROWS_PAST = 64  # rows of "huge" that start past the limit
-FAR_STRIDE_PAST = 128  # "far": the second row starts this many elements past the limit
-LARGE_SAMPLE = 16  # random rows checked below the limit
-LARGE = ("huge", "far")
-
-
-def large_buckets(rec, spin: int, limit: int = INT32_LIMIT) -> tuple[Bucket, ...]:
-    """The shapes of ``--profile large`` for op record ``rec`` (``limit``: the element count they
-    cross; a meta-test passes a small one to check the same logic on the CPU):
-
-    huge  limit // w + LARGE_ROWS_PAST rows of x-width w (LARGE_WIDTH, capped at the op's
-          max_width; x is twice as wide for halves ops): more than ``limit`` elements
-    far   2 rows of width w, row stride limit + FAR_STRIDE_PAST elements (the "far" layout)"""
-    cap = rec.max_width // 2 if rec.halves else rec.max_width
-    width = min(LARGE_WIDTH, cap)
-    x_width = 2 * width if rec.halves else width
-    rows = limit // x_width + LARGE_ROWS_PAST
-    return (Bucket("huge", rows, width, "contiguous", _mix(spin, "huge"), f"{rows * x_width} elements"),
-            Bucket("far", 2, width, "far", _mix(spin, "far"), f"row stride {limit + FAR_STRIDE_PAST}"))
-
-
-def large_stride(rec, bucket: Bucket, limit: int = INT32_LIMIT) -> int:
-    """The row stride, in elements, of a row tensor of ``bucket``'s case."""
-    return limit + FAR_STRIDE_PAST if bucket.layout == "far" else bucket.shape(rec)[1]
-
-
-def large_storage(rec, bucket: Bucket, limit: int = INT32_LIMIT) -> int:
-    """Elements of the storage behind one row tensor of ``bucket``'s case."""
-    rows, x_width = bucket.shape(rec)
-    return (rows - 1) * large_stride(rec, bucket, limit) + x_width
-
-
 def device_normal(shape: tuple[int, int], dtype, device, seed: int, stride: int | None = None,
                   chunk: int = 1 << 26) -> torch.Tensor:
     """Standard normal values rounded (nearest even) to ``dtype``, made on ``device`` a chunk at a
@@ -286,38 +111,6 @@ def device_normal(shape: tuple[int, int], dtype, device, seed: int, stride: int 
         for r in range(rows):
             view[r] = torch.randn(width, generator=gen, dtype=wide, device=device).to(dtype)
     return view
-
-
-def large_rows_checked(rows: int, stride: int, limit: int, seed: int) -> list[int]:
-    """The rows of a large case the oracle checks: every row from the last one that starts below
-    element ``limit`` on (past the limit, int32 offsets wrap), the first row, and LARGE_SAMPLE
-    rows drawn below the limit (``stride``: the row stride in elements)."""
-    start = max(0, min(rows, -(-limit // stride)) - 1)
-    below = np.random.default_rng(seed).integers(0, max(start, 1), LARGE_SAMPLE)
-    return sorted({0, *range(start, rows), *(int(r) for r in below if r < rows)})
-
-
-def _mix(spin: int, salt: str) -> int:
-    return int.from_bytes(hashlib.sha256(f"{spin}:{salt}".encode()).digest()[:8], "little")
-
-
-def choice(xs, bucket: Bucket | None = None, salt: str = ""):
-    """``sampled_from(xs)``; under a bucket, xs rotated by the bucket's spin (salted per choice),
-    so that the example Hypothesis tries first -- the first element -- differs per seed."""
-    xs = tuple(xs)
-    if bucket is None:
-        return st.sampled_from(xs)
-    k = _mix(bucket.spin, salt) % len(xs)
-    return st.sampled_from(xs[k:] + xs[:k])
-
-
-def integer(lo: int, hi: int, bucket: Bucket | None = None, salt: str = ""):
-    """``integers(lo, hi)``; under a bucket, shrinking towards a spun value instead of lo (or 0)."""
-    if bucket is None:
-        return st.integers(lo, hi)
-    span = hi - lo + 1
-    k = _mix(bucket.spin, salt) % span
-    return st.integers(0, span - 1).map(lambda i: lo + (i + k) % span)
 
 
 def row_lengths(max_n=16384):

@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from ... import impls, oracle
 from .. import suite
 from ..families import BY_NAME, FAMILIES
-from ..search.strategies import BUCKETS, HEAD_DIMS, LARGE, buckets, cases, near_constant_buckets
+from ..search.buckets import BUCKETS, HEAD_DIMS, LARGE, buckets, near_constant_buckets
+from ..search.strategies import cases
 
 
 @pytest.mark.parametrize("op", list(oracle.OPS))

@@ -5,7 +5,7 @@ planted kernel carries its verdict next to its code:
 
     @bug(op, *families)             a bug: at least one of ``families`` rejects it
                                     (``test_meta``: on the run's seed, in the first dtype that shows it)
-    @bucket_bug(op, *families)      right except on a scheduled shape (``strategies.buckets``):
+    @bucket_bug(op, *families)      right except on a scheduled shape (``buckets.buckets``):
                                     each of ``families`` kills it on every seed
     @batch_size_bug(op, *families)  a row's bits change with the batch size: each of ``families``
                                     kills it on every seed under --bitwise

@@ -34,7 +34,7 @@ from ...harness.measure import PropertyFailure, Worst
 from ...run.outcomes import certify_large
 from ...search.case import MAX_ELEMENTS
 from ...harness.session import Session
-from ...search.strategies import FAR_STRIDE_PAST, LARGE_WIDTH, large_buckets
+from ...search.buckets import FAR_STRIDE_PAST, LARGE_WIDTH, large_buckets
 
 from . import planted
 from .expect import catalogue
