@@ -3,8 +3,11 @@
 One import name; the repository's top-level folders are its subpackages:
 
     normcert.oracle      <- oracle/      exact semantics and the error model
-    normcert.impls       <- impls/       the registry of implementations under test
-    normcert.properties  <- properties/  the property tests, the pytest plugin, certificates
+    normcert.impls       <- impls/       the registry and the kernels under test
+    normcert.properties  <- properties/  the suite in layers: what a kernel declares, the search, the
+                                         harness, the families, the evidence, the run, the
+                                         presentation, the suite a certify run collects, and
+                                         normcert's own tests (its docstring draws them)
 
 ``normcert.cli`` is the ``normcert`` command (also ``python -m normcert``).
 """
