@@ -303,8 +303,17 @@ def _with_domain(plugins: list, declared) -> list:
     return list(out.values())
 
 
-REPLAYABLE = ("normcert.properties.tests.meta.planted", "normcert.properties.tests.meta.planted_triton")
-"""Modules outside the registry whose kernels a replay file may name by itself: the planted bugs."""
+PLANTED = "normcert.properties.tests.meta.planted"
+PLANTED_MODULES = ("rms_norms", "shapes", "gated_norm", "norm_quant", "fp4", "activation_quant", "layer_norms",
+                   "batch_norm", "activations", "conventions")
+"""The planted package's modules (``properties/tests/meta/planted/``), named here rather than found by
+importing it, since this module imports no kernel at the top (``test_expect`` checks the names)."""
+
+REPLAYABLE = (PLANTED, *(f"{PLANTED}.{name}" for name in PLANTED_MODULES),
+              "normcert.properties.tests.meta.planted_triton")
+"""Modules outside the registry whose kernels a replay file may name by itself: the planted bugs, by the
+package (which re-exports every one) or by the module that defines it (a kernel's own ``__module__``,
+the target ``impls.make`` gives it by default)."""
 
 
 def _spec(impl) -> str:
