@@ -12,7 +12,7 @@ certify`` takes the short forms):
     --normcert-agree OP=MODULE:ATTR  certify these too, each op's kernels giving the same bits
                                      as its first (repeatable: two or more per op)
     --normcert-domain SPEC           their declared domain (``properties.declared.domain``), replacing a normcert_domain attribute
-    --normcert-compile               check them as a compiled model calls them too (``checks.compiled``)
+    --normcert-compile               check them as a compiled model calls them too (``families.compiled``)
     --normcert-tier quick|heavy|all   quick (default) leaves the heavy tier out: on CPU the registry's Triton kernels and the normcert_heavy meta-tests
     --normcert-device cpu|cuda       default: cuda when available
     --normcert-seed N                global seed; each test's Hypothesis seed derives from it
@@ -316,6 +316,11 @@ package (which re-exports every one) or by the module that defines it (a kernel'
 the target ``impls.make`` gives it by default)."""
 
 
+RENAMED = {"normcert.properties.meta.planted": PLANTED,
+           "normcert.properties.meta.planted_triton": "normcert.properties.tests.meta.planted_triton"}
+"""The planted modules' names before the house move (issue 44), as a replay file written then names them."""
+
+
 def _spec(impl) -> str:
     """How a kernel is named on the command line and in a replay file: OP=MODULE:ATTR."""
     return f"{impl.op}={impl.target}"
@@ -342,7 +347,8 @@ def _replay_target(path: str, meta: dict, registry, plugins):
 
 def _trusted(path: str, named: str, op_name: str, registry, plugged):
     """The kernel a replay file names as ``named``: the first of ``plugged``, else a registry
-    entry or a planted kernel of that name; else a usage error saying how to trust it."""
+    entry or a planted kernel of that name (a planted module's name from before the house move read as
+    its own, ``RENAMED``); else a usage error saying how to trust it."""
     from ... import impls  # noqa: PLC0415
 
     if plugged:
@@ -352,6 +358,9 @@ def _trusted(path: str, named: str, op_name: str, registry, plugged):
         return known[0]
     op, _, target = named.partition("=")
     module, _, attr = target.partition(":")
+    if module in RENAMED:
+        module, target = RENAMED[module], f"{RENAMED[module]}:{attr}"
+        named = f"{op}={target}"
     if op != op_name or module not in REPLAYABLE or not attr.partition("@")[0].isidentifier():
         raise pytest.UsageError(f"{flag('replay')} {path}: the file names the kernel {named!r}, which is not in "
                                 f"normcert's registry; if you trust it, pass {flag('impl')} {named}")

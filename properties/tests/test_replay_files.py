@@ -265,3 +265,20 @@ def test_replay_command_reproduces_without_hypothesis_database(tmp_path):
                 "--normcert-impl", "rms_norm=normcert.impls.eager:rms_norm", storage=empty, cwd=elsewhere)
     assert good.returncode == 0, good.stdout[-2000:] + good.stderr[-2000:]
     assert not any(empty.rglob("*")), "replay must not read or write a Hypothesis database"
+
+
+@pytest.mark.parametrize("named", ["normcert.properties.meta.planted", "normcert.properties.tests.meta.planted.rms_norms"])
+def test_a_planted_kernel_s_file_replays_by_its_name_before_the_house_move(tmp_path, named):
+    """A replay file written before the house move (issue 44) names a planted kernel by its old
+    module, ``normcert.properties.meta.planted``; one written since, by the module that defines it:
+    both still replay, and fail again (exit 1), in a fresh process outside the clone."""
+    x = torch.tensor([[3.0, 4.0]], dtype=torch.float32)
+    case = Case("rms_norm", {"x": x, "weight": torch.ones(2)}, {"eps": 1e-2})
+    impl = plugin("rms_norm=normcert.properties.tests.meta.planted:rms_eps_outside_sqrt")
+    path = shlex.split(save_failure(impl, "accuracy", case, directory=str(tmp_path / "saved")))[-1]
+    _rewrite(path, _set("impl", f"rms_norm={named}:rms_eps_outside_sqrt"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = _run("-m", "normcert", "replay", path, storage=tmp_path / "storage", cwd=elsewhere)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "accuracy still fails for rms_norm:normcert.properties.tests.meta.planted" in r.stdout
