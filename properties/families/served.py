@@ -9,7 +9,7 @@ format), calls it again and checks the second result against the oracle of -x; x
 gradients of its call too, as the gradients family does, with the cotangents of the case's
 ``cot_seed``, on a kernel whose outputs carry a grad_fn (``probes.has_backward``; a forward-only
 kernel's is the gradients family's verdict).  ``cuda graph`` captures the call on a GPU and
-replays it on new values (``checks.graphed``).
+replays it on new values (``families.graphed``).
 """
 from __future__ import annotations
 

@@ -43,9 +43,9 @@ class Session:
     tuned: kernel id -> its autotuners, forced config by config (``forcing``);
     first_calls: (kernel id, dtype) -> what was wrong with the kernel's first call of that dtype in this
     process ("" if nothing: ``probes.first_call``), the support probe's call;
-    compiled: kernel id -> the kernel as ``torch.compile`` makes it (``checks.compiled``), made once;
+    compiled: kernel id -> the kernel as ``torch.compile`` makes it (``families.compiled``), made once;
     uncapturable: kernel id -> why its CUDA-graph capture failed, for its next served result's modes
-    (``checks.graphed``);
+    (``families.graphed``);
     most_failures: the most distinct failures a failing cell's search reports (``runner.MOST_FAILURES``
     in the plugin's runs; 1, the first alone, in a meta-test's own session, which asks whether a bug dies)."""
 

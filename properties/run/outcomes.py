@@ -87,7 +87,7 @@ def certify_gradcheck(session, family, impl) -> None:
 
 
 def certify_large(session, family, impl, dtype) -> None:
-    """The large family (``checks.large``) as a pytest test: opt-in (``--profile large``) and on a
+    """The large family (``families.large``) as a pytest test: opt-in (``--profile large``) and on a
     GPU; a dtype whose cases do not fit the device's free memory, or that runs out of it, is not
     certified by the family, and says so."""
     if session.profile != family.profile:

@@ -105,7 +105,7 @@ def forward_only(session, family, impl, dtype) -> Result | None:
 
 def gradcheck(session, impl) -> Result:
     """torch's gradcheck test of the kernel in float64 on the op's small sample
-    (``checks.gradcheck.finite_differences``), recorded: pass, fail (expected-fail for a case
+    (``families.gradcheck.finite_differences``), recorded: pass, fail (expected-fail for a case
     study), not-supported (NotImplementedError), or error where the check itself raised."""
     case = fit(gradcheck_case(impl.op, session.device), impl.domain)
     live, leaves = fresh_leaves(case)

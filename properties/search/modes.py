@@ -4,7 +4,7 @@ Every property family calls a kernel the one way a test does: grad mode on, no a
 buffers, torch's thread count as the run left it (``AS_TESTED``).  A server calls the same kernel
 otherwise, and each path may hold its own bug (a ``torch.is_grad_enabled()`` fast path, statistics
 rounded under autocast, a result cached by the input's address, a multi-threaded CPU loop).  The
-``served`` family (``checks.served``) calls the kernel on each of its cases under every mode that
+``served`` family (``families.served``) calls the kernel on each of its cases under every mode that
 applies (a grad-off mode and a thread mode in one call: ``calls``), and holds each call to the
 oracle under the same bound as accuracy does:
 
@@ -22,7 +22,7 @@ oracle under the same bound as accuracy does:
                     mixed result is an accuracy failure
     cuda graph      captured in a ``torch.cuda.CUDAGraph`` on the case's tensors as static buffers,
                     then replayed after -x is written into x, as vLLM and SGLang serve decode steps
-                    (``checks.graphed``): the replayed outputs are held to the oracle of -x; a
+                    (``families.graphed``): the replayed outputs are held to the oracle of -x; a
                     capture that fails gates only where the domain declares ``capturable=yes``
                     (else the result's modes say "not capturable"); "needs a GPU" elsewhere
 
@@ -67,9 +67,9 @@ class Mode:
     """name: as the certificate writes it; enter(device): the context the kernel is called in (entered
     in the kernel's own thread, around the call alone); skip(device, dtype, trains): why the mode does
     not run here ("" where it runs), ``trains``: the kernel's outputs carry a grad_fn; reuses: the mode
-    is the second call on the same storage with new values (``checks.served``), not a context;
-    backward: the gradients of the call are checked too (``checks.gradients``); graphs: the call is
-    captured in a CUDA graph and replayed (``checks.graphed``), not a context."""
+    is the second call on the same storage with new values (``families.served``), not a context;
+    backward: the gradients of the call are checked too (``families.gradients``); graphs: the call is
+    captured in a CUDA graph and replayed (``families.graphed``), not a context."""
 
     name: str
     enter: Callable[[str], contextlib.AbstractContextManager] | None

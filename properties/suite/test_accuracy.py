@@ -1,4 +1,4 @@
-"""Accuracy and extremes (``checks.accuracy``)."""
+"""Accuracy and extremes (``families.accuracy``)."""
 from __future__ import annotations
 
 import pytest

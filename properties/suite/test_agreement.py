@@ -1,4 +1,4 @@
-"""Two kernels of one op that must give the same bits, ``--agree`` (``checks.agreement``)."""
+"""Two kernels of one op that must give the same bits, ``--agree`` (``families.agreement``)."""
 from __future__ import annotations
 
 import pytest

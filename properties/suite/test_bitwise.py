@@ -1,4 +1,4 @@
-"""Bitwise reproducibility, gating only with --bitwise (``checks.bitwise``)."""
+"""Bitwise reproducibility, gating only with --bitwise (``families.bitwise``)."""
 from __future__ import annotations
 
 import pytest

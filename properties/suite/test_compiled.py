@@ -1,4 +1,4 @@
-"""The compiled family (``checks.compiled``): a torch operator's registration and compiled calls."""
+"""The compiled family (``families.compiled``): a torch operator's registration and compiled calls."""
 from __future__ import annotations
 
 import pytest

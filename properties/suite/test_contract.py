@@ -1,4 +1,4 @@
-"""The calling contract (``checks.contract``), and a kernel supports at least one dtype."""
+"""The calling contract (``families.contract``), and a kernel supports at least one dtype."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Residual fusion (``checks.fusion``)."""
+"""Residual fusion (``families.fusion``)."""
 from __future__ import annotations
 
 import pytest

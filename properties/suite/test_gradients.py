@@ -1,5 +1,5 @@
-"""Gradients against the oracle's VJP (``checks.gradients``), and torch's gradcheck in float64
-(``checks.gradcheck``)."""
+"""Gradients against the oracle's VJP (``families.gradients``), and torch's gradcheck in float64
+(``families.gradcheck``)."""
 from __future__ import annotations
 
 import pytest

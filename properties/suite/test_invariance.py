@@ -1,4 +1,4 @@
-"""Invariance under the op's symmetries (``checks.invariance``)."""
+"""Invariance under the op's symmetries (``families.invariance``)."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Large: the sizes where int32 offsets and grid limits break (``checks.large``; ``--profile large``, on a GPU)."""
+"""Large: the sizes where int32 offsets and grid limits break (``families.large``; ``--profile large``, on a GPU)."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Padding masks and row independence (``checks.masks``)."""
+"""Padding masks and row independence (``families.masks``)."""
 from __future__ import annotations
 
 import pytest

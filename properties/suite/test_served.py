@@ -1,4 +1,4 @@
-"""The served family (``checks.served``): each kernel called the ways a server calls it (``modes``)."""
+"""The served family (``families.served``): each kernel called the ways a server calls it (``modes``)."""
 from __future__ import annotations
 
 import pytest

@@ -6,7 +6,7 @@ an exception and non-finite numbers), a kernel not certified on float64, a hosti
 message, and checks that did not run.  The replay files' per-element data is measured as a run
 measures it: ``off_kernel`` checks an rms_norm output that is off at two elements against the
 oracle (``measure.check_against_oracle``), ``disagreeing`` compares two outputs as ``--agree``
-does (``checks.agreement.disagreement``).  ``expected_cells`` lists the heat map's cells and their
+does (``families.agreement.disagreement``).  ``expected_cells`` lists the heat map's cells and their
 classes, as the tests find them.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Kernels right when called eagerly and wrong as a compiled model calls them
-(``checks.compiled``); the registry's ``normcert.impls.custom_op:rms_norm`` is the correct twin.
+(``families.compiled``); the registry's ``normcert.impls.custom_op:rms_norm`` is the correct twin.
 
 Each is an rms_norm(x, weight, eps); ``test_compiled`` says what must reject each.
 """

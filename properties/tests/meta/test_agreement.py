@@ -1,4 +1,4 @@
-"""``--agree``: two kernels of one op must give the same bits (``checks.agreement``).
+"""``--agree``: two kernels of one op must give the same bits (``families.agreement``).
 
 Planted: rms_norm's eager kernel, (x rho) w rounded once, against rms_llama_order, (x rho)
 rounded to x.dtype and then times w: each is correct (certified against the oracle), the

@@ -1,4 +1,4 @@
-"""The compiled family (``checks.compiled``) has teeth: a torch operator with a wrong fake
+"""The compiled family (``families.compiled``) has teeth: a torch operator with a wrong fake
 implementation and a kernel whose traced path differs are rejected on every one of
 ``--normcert-meta-seeds`` seeds, with the check's own words, and the registry's torch-operator
 RMSNorm is certified; only a torch operator, or a kernel given ``--compile``, is checked so.

@@ -1,4 +1,4 @@
-"""The ``cuda graph`` mode (``checks.graphed``) on CPU: the steps around the recording (warm-up,
+"""The ``cuda graph`` mode (``families.graphed``) on CPU: the steps around the recording (warm-up,
 capture, -x written into the static input, replay, the check, x put back; a failed capture
 noted, or failed where ``capturable=yes`` is declared) run with ``Rerun``, a stand-in for
 ``CudaGraph`` whose replay calls the kernel again and whose capture refuses a host sync as CUDA's

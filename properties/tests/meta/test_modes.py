@@ -1,4 +1,4 @@
-"""The calling modes (``modes``, ``checks.served``) have teeth: each planted mode bug
+"""The calling modes (``modes``, ``families.served``) have teeth: each planted mode bug
 (``planted_modes``) is rejected on every one of ``--normcert-meta-seeds`` seeds, naming its mode,
 and the correct twin that takes every fast path is certified; each result says how it was called.
 """

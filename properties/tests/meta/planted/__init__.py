@@ -6,7 +6,7 @@ op family, one module each, an op's bugs beside its correct variants:
     rms_norms         rms_norm, add_rms_norm, gemma_rms_norm; rms_norm with no autograd, as
                       inference libraries ship it
     shapes            bugs that show at some shapes only: with the batch size, in one scheduled
-                      bucket (``strategies.buckets``), past 2**31 elements (2**16 here)
+                      bucket (``buckets.buckets``), past 2**31 elements (2**16 here)
     gated_norm        rms_norm_gated
     norm_quant        rms_norm quantised to fp8 or int8: rms_norm_dynamic_quant, rms_norm_group_quant,
                       rms_norm_fp8, and their add_ forms

@@ -1,5 +1,5 @@
 """Bugs that show at some shapes only: with the batch size, in one bucket the random search never
-draws (``strategies.buckets``: a row past 4096 columns, a partial block, more than 65,535 rows,
+draws (``buckets.buckets``: a row past 4096 columns, a partial block, more than 65,535 rows,
 more than 32 heads, more than 2**20 elements), or past 2**31 elements (at 2**16 here, a CPU's scale).
 
 Most are rms_norm's; two are layer_norm's.  layer_norm's ``ln_uncentred_backward``, killed by the
@@ -48,7 +48,7 @@ def rms_block_size_by_batch(x, weight, eps):
 
 
 # ------------------------------------------------------------------ bugs that hide in one bucket
-# Right on every shape the random search draws; wrong only on the shapes ``strategies.buckets``
+# Right on every shape the random search draws; wrong only on the shapes ``buckets.buckets``
 # schedules (``BUCKET_BUGS``, test_meta.py).  The backward ones are right in the forward: only the
 # gradients family's buckets can see them (its random search draws rows of at most 4096).
 @bucket_bug("rms_norm", "accuracy")
