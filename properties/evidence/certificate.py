@@ -58,7 +58,7 @@ import pytest
 
 import normcert
 
-from .files import UnsafePath, write_atomic
+from .files import UnsafePath, foreign, regular_or_absent, write_atomic
 from .verdict import DTYPE_ORDER
 
 SCHEMA = "normcert-certificate/7"
@@ -75,15 +75,18 @@ def check_writable(path: str, flag: str = "--certificate") -> None:
     it) cannot be written."""
     if path.lower().endswith(".md"):
         raise pytest.UsageError(f"{flag} {path}: give the JSON path; the Markdown is written beside it as .md")
-    for target in (path, markdown_path(path)):
+    for target, _ in _files(path):
         if os.path.isdir(target):
             raise pytest.UsageError(f"{flag} {path}: {target} is a folder, expected a file path")
         if os.path.lexists(target) and (os.path.islink(target) or not os.path.isfile(target)):
             raise pytest.UsageError(f"{flag} {path}: {target} exists and is not a regular file "
                                     f"(a link, FIFO or device): expected a regular file or a new path")
-    if foreign_markdown(markdown_path(path)):
-        raise pytest.UsageError(f"{flag} {path}: {markdown_path(path)} exists and is not a normcert certificate "
-                                f"(the Markdown is written beside the JSON): choose another path")
+    for target, kind in _files(path):
+        if foreign(target, kind):
+            what = {"markdown": "certificate (the Markdown is written beside the JSON)",
+                    "badge": "badge (the badge is written beside the JSON)"}.get(kind, kind)
+            raise pytest.UsageError(f"{flag} {path}: {target} exists and is not a normcert {what}: "
+                                    f"normcert replaces only files it wrote; choose another path")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise pytest.UsageError(f"{flag} {path}: folder {folder} does not exist")
@@ -393,31 +396,31 @@ def append_step_summary(cert: dict) -> None:
     """Append ``step_summary`` to ``$GITHUB_STEP_SUMMARY`` where a CI job sets it (GitHub Actions)."""
     target = os.environ.get("GITHUB_STEP_SUMMARY")
     if target:
+        if not regular_or_absent(target):  # a FIFO would block the end of the run
+            raise UnsafePath(f"$GITHUB_STEP_SUMMARY={target} is not a regular file")
         with open(target, "a") as f:
             f.write(step_summary(cert))
 
 
+def _files(path: str) -> tuple[tuple[str, str], ...]:
+    """The certificate's three files, each with its kind (``files.MARKS``): the JSON, the Markdown, the badge."""
+    return ((path, "certificate"), (markdown_path(path), "markdown"), (badge_path(path), "badge"))
+
+
+def outputs(path: str) -> tuple[str, ...]:
+    """Every file a certificate at ``path`` writes (another output must not be one of them)."""
+    return tuple(target for target, _ in _files(path))
+
+
 def write_files(path: str, cert: dict) -> None:
-    """Write the JSON and the Markdown beside it (``files.write_atomic``: never through a link, never
-    half-written); a Markdown file there that is not a normcert certificate is left alone (OSError)."""
-    md = markdown_path(path)
-    if foreign_markdown(md):
-        raise UnsafePath(f"{md} is not a normcert certificate: not replaced")
-    for target, text in ((path, to_json(cert)), (md, markdown(cert)),
-                         (badge_path(path), json.dumps(badge(cert)) + "\n")):
+    """Write the JSON, the Markdown and the badge beside it (``files.write_atomic``: never through a
+    link, never half-written); where any of the three holds something normcert did not write, none
+    is written (OSError)."""
+    for target, kind in _files(path):
+        if foreign(target, kind):
+            raise UnsafePath(f"{target} is not a normcert {kind}: not replaced")
+    texts = (to_json(cert), markdown(cert), json.dumps(badge(cert)) + "\n")
+    for (target, _), text in zip(_files(path), texts):
         write_atomic(target, text)
 
 
-MARKDOWN_HEAD = "# normcert certificate"
-
-
-def foreign_markdown(md: str) -> bool:
-    """Does ``md`` exist and hold something other than a normcert certificate (a README.md beside
-    ``--certificate README.json``)?"""
-    if not os.path.isfile(md):
-        return False
-    try:
-        with open(md, "rb") as f:
-            return not f.read(len(MARKDOWN_HEAD)).decode(errors="replace") == MARKDOWN_HEAD
-    except OSError:
-        return True

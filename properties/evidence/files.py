@@ -6,11 +6,46 @@ folder (``tempfile.mkstemp``: created with ``O_EXCL``, so a link planted at any 
 followed) and renames it over ``path`` (``os.replace``, atomic: a reader sees the old file or the
 new one).  A link at ``path`` itself is refused rather than replaced or followed: a committed or
 planted link beside a certificate names somebody else's file.
+
+``foreign(path, kind)``: normcert replaces only files it wrote.  Each kind of file it writes begins
+with its own mark (``MARKS``): a path that exists and does not begin so (a user's package.json, the
+kernel's own source, a README) is somebody else's, and every command that writes refuses it before
+it runs.  ``regular_or_absent(path)``: what a command reads or appends to must be a regular file (a
+FIFO would block it forever).
 """
 from __future__ import annotations
 
 import os
 import tempfile
+
+
+MARKS = {
+    "certificate": b'{"run": ',  # certificate.to_json puts the run's state first
+    "markdown": b"# normcert certificate",
+    "badge": b'{"schemaVersion": 1, "label": "normcert"',
+    "page": b"<!DOCTYPE html>\n<!-- normcert -->",  # the report and the compare page (report_templates/base.html)
+    "compare text": b"normcert compare ",
+    "compare markdown": b"### normcert compare ",
+}
+"""How each kind of file normcert writes begins."""
+
+
+def foreign(path: str, kind: str) -> bool:
+    """Does ``path`` exist and hold something other than a normcert file of ``kind`` (``MARKS``)?"""
+    if not os.path.isfile(path):
+        return False
+    mark = MARKS[kind]
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(mark)) != mark
+    except OSError:
+        return True
+
+
+def regular_or_absent(path: str) -> bool:
+    """Is ``path`` a regular file or absent (not a FIFO, device or folder, which a read or an append
+    would block on or fail at)?"""
+    return not os.path.lexists(path) or (os.path.isfile(path) and not os.path.islink(path))
 
 
 class UnsafePath(OSError):

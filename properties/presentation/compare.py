@@ -6,6 +6,11 @@ result row (the worst row where one check left several, as the report's heat map
 certificate only (added, removed), or its outcome or its error / bound differs (NaN equals NaN).
 The changes read as text (a terminal), Markdown (a CI job summary, a pull request) or an HTML
 page in the report's style.
+
+Each certificate's verdict is judged again from its rows (``verdict.rejudge``), as the certify
+parent does; where that differs from the verdict it stores, the page says so.  B *regressed* from A
+(``regressions``) where A's rows certify and B's do not, or where a cell that did not fail in A
+(or was not there) fails in B (``verdict.FAILING``): ``normcert compare`` then exits 1.
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from .report import environment, number, short, split_not_run, worst_row
-from ..evidence.verdict import DTYPE_ORDER
+from ..evidence.verdict import DTYPE_ORDER, FAILING, rejudge
 
 
 @dataclass(frozen=True)
@@ -74,15 +79,36 @@ def changes(a: dict, b: dict) -> list[Change]:
     return out
 
 
+def regressions(a: dict, b: dict, found: list[Change]) -> list[str]:
+    """How certificate ``b`` regressed from ``a`` (module docstring), one phrase each; [] where it did not."""
+    out = []
+    if rejudge(a) == "certified" != rejudge(b):
+        out.append("its rows no longer certify (certified -> not certified)")
+    for c in found:
+        if c.after is not None and c.after[0] in FAILING and (c.before is None or c.before[0] not in FAILING):
+            out.append(f"{c.kernel} {c.property} {c.dtype}: {_state(c.before)} -> {_state(c.after)}")
+    return out
+
+
+def verdicts(a_name: str, b_name: str, a: dict, b: dict) -> list[str]:
+    """The two verdicts as the rows give them, and where a certificate's stored verdict says otherwise."""
+    lines = [f"verdict: {rejudge(a)} -> {rejudge(b)} (judged from the rows)"]
+    for name, cert in ((a_name, a), (b_name, b)):
+        if cert.get("verdict") != rejudge(cert):
+            lines.append(f"{name} says {cert.get('verdict')!r}, but its rows say {rejudge(cert)!r}")
+    return lines
+
+
 def _state(cell) -> str:
     if cell is None:
         return "-"
     return cell[0] if cell[1] is None else f"{cell[0]} {short(cell[1])}"
 
 
-def text(a_name: str, b_name: str, found: list[Change]) -> str:
-    """The changes as an aligned plain-text table."""
-    head = f"normcert compare {a_name} -> {b_name}: {len(found)} cell(s) changed"
+def text(a_name: str, b_name: str, a: dict, b: dict, found: list[Change]) -> str:
+    """The verdicts and the changes as an aligned plain-text table."""
+    head = "\n".join([f"normcert compare {a_name} -> {b_name}: {len(found)} cell(s) changed",
+                      *verdicts(a_name, b_name, a, b)])
     if not found:
         return head + "\n"
     rows = [("kernel", "property", "dtype", "before", "after", "change")]
@@ -92,10 +118,11 @@ def text(a_name: str, b_name: str, found: list[Change]) -> str:
     return "\n".join([head, ""] + ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]) + "\n"
 
 
-def markdown(a_name: str, b_name: str, found: list[Change]) -> str:
-    """The changes as a Markdown table (a CI job summary, a pull request comment)."""
+def markdown(a_name: str, b_name: str, a: dict, b: dict, found: list[Change]) -> str:
+    """The verdicts and the changes as a Markdown table (a CI job summary, a pull request comment)."""
     cell = lambda v: v.replace("|", "\\|").replace("<", "&lt;")  # noqa: E731 - a kernel id is not markup
-    lines = [f"### normcert compare `{cell(a_name)}` → `{cell(b_name)}`: {len(found)} cell(s) changed", ""]
+    lines = [f"### normcert compare `{cell(a_name)}` → `{cell(b_name)}`: {len(found)} cell(s) changed", "",
+             *(f"- {cell(line)}" for line in verdicts(a_name, b_name, a, b)), ""]
     if found:
         lines += ["| kernel | property | dtype | before | after | change |", "|---|---|---|---|---|---|"]
         lines += [f"| {cell(c.kernel)} | {cell(c.property)} | {c.dtype} | {_state(c.before)} | {_state(c.after)} | "
@@ -106,4 +133,5 @@ def markdown(a_name: str, b_name: str, found: list[Change]) -> str:
 def html(a_name: str, b_name: str, a: dict, b: dict, found: list[Change]) -> str:
     """The changes as one self-contained HTML page in the report's style."""
     return environment().get_template("compare.html").render(a_name=a_name, b_name=b_name, a=a, b=b, changes=found,
-                                                              state=_state)
+                                                              state=_state, judged=rejudge,
+                                                              verdicts=verdicts(a_name, b_name, a, b))

@@ -3,7 +3,8 @@
 ``render(certificate)`` returns a single self-contained page: inline CSS and inline SVG, no network,
 no script needed to read it (one small inline script only sorts the results table).  From the top:
 
-- the verdict: the certificate's headline, the run's state, any disagreement, the scope and the
+- the verdict: judged again from the rows (``verdict.rejudge``; a stored verdict that differs is
+  said above everything), the certificate's headline, the run's state, any disagreement, the scope and the
   checks that did not run;
 - a heat map: a row per kernel, a column per property x dtype, each cell coloured by its worst
   error / bound on a log scale (green to yellow below the bound 1, red above it), grey where the
@@ -30,9 +31,10 @@ import shlex
 
 import jinja2
 
+from ..evidence.files import regular_or_absent
 from ..evidence.certificate import SCHEMA, headline, schema
 from .report_replay import replay_view
-from ..evidence.verdict import DTYPE_ORDER
+from ..evidence.verdict import DTYPE_ORDER, rejudge
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "report_templates")
 
@@ -293,7 +295,10 @@ def environment() -> jinja2.Environment:
 
 def load(path: str) -> dict:
     """The certificate at ``path``, held to the published schema (with ``jsonschema`` where it is
-    installed, else its required fields); ValueError says in one line what is wrong."""
+    installed, else its required fields); ValueError says in one line what is wrong.  Only a regular
+    file is read (a FIFO would block the command forever)."""
+    if not regular_or_absent(path):
+        raise ValueError("is not a regular file (a FIFO, device or folder)")
     try:
         with open(path, encoding="utf-8") as f:
             cert = json.load(f)
@@ -322,8 +327,10 @@ def render(certificate: dict) -> str:
     """The report of ``certificate`` (a dict as the JSON holds it) as one HTML page."""
     cells, lines, card_ids = detail_ids(certificate)
     not_run = [(entry, cells[split_not_run(entry)]) for entry in certificate.get("not_run", [])]
+    judged = rejudge(certificate)  # the rows' verdict, whatever the file stores (a hand-edited "certified")
     return environment().get_template("report.html").render(
-        cert=certificate, headline=headline(certificate), heat=heat_map(certificate, cells),
+        cert=certificate, judged=judged, headline=headline({**certificate, "verdict": judged}),
+        heat=heat_map(certificate, cells),
         cards=cards(certificate, card_ids), lines=lines, not_run=not_run, facts=facts(certificate),
         legend=legend())
 

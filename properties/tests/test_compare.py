@@ -43,16 +43,17 @@ def test_the_three_formats(tmp_path, capsys):
     for name, cert in (("a.json", before), ("b.json", after)):
         paths.append(str(tmp_path / name))
         (tmp_path / name).write_text(json.dumps(cert))
-    assert cli.main(["compare", *paths]) == 0
+    assert cli.main(["compare", *paths]) == 1  # accuracy float32 went pass -> fail: a regression
     text = capsys.readouterr().out
     lines = [re.split(r"\s{2,}", line) for line in text.splitlines()]
     assert "5 cell(s) changed" in text and [KERNEL, "accuracy", "float32", "pass 0.42", "fail 2.5", "outcome x5.95"] in lines
-    assert cli.main(["compare", *paths, "--format", "markdown"]) == 0
+    assert cli.main(["compare", *paths, "--format", "markdown"]) == 1
     md = capsys.readouterr().out
     assert "| rms_norm:example:rms_norm | accuracy | float32 | pass 0.42 | fail 2.5 | outcome x5.95 |" in md
     out = tmp_path / "c.html"
-    assert cli.main(["compare", *paths, "--format", "html", "-o", str(out)]) == 0
+    assert cli.main(["compare", *paths, "--format", "html", "-o", str(out)]) == 1
     page = out.read_text()
     assert page.count('<tr class="change"') == 5 and f'data-cell="{KERNEL}|accuracy|float32"' in page
+    capsys.readouterr()
     assert cli.main(["compare", paths[0], str(tmp_path / "none.json")]) == cli.USAGE
     assert capsys.readouterr().err.startswith(f"normcert compare: {tmp_path / 'none.json'}: No such file")

@@ -1,0 +1,187 @@
+"""What normcert writes destroys nothing and tells the truth (issue 46): no output replaces an input,
+one of a certificate's own files or a file normcert did not write; nothing normcert reads or appends
+to may block it (a FIFO); a page judges the rows again; ``compare`` exits 1 on a regression."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import threading
+
+import pytest
+
+from normcert import cli
+
+from ..evidence import certificate, files
+from ..presentation import report
+from . import report_samples
+from .test_report import Page
+
+KERNEL = "rms_norm:example:rms_norm"
+
+
+def _write(folder, name, cert) -> str:
+    path = str(folder / name)
+    with open(path, "w") as f:
+        f.write(certificate.to_json(cert))
+    return path
+
+
+def _failing_after(cert) -> dict:
+    after = copy.deepcopy(cert)
+    after["results"][0].update(outcome="fail", worst_units=2.5)
+    after["verdict"] = "not certified"
+    return after
+
+
+def test_compare_exits_1_where_b_regressed_and_0_where_it_did_not(tmp_path, capsys):
+    before = report_samples.certified()
+    a = _write(tmp_path, "a.json", before)
+    b = _write(tmp_path, "b.json", _failing_after(before))
+    assert cli.main(["compare", a, b]) == 1
+    captured = capsys.readouterr()
+    assert "verdict: certified -> not certified" in captured.out
+    assert f"{b} regressed from {a}: its rows no longer certify" in captured.err
+    assert cli.main(["compare", b, a]) == 0  # fixed, not regressed
+    assert cli.main(["compare", a, a]) == 0
+
+
+def test_a_run_that_did_not_complete_is_a_regression_with_no_cell_changed(tmp_path, capsys):
+    """A certified run, then a run that stopped early with the same rows: 0 cells changed, and yet
+    the rows no longer certify; the text and the Markdown both say so, and compare exits 1."""
+    before = report_samples.certified()
+    stopped = {**copy.deepcopy(before), "run": "stopped early: -x"}
+    a, b = _write(tmp_path, "a.json", before), _write(tmp_path, "b.json", stopped)
+    for fmt in ("text", "markdown"):
+        assert cli.main(["compare", a, b, "--format", fmt]) == 1
+        out = capsys.readouterr().out
+        assert "0 cell(s) changed" in out and "certified -> not certified" in out
+        assert "says 'certified', but its rows say 'not certified'" in out
+
+
+@pytest.mark.parametrize("target", ["a.json", "a.md", "a.badge.json", "b.json"])
+def test_compare_never_writes_over_an_input_or_its_files(tmp_path, capsys, target):
+    cert = report_samples.certified()
+    a = str(tmp_path / "a.json")
+    certificate.write_files(a, cert)
+    b = _write(tmp_path, "b.json", cert)
+    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    assert cli.main(["compare", a, b, "-o", str(tmp_path / target)]) == cli.USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a file of the certificate" in err[0]
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_an_output_over_a_file_normcert_did_not_write_is_refused(tmp_path, capsys, command):
+    a = _write(tmp_path, "a.json", report_samples.certified())
+    theirs = tmp_path / "notes.html"
+    theirs.write_text("<p>my notes</p>\n")
+    args = ["report", a] if command == "report" else ["compare", a, a, "--format", "html"]
+    assert cli.main([*args, "-o", str(theirs)]) == cli.USAGE
+    assert "not a file normcert wrote" in capsys.readouterr().err
+    assert theirs.read_text() == "<p>my notes</p>\n"
+    mine = tmp_path / "mine.html"
+    assert cli.main([*args, "-o", str(mine)]) == 0
+    assert cli.main([*args, "-o", str(mine)]) == 0  # its own page is replaced
+
+
+@pytest.mark.parametrize("sibling", [".md", ".badge.json"])
+def test_report_never_writes_over_the_certificate_s_own_files(tmp_path, capsys, sibling):
+    path = str(tmp_path / "b.json")
+    certificate.write_files(path, report_samples.certified())
+    target = tmp_path / f"b{sibling}"
+    kept = target.read_bytes()
+    assert cli.main(["report", path, "-o", str(target)]) == cli.USAGE
+    assert "a file of the certificate" in capsys.readouterr().err
+    assert target.read_bytes() == kept
+
+
+@pytest.mark.parametrize("report_as", ["c.json", "c.md", "c.badge.json"])
+def test_certify_refuses_a_report_over_its_own_certificate_before_the_run(tmp_path, capsys, report_as):
+    code = cli.main(["certify", "rms_norm=normcert.impls.eager:rms_norm", "--certificate", str(tmp_path / "c.json"),
+                     "--report", str(tmp_path / report_as)])
+    assert code == cli.USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"normcert certify: --report {tmp_path / report_as}: is ")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name, content", [("package.json", '{"name": "mine"}\n'), ("mykern.py", "def f(): pass\n")])
+def test_a_certificate_path_holding_someone_else_s_file_is_refused(tmp_path, name, content):
+    (tmp_path / name).write_text(content)
+    with pytest.raises(pytest.UsageError, match=f"{name} exists and is not a normcert certificate"):
+        certificate.check_writable(str(tmp_path / name))
+    with pytest.raises(files.UnsafePath):
+        certificate.write_incomplete(str(tmp_path / name), "test")
+    assert (tmp_path / name).read_text() == content
+
+
+def test_a_badge_path_holding_someone_else_s_file_is_refused(tmp_path):
+    (tmp_path / "c.badge.json").write_text('{"mine": 1}\n')
+    with pytest.raises(pytest.UsageError, match="c.badge.json exists and is not a normcert badge"):
+        certificate.check_writable(str(tmp_path / "c.json"))
+    with pytest.raises(files.UnsafePath):
+        certificate.write_incomplete(str(tmp_path / "c.json"), "test")
+    assert not (tmp_path / "c.json").exists() and not (tmp_path / "c.md").exists()
+
+
+def _fifo(tmp_path):
+    path = str(tmp_path / "pipe")
+    os.mkfifo(path)
+    return path
+
+
+def test_nothing_blocks_on_a_fifo(tmp_path, capsys, monkeypatch):
+    """A FIFO given as a certificate to read, or as the CI job summary, is refused at once (a
+    reader would wait forever for a writer that never comes); the check runs in a thread that
+    must finish, so a regression fails here instead of hanging the suite."""
+    pipe = _fifo(tmp_path)
+    codes = []
+    worker = threading.Thread(target=lambda: codes.extend([cli.main(["report", pipe, "-o", str(tmp_path / "r.html")]),
+                                                           cli.main(["compare", pipe, pipe])]), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive() and codes == [cli.USAGE, cli.USAGE]
+    assert "is not a regular file" in capsys.readouterr().err
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", pipe)
+    with pytest.raises(files.UnsafePath, match="GITHUB_STEP_SUMMARY"):
+        certificate.append_step_summary(report_samples.certified())
+
+
+def test_the_report_of_an_incomplete_certificate_is_drawn(tmp_path, capsys):
+    """A crashed run leaves an incomplete certificate: exactly when a report is wanted."""
+    path = str(tmp_path / "c.json")
+    certificate.write_incomplete(path, "the kernel's process exited with status -11")
+    assert cli.main(["report", path, "-o", str(tmp_path / "c.html")]) == 0
+    page = (tmp_path / "c.html").read_text()
+    assert 'class="verdict incomplete"' in page and "stored-verdict" not in page
+
+
+def test_a_verdict_typed_over_a_failing_row_is_not_what_the_page_shows(tmp_path):
+    forged = _failing_after(report_samples.certified())
+    forged["verdict"] = "certified"
+    html = report.render(forged)
+    assert 'class="verdict not-certified"' in html and 'id="stored-verdict"' in html
+    assert 'The certificate says "certified", but its rows say "not certified"' in html
+    assert "stored-verdict" not in report.render(report_samples.certified())
+    Page(html)  # well-formed enough to parse
+
+
+def test_each_output_kind_begins_with_its_mark(tmp_path):
+    """The marks ``files.foreign`` reads are what normcert writes (a mark that drifted from its writer
+    would make normcert refuse its own files, or take a user's for its own)."""
+    cert = report_samples.certified()
+    path = str(tmp_path / "c.json")
+    certificate.write_files(path, cert)
+    a = _write(tmp_path, "a.json", cert)
+    outputs = {"certificate": path, "markdown": str(tmp_path / "c.md"), "badge": str(tmp_path / "c.badge.json")}
+    for kind, fmt in (("page", "html"), ("compare text", "text"), ("compare markdown", "markdown")):
+        out = str(tmp_path / f"compare.{fmt}")
+        assert cli.main(["compare", a, a, "--format", fmt, "-o", out]) == 0
+        outputs[kind] = out
+    assert cli.main(["report", a, "-o", str(tmp_path / "r.html")]) == 0
+    assert set(outputs) == set(files.MARKS)
+    for kind, out in [*outputs.items(), ("page", str(tmp_path / "r.html"))]:
+        assert not files.foreign(out, kind), (kind, open(out).read(80))
+    assert json.loads((tmp_path / "c.badge.json").read_text())["label"] == "normcert"
