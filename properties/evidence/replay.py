@@ -16,6 +16,7 @@ their original strides (a sliced or transposed view stays one), on any device.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -56,17 +57,17 @@ def _span(t: torch.Tensor):
 
 
 def save_failure(impl, prop: str, case: Case, directory: str, suffix: str = "") -> str:
-    """Write ``case`` as a replay file in ``directory`` (its name ends in ``suffix``: "-2" for a
-    cell's second distinct failure); returns the command that replays it, or
+    """Write ``case`` as a replay file in ``directory``; returns the command that replays it, or
     why it was not saved (a tensor past MAX_ELEMENTS, which ``load`` would refuse: ``--profile
-    large`` cases, made again from the run's seed)."""
+    large`` cases, made again from the run's seed).  Its name is the cell's (op, kernel, property,
+    dtype, then ``suffix``: "-2" for a cell's second distinct failure) and the first hex digits of
+    the file's SHA-256: the same failure saves to the same file, and a later run's other failure
+    never replaces the file an older certificate names."""
     for k, t in case.tensors.items():
         if t is not None and extent(t) > MAX_ELEMENTS:
             return (f"not saved: {k} spans {extent(t)} elements, past the {MAX_ELEMENTS} of a replay file; "
                     f"the same --seed and --profile make the same case again")
     os.makedirs(directory, exist_ok=True)
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{impl.op}-{impl.name}-{prop}-{DTYPE_NAMES[case.dtype]}{suffix}") + ".npz"
-    path = os.path.join(directory, name)
     arrays, meta_t = {}, {}
     for k, t in case.tensors.items():
         if t is None:
@@ -85,12 +86,16 @@ def save_failure(impl, prop: str, case: Case, directory: str, suffix: str = "") 
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     archive = io.BytesIO()
     np.savez(archive, **arrays)
+    cell = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{impl.op}-{impl.name}-{prop}-{DTYPE_NAMES[case.dtype]}{suffix}")
+    path = os.path.join(directory, f"{cell}-{hashlib.sha256(archive.getvalue()).hexdigest()[:HASH_DIGITS]}.npz")
     try:  # a fresh name and a rename: a link planted at the predictable name is never written through
         write_atomic(path, archive.getvalue())
     except UnsafePath as e:
         return f"not saved: {e}"
     return f"normcert replay {shlex.quote(path)}"
 
+
+HASH_DIGITS = 10  # of the SHA-256 in a replay file's name: 40 bits, no clash between a folder's failures
 
 MAX_META_BYTES = 1 << 20
 _NPY_HEADER = 4096  # an .npy member is its raw bytes plus a header of at most this much
