@@ -22,9 +22,9 @@ import torch
 
 from ..oracle import OPS
 
-from ..properties.declared import conventions
-from ..properties.declared.domain import (MANY_ROWS, Domain, DomainError, check_contract, check_flags, check_size,
-                                          parse)
+from ..properties.declared import conventions, signature
+from ..properties.declared.domain import (MANY_ROWS, Domain, DomainError, check_contract, check_flags, check_options,
+                                          check_size, parse, without)
 
 BACKENDS = ("eager", "compiled", "custom-op", "triton", "case-study", "plugin")
 MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "custom_op", "triton_norms", "triton_gated_norm",
@@ -54,13 +54,18 @@ class Impl:
     def __post_init__(self):
         """The domain is read again as normcert's own (``domain.parse`` of its fields), whoever built
         the record (an entry point may build one directly; ``dataclasses.replace``, as ``--domain``
-        does, passes here too), and its largest fitted case fits (``domain.check_size``)."""
+        does, passes here too), narrowed to the op's options the kernel's signature takes
+        (``signature.lacking``: the others declared ``unsupported``, whatever the declaration
+        said), and its largest fitted case fits (``domain.check_size``)."""
         where = f"{self.name!r}: domain"
         if type(self.domain) is not Domain:
             raise UsageError(f"{where}: a {type(self.domain).__name__} object is not accepted (normcert reads a "
                              f"domain only from its own text): give a string of KEY=VALUE items or a dict")
         try:
-            object.__setattr__(self, "domain", parse(self.domain.spec(), where))
+            domain = parse(self.domain.spec(), where)
+            check_options(domain, OPS[self.op], where)
+            kernel = self.fn if self.kernel is None else self.kernel
+            object.__setattr__(self, "domain", without(domain, signature.lacking(OPS[self.op], kernel)))
             check_size(self.domain, OPS[self.op], MANY_ROWS, where)
             check_flags(self.domain, OPS[self.op], where)
             check_contract(self.domain, OPS[self.op], where)

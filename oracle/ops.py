@@ -7,7 +7,9 @@ deep_norm takes its sublayer as a callable (the suite's affine one); GELU's form
 (``approximate``, "none" or "tanh") is the last argument of geglu and gelu_and_mul;
 the FP8 ops take the static scale last, after eps, and return float8_e4m3fn; the gated RMSNorm
 takes its gate z after x and ``norm_before_gate`` (a bool) last, then ``group_size=`` by keyword where
-a case has groups (None, the whole row, is not passed); the dynamically quantised norms take
+a case has groups (None, the whole row, is not passed: an option, ``record.Arg.option``, so a kernel
+of the five-argument convention written before it, transformers' ``Qwen3NextRMSNormGated``, is called
+as it always was and certified on the cases without groups); the dynamically quantised norms take
 ``qdtype`` and ``scale_ub`` last and return (y, scales[, residual_out]); a fused op's
 residual may be kept in float32 while x is float16 or bfloat16, and its residual_out is then float32.
 
@@ -171,15 +173,6 @@ def _counted(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
               max_rank=base.max_rank)
 
 
-def _gated_call(fn, a):
-    """The gated norm's call: group_size by keyword, and only where a case has groups (not None),
-    so a kernel of the five-argument convention (x, z, weight, eps, norm_before_gate) is called as
-    it always was on whole rows, and fails (a TypeError, no refusal) on the grouped cases it cannot
-    take."""
-    groups = {} if a["group_size"] is None else {"group_size": a["group_size"]}
-    return fn(a["x"], a["z"], a["weight"], a["eps"], a["norm_before_gate"], **groups)
-
-
 def _fp4_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     """base with its first output quantised to FP4 with a scale per block it computes
     (``oracle.fp4``): outputs (y packed, the block scales in their layout, base's others); rows a
@@ -246,10 +239,10 @@ OPS: dict[str, Op] = {
            rowwise=True, scale_invariant=True, headwise=True),
         ADD_RMS_NORM,
         Op("rms_norm_gated", (X, Arg("z", "rows"), WEIGHT, EPS, Arg("norm_before_gate", "flag"),
-                              Arg("group_size", "group_size")), (Y,),
+                              Arg("group_size", "group_size", option=True)), (Y,),
            ("x", "z", "weight"), rms_norm_gated.forward, rms_norm_gated.vjp,
            bounds_gated_norm.rms_norm_gated_fwd, bounds_gated_norm.rms_norm_gated_bwd,
-           call=_gated_call,
+           call=lambda fn, a: fn(a["x"], a["z"], a["weight"], a["eps"], a["norm_before_gate"]),
            rowwise=True, headwise=True, indeterminate=bounds_gated_norm.rms_norm_gated_indeterminate),
         RMS_NORM_FP8,
         _fused("add_rms_norm_fp8", RMS_NORM_FP8, (X, RESIDUAL, WEIGHT, EPS, SCALE),

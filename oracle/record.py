@@ -13,6 +13,13 @@ global_scale, block_layout, and the contract kinds nan, scale_floor, tail) are r
 oracle is its kind's, in ``kinds`` alone.  An ``optional`` argument may be passed as None (a
 weightless call, as vLLM, quack and Llama-4's QK-norm make it): it then means its kind's identity,
 a weight of ones or a bias of zeros, and gets no gradient.
+
+An ``option`` is an argument an op gained after kernels were written to its contract (the gated
+norm's ``group_size``): the op's ``call`` never names it; the record passes it by keyword on top,
+``fn(..., name=value)``, and only where a case gives it (value not None, its kind's "absent", so a
+kind that may be None).  A case without it calls a kernel exactly as the op's first contract did,
+and a kernel whose signature has no such parameter is certified on those cases alone
+(``properties.declared.signature``).
 """
 from __future__ import annotations
 
@@ -53,12 +60,15 @@ class Arg:
     name: str
     kind: str  # a name in ``kinds.KINDS``
     optional: bool = False  # may be None: the kind's identity (a kind that has one)
+    option: bool = False  # gained after the op's first contract: by keyword, only where not None (module docstring)
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"Arg {self.name}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if self.optional and KINDS[self.kind].identity is None:
             raise ValueError(f"Arg {self.name}: a {self.kind} has no identity, so it cannot be optional")
+        if self.option and not KINDS[self.kind].may_be_none:
+            raise ValueError(f"Arg {self.name}: a {self.kind} cannot be None (absent), so it cannot be an option")
 
 
 @dataclass(frozen=True)
@@ -152,6 +162,21 @@ def ieee(bound: Callable) -> Callable:
     return quiet
 
 
+def with_options(call: Callable, options: tuple[str, ...]) -> Callable:
+    """``call`` with each of ``options`` the case gives (not None) passed by keyword on top:
+    ``call(partial(kernel, name=value, ...), args)``; ``call`` itself where the op has none."""
+    if not options or getattr(call, "options", None) == options:  # a record made again: wrapped once
+        return call
+
+    @functools.wraps(call)
+    def calling(kernel, args):
+        given = {name: args[name] for name in options if args.get(name) is not None}
+        return call(functools.partial(kernel, **given) if given else kernel, args)
+
+    calling.options = options
+    return calling
+
+
 @dataclass(frozen=True)
 class Op:
     """One op.
@@ -165,7 +190,8 @@ class Op:
                  ``kernel=False`` gives the oracle's own error alone
     grad_bound:  the error model's gradient bound, ``grad_bound(args, cotangents, exact)`` (None without grads);
                  both run under ``ieee`` (no floating-point warnings: inf and NaN are values of theirs)
-    call:        ``call(kernel, args) -> outputs``: how a kernel is called, args by name
+    call:        ``call(kernel, args) -> outputs``: how a kernel is called, args by name; it names no
+                 option (``Arg.option``): the record passes those by keyword on top (``with_options``)
     rowwise:     output row r depends on input row r only
     scale_invariant: y(c x, c^2 eps) = y(x, eps);  shift_invariant: y(x + d) = y(x)
     halves:      the main tensor's last dim is [gate | up]: even, outputs n/2 wide
@@ -205,6 +231,7 @@ class Op:
     width_multiple: int = 1
 
     def __post_init__(self):
+        object.__setattr__(self, "call", with_options(self.call, self.options))
         for name in ("forward_bound", "grad_bound"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, ieee(getattr(self, name)))
@@ -349,6 +376,11 @@ class Op:
     def optional(self) -> tuple[str, ...]:
         """The arguments that may be None (a weightless call)."""
         return tuple(a.name for a in self.args if a.optional)
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The options (``Arg.option``): passed by keyword, and only where a case gives them."""
+        return tuple(a.name for a in self.args if a.option)
 
     def grads_in(self, args: dict) -> tuple[str, ...]:
         """The inputs that get a gradient in this call: ``grads`` less those passed as None."""

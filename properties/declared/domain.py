@@ -34,6 +34,15 @@ was certified.
                               norm only (flash-linear-attention's FusedRMSNormGated).  Its cases
                               are drawn, then fitted to that value; NAME must be a flag of the
                               kernel's op (checked when the kernel is registered)
+    unsupported=group_size    options of the op (``oracle.record.Arg.option``: arguments an op gained
+                              after its first contract, passed by keyword only where a case gives
+                              them) the kernel does not take: its cases are those without them (fitted
+                              to None, the option absent).  A kernel whose signature has no parameter
+                              of that name (and no **kwargs) has it added when it is registered
+                              (``properties.declared.signature``), so a kernel certified before the
+                              option existed stays certified, its domain saying "group_size not
+                              supported"; NAME must be an option of the kernel's op (checked when the
+                              kernel is registered)
     capturable=yes|no         yes: the kernel can be captured in a CUDA graph, and a capture
                               that fails fails its served result; no: it is not captured
                               (default: tried, and a failed capture is noted, not failed).
@@ -59,8 +68,8 @@ A case is drawn as for any kernel, then *fitted* into the domain
 (``properties.search.fitting``): the row length rounded up to the multiple (cut short of a
 whole group first under tail=partial; capped at
 the maximum), leading dims flattened or unsqueezed to an allowed rank, tensors
-made contiguous, weights cast, None weights replaced by ones / zeros; its notes
-say what was fitted.
+made contiguous, weights cast, None weights replaced by ones / zeros, an option the
+kernel does not take removed; its notes say what was fitted.
 
 A fitted case is at most ``MAX_FITTED_ELEMENTS`` elements: a domain whose largest
 fitted case is larger cannot be built, and is a usage error before any case
@@ -69,7 +78,7 @@ fitted case is larger cannot be built, and is a usage error before any case
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from ...oracle import OPS
 from ...oracle.dynamic_quant import NAN_POLICIES, SCALE_FLOORS, TAILS
@@ -89,7 +98,7 @@ narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to
 [gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
 
 KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
-        "capturable", "nan", "scale_floor", "tail")
+        "unsupported", "capturable", "nan", "scale_floor", "tail")
 CONTRACT = {"nan": NAN_POLICIES, "scale_floor": SCALE_FLOORS, "tail": TAILS}  # the contract choices: key = the argument kind it sets, and its values
 RANKS = (2, 3, 4)
 
@@ -111,6 +120,7 @@ class Domain:
     ranks: tuple[int, ...] | None = None
     weightless: bool | None = None
     flags: tuple[tuple[str, bool], ...] | None = None  # (argument, its one supported value), sorted by name
+    unsupported: tuple[str, ...] | None = None  # the op's options the kernel does not take, sorted
     capturable: bool | None = None  # a CUDA-graph capture that fails: gates (yes), not tried (no), noted (None)
     nan: str | None = None  # "propagate" | "ignore": the amax's NaN policy (a contract choice)
     scale_floor: str | None = None  # "1/512q" | "eps32": a dynamic scale's floor (a contract choice)
@@ -171,6 +181,7 @@ class Domain:
             parts.append("weightless calls (None weight / bias)" if self.weightless else "no weightless calls")
         if self.flags is not None:
             parts += [f"{name}={'yes' if value else 'no'}" for name, value in self.flags]
+        parts += [f"{name} not supported" for name in self.unsupported or ()]
         if self.capturable is not None:
             parts.append("capturable=yes (a failed CUDA-graph capture fails; captured on a GPU only)" if self.capturable
                          else "capturable=no (never captured in a CUDA graph)")
@@ -214,6 +225,20 @@ def check_flags(domain: Domain, rec, where: str) -> None:
         if name not in ours:
             raise DomainError(f"{where}: flags={name}:{'yes' if value else 'no'}: {name} is not a flag argument of "
                               f"{rec.name} (its flags: {', '.join(ours) or 'none'})")
+
+
+def check_options(domain: Domain, rec, where: str) -> None:
+    """DomainError unless every name ``domain`` declares unsupported is an option of op record ``rec``."""
+    for name in domain.unsupported or ():
+        if name not in rec.options:
+            raise DomainError(f"{where}: unsupported={name}: {name} is not an option of {rec.name} (its options: "
+                              f"{', '.join(rec.options) or 'none'})")
+
+
+def without(domain: Domain, options) -> Domain:
+    """``domain`` with ``options`` added to those it declares unsupported (itself where none is new)."""
+    names = tuple(sorted({*(domain.unsupported or ()), *options}))
+    return domain if names == (domain.unsupported or ()) else replace(domain, unsupported=names)
 
 
 def check_contract(domain: Domain, rec, where: str) -> None:
@@ -279,6 +304,15 @@ def _names(value) -> list[str]:
     return [str(v).strip() for v in items if str(v).strip()]
 
 
+def _option_names(where, key, value) -> tuple[str, ...]:
+    """Names of options, comma-separated (or a list of them), each an identifier, sorted."""
+    names = _names(value)
+    if not names or any(not n.isidentifier() for n in names):
+        raise DomainError(f"{where}: {key}={value!r}: expected the names of options, comma-separated "
+                          f"(e.g. unsupported=group_size)")
+    return tuple(sorted(set(names)))
+
+
 def _dtypes(where, key, value) -> tuple[str, ...]:
     names = _names(value)
     known = list(DTYPE_NAMES.values())
@@ -342,4 +376,4 @@ def _flags(where, key, value) -> tuple[tuple[str, bool], ...]:
 
 _READ = {"dtypes": _dtypes, "params": _choice("same", "float32"), "residual": _choice("same", "float32"),
          "max_width": _positive, "width_multiple": _positive, "contiguous": _choice("last", "all"), "ranks": _ranks, "weightless": _yes_no,
-         "flags": _flags, "capturable": _yes_no, **{key: _choice(*values) for key, values in CONTRACT.items()}}
+         "flags": _flags, "unsupported": _option_names, "capturable": _yes_no, **{key: _choice(*values) for key, values in CONTRACT.items()}}

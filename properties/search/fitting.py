@@ -19,6 +19,9 @@ wasted on what the kernel never claimed:
     residual  a residual stream cast to x's dtype (residual=same) or, for a float16 / bfloat16 x,
               float32 (residual=float32)
     weightless  no: a None weight or bias becomes its identity (``Case.with_identity``)
+    unsupported  an option the kernel does not take (``unsupported=NAME``: ``oracle.record.Arg.option``,
+              ``properties.declared.signature``) set to None, absent: a gated norm's case drawn with
+              groups is the same tensors normalised over whole rows, an equally valid input
     flags     a flag argument the domain fixes (``flags=NAME:yes|no``) set to that value: the
               case is then the op's other form on the same tensors, an equally valid input
     contract  a contract choice the domain declares (``nan=``, ``scale_floor=``, ``tail=``: ``domain.CONTRACT``)
@@ -60,6 +63,10 @@ def fit(case: Case, domain: Domain) -> Case:
         if filled is not case:
             changed.append("None weight / bias given as ones / zeros")
             case = filled
+    absent = [name for name in domain.unsupported or () if case.scalars.get(name) is not None]
+    if absent:  # before the width: an option removed is not resized
+        case = case.copy(scalars={**case.scalars, **dict.fromkeys(absent)})
+        changed += [f"{name} -> None (not supported)" for name in absent]
     fixed = [(name, value) for name, value in domain.flags or () if case.scalars.get(name) is not value]
     if fixed:
         case = case.copy(scalars={**case.scalars, **dict(fixed)})

@@ -9,7 +9,8 @@ from .....impls.eager import rms_formula, up
 from ..expect import bug, correct
 
 __all__ = ["gated_silu_of_x", "gated_order_ignored", "gated_groups_ignored", "gated_group_stride", "gated_no_dz",
-           "gated_backward_ignores_groups", "gated_vllm_order", "gated_transformers_order"]
+           "gated_backward_ignores_groups", "gated_vllm_order", "gated_transformers_order", "gated_five_arguments",
+           "gated_five_arguments_silu_of_x"]
 
 
 # ------------------------------------------------------------------ rms_norm_gated bugs
@@ -131,3 +132,20 @@ def gated_transformers_order(x, z, weight, eps, norm_before_gate, group_size=Non
     rms_norm's two where the gate comes first (``bounds_gated_norm._weight_rounding``)."""
     return _GatedFp32Backward.apply(x, z, weight, eps, norm_before_gate, group_size, _gated_transformers_forward,
                                     False)
+
+
+# ------------------------------------------------------------------ written before group_size existed
+@correct("rms_norm_gated")
+def gated_five_arguments(x, z, weight, eps, norm_before_gate):
+    """transformers' ``Qwen3NextRMSNormGated`` convention, written before the op gained ``group_size``:
+    five arguments, the statistics over the whole row, the fp32 backward of the variants above.  Its
+    signature has no group_size, so it is certified on the cases without groups and its domain says
+    "group_size not supported" (``properties.declared.signature``)."""
+    return _GatedFp32Backward.apply(x, z, weight, eps, norm_before_gate, None, _gated, False)
+
+
+@bug("rms_norm_gated", "accuracy", "extremes", "gradients")
+def gated_five_arguments_silu_of_x(x, z, weight, eps, norm_before_gate):
+    """``gated_five_arguments`` with its gate swapped: silu applied to x where z is meant.  Narrowing
+    its domain to whole rows must not certify a wrong kernel."""
+    return _gated(x, z, weight, eps, norm_before_gate, gate_of=lambda x, z: x)
