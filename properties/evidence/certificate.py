@@ -52,6 +52,7 @@ import json
 import math
 import os
 import platform
+import re
 from collections import Counter
 
 import pytest
@@ -229,6 +230,21 @@ def to_json(cert: dict) -> str:
     return "{" + text[1:].lstrip()
 
 
+def md(text, limit: int | None = None) -> str:
+    """``text`` (a kernel's message or exception class name, a kernel id: anything a kernel or its
+    module sets) as inert Markdown on one line, cut to ``limit`` characters first: line breaks become
+    spaces, ``& < >`` HTML entities (no tag, no image, no heading reaches a viewer), and
+    ``\\ ` * _ ~ [ ] |`` escaped with a backslash (no emphasis, link, code span or table cell)."""
+    s = " ".join(str(text).splitlines())[:limit]
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return re.sub(r"([\\`*_~\[\]|])", r"\\\1", s)
+
+
+def code(text, limit: int | None = None) -> str:
+    """``text`` as the inside of a Markdown code span: one line, no backtick (which would end it)."""
+    return " ".join(str(text).splitlines())[:limit].replace("`", "'")
+
+
 def markdown(cert: dict) -> str:
     env = cert["environment"]
     lines = [f"# normcert certificate: {headline(cert)}", "",
@@ -237,9 +253,9 @@ def markdown(cert: dict) -> str:
              + (f" ({', '.join(cert['not_run'][:5])}{', ...' if len(cert['not_run']) > 5 else ''})"
                 if cert["not_run"] else ""), ""]
     if cert.get("disagreement"):
-        lines += [f"**The run's reports and its results disagree:** {cert['disagreement']}", ""]
+        lines += [f"**The run's reports and its results disagree:** {md(cert['disagreement'])}", ""]
     lines += ["| | |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in env.items()]
+    lines += [f"| {md(k)} | {md(v)} |" for k, v in env.items()]
     lines += ["", "Summary: " + ", ".join(f"{v} {k}" for k, v in sorted(cert["summary"].items())), ""]
     lines += ["| implementation | property | dtype | outcome | examples | worst ulp | worst error/bound | domain | "
               "modes | threads |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -253,11 +269,11 @@ def markdown(cert: dict) -> str:
     if failures:
         lines += ["", "## Failures", ""]
         for r in failures:
-            lines += [f"- **{r['impl']}** {r['property']} {r['dtype']} ({r['outcome']}): {r['message']}",
-                      f"  - case: `{r['worst_where']}`", f"  - replay: `{r['replay']}`"]
+            lines += [f"- **{r['impl']}** {r['property']} {r['dtype']} ({r['outcome']}): {md(r['message'])}",
+                      f"  - case: `{code(r['worst_where'])}`", f"  - replay: `{code(r['replay'])}`"]
             for k, f in enumerate(r.get("failures", [])[1:], 2):
-                lines += [f"  - failure {k} of {len(r['failures'])}, another kind ({f['kind']}): {f['message']}",
-                          f"    - case: `{f['where']}`", f"    - replay: `{f['replay']}`"]
+                lines += [f"  - failure {k} of {len(r['failures'])}, another kind ({md(f['kind'])}): {md(f['message'])}",
+                          f"    - case: `{code(f['where'])}`", f"    - replay: `{code(f['replay'])}`"]
     return "\n".join(lines) + "\n"
 
 
@@ -324,11 +340,10 @@ def case_studies(cert: dict) -> list[str]:
     lines = ["", "## Case studies", "",
              "| design: why it must fail (registered) | dtype | rejected first by | what the suite saw | shrunk case |",
              "|---|---|---|---|---|"]
-    cell = lambda text, k: text[:k].replace("|", "\\|")  # noqa: E731
     for impl in sorted(by_impl):
         failed = [r for r in by_impl[impl] if r["outcome"] in ("expected-fail", "fail", "error")]
         why = cert.get("implementations", {}).get(impl, {}).get("expected_failure", "")
-        head = f"**{impl}**: {cell(why, 300)}"
+        head = f"**{impl}**: {md(why, 300)}"
         if not failed:
             lines.append(f"| {head} | all | **not rejected** | - | - |")
             continue
@@ -339,7 +354,7 @@ def case_studies(cert: dict) -> list[str]:
                 r = rs[0]
                 others = len(rs) - 1
                 by = r["property"] + (f" (+{others} more)" if others else "")
-                lines.append(f"| {head} | {dtype} | {by} | {cell(r['message'], 180)} | `{cell(r['worst_where'], 140)}` |")
+                lines.append(f"| {head} | {dtype} | {by} | {md(r['message'], 180)} | `{code(r['worst_where'], 140)}` |")
                 head = ""
     return lines
 
@@ -377,11 +392,11 @@ def step_summary(cert: dict) -> str:
     lines = [f"### normcert: {headline(cert)}", ""]
     failing = [r for r in cert["results"] if r["outcome"] in ("fail", "error")]
     if cert.get("disagreement"):
-        lines += [f"**The run's reports and its results disagree:** {cert['disagreement']}", ""]
+        lines += [f"**The run's reports and its results disagree:** {md(cert['disagreement'])}", ""]
     if failing:
         lines += ["| kernel | property | dtype | what failed |", "|---|---|---|---|"]
         for r in failing:
-            first = str(r["message"]).splitlines()[0][:200].replace("|", "\\|") if r["message"] else ""
+            first = md(str(r["message"]).splitlines()[0], 200) if r["message"] else ""
             lines.append(f"| {r['impl']} | {r['property']} | {r['dtype']} | {first} |")
         replays = [f["replay"] for r in failing for f in (r.get("failures") or [r])
                    if str(f["replay"]).startswith("normcert replay ")]

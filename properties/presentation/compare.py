@@ -125,7 +125,7 @@ def markdown(a_name: str, b_name: str, a: dict, b: dict, found: list[Change]) ->
              *(f"- {cell(line)}" for line in verdicts(a_name, b_name, a, b)), ""]
     if found:
         lines += ["| kernel | property | dtype | before | after | change |", "|---|---|---|---|---|---|"]
-        lines += [f"| {cell(c.kernel)} | {cell(c.property)} | {c.dtype} | {_state(c.before)} | {_state(c.after)} | "
+        lines += [f"| {cell(c.kernel)} | {cell(c.property)} | {cell(c.dtype)} | {_state(c.before)} | {_state(c.after)} | "
                   f"{(c.kind + ' ' + c.ratio).strip()} |" for c in found]
     return "\n".join(lines) + "\n"
 

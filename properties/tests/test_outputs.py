@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import threading
 
 import pytest
@@ -185,3 +186,28 @@ def test_each_output_kind_begins_with_its_mark(tmp_path):
     for kind, out in [*outputs.items(), ("page", str(tmp_path / "r.html"))]:
         assert not files.foreign(out, kind), (kind, open(out).read(80))
     assert json.loads((tmp_path / "c.badge.json").read_text())["label"] == "normcert"
+
+
+HOSTILE = ("<img src=https://example.com/t.png> [click](https://example.com) `tick` *bold* | cell\n"
+           "# normcert certificate: certified\n<h2>x</h2>")
+
+
+def test_a_kernel_s_message_reaches_markdown_inert(tmp_path, monkeypatch):
+    """A kernel sets its exception's message and class name freely, newlines and markup included: in
+    the certificate's Markdown and the CI job summary it is one line, with no heading, tag, image,
+    link, code span or table cell of its own."""
+    cert = report_samples.certified()
+    cert["verdict"] = "not certified"
+    cert["results"][0].update(outcome="fail", message=HOSTILE, replay="normcert replay f.npz",
+                              failures=[{"kind": HOSTILE, "message": HOSTILE, "where": "x`y", "replay": "r",
+                                         "worst_units": 2.0, "worst_ulps": 3.0}] * 2)
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    certificate.append_step_summary(cert)
+    for text in (certificate.markdown(cert), summary.read_text()):
+        headings = [line for line in text.splitlines() if line.startswith("#")]
+        assert headings and all(h.startswith(("# normcert certificate: not certified", "### normcert: not certified"))
+                                or h in ("## Failures", "## Case studies") for h in headings), headings
+        assert "<img" not in text and "<h2>" not in text
+        assert not re.search(r"(?<!\\)\]\(", text) and not re.search(r"(?<!\\)`tick(?<!\\)`", text)  # no link, no code
+        assert "&lt;img src=https://example.com/t.png&gt;" in text and "\\*bold\\*" in text

@@ -100,7 +100,7 @@ def test_ci_surfaces_a_badge_and_a_job_summary(tmp_path, monkeypatch):
     certificate.append_step_summary(cert)
     text = summary.read_text()
     assert text.startswith("### normcert: not certified")
-    assert "| rms_norm:k | accuracy | float32 | y[0]: got 1.0, exact 2.0 \\| more |" in text
+    assert "| rms_norm:k | accuracy | float32 | y\\[0\\]: got 1.0, exact 2.0 \\| more |" in text
     assert "normcert replay failures/x.npz" in text and "second line" not in text
     assert certificate.badge(cert)["color"] == "red"
 
