@@ -545,7 +545,8 @@ class Suite:
             self.crashed.append(report.nodeid)
 
     def pytest_terminal_summary(self, terminalreporter):
-        """What was not certified, in plain words, whatever -r says about skips."""
+        """What was not certified, and each non-gating finding (a ``warn`` row), in plain words, whatever
+        -r says about skips or -W about warnings."""
         if not self.controller:
             return
         if self.tier != "all":
@@ -562,6 +563,10 @@ class Suite:
             terminalreporter.write_line(f"normcert: {impl} not certified for gradients or gradcheck: forward only "
                                         f"(its outputs carry no grad_fn; --require-backward makes this a failure)",
                                         yellow=True)
+        for r in self.results:  # said here, not with warnings.warn: -W error would make it the kernel's failure
+            if r["outcome"] == "warn":
+                terminalreporter.write_line(f"normcert: {r['prop']} (not gating without --bitwise): {r['impl']} in "
+                                            f"{r['dtype']}: {r['message']}", yellow=True)
 
     def pytest_deselected(self, items):
         self.deselected.extend(item.nodeid for item in items)
