@@ -23,8 +23,7 @@ import torch
 from ..oracle import OPS
 
 from ..properties.declared import conventions
-from ..properties.declared.domain import (MANY_ROWS, Domain, DomainError, check_contract, check_flags, check_size,
-                                          parse)
+from ..properties.declared.domain import Domain, DomainError, check_op, parse
 
 BACKENDS = ("eager", "compiled", "custom-op", "triton", "case-study", "plugin")
 MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "custom_op", "triton_norms", "triton_gated_norm",
@@ -54,16 +53,15 @@ class Impl:
     def __post_init__(self):
         """The domain is read again as normcert's own (``domain.parse`` of its fields), whoever built
         the record (an entry point may build one directly; ``dataclasses.replace``, as ``--domain``
-        does, passes here too), and its largest fitted case fits (``domain.check_size``)."""
+        does, passes here too), and it is a domain the op can be checked on (``domain.check_op``: a row
+        fits, its largest fitted case is not too large, its flags and choices are the op's)."""
         where = f"{self.name!r}: domain"
         if type(self.domain) is not Domain:
             raise UsageError(f"{where}: a {type(self.domain).__name__} object is not accepted (normcert reads a "
                              f"domain only from its own text): give a string of KEY=VALUE items or a dict")
         try:
             object.__setattr__(self, "domain", parse(self.domain.spec(), where))
-            check_size(self.domain, OPS[self.op], MANY_ROWS, where)
-            check_flags(self.domain, OPS[self.op], where)
-            check_contract(self.domain, OPS[self.op], where)
+            check_op(self.domain, OPS[self.op], where)
         except DomainError as e:
             raise UsageError(str(e)) from None
 
@@ -76,6 +74,16 @@ class UsageError(ValueError):
     """A bad --impl or registry entry; the message is one line for the user."""
 
 
+def with_domain(impl: Impl, domain: Domain, where: str, **changes) -> Impl:
+    """``impl`` with ``domain`` as its declared domain (and ``changes``); UsageError, one line naming
+    ``where`` (``--domain``), where its op cannot be checked on it (``domain.check_op``)."""
+    try:
+        check_op(domain, OPS[impl.op], where)
+    except DomainError as e:
+        raise UsageError(str(e)) from None
+    return replace(impl, domain=domain, **changes)
+
+
 def make(op, name, backend, fn, **kw) -> Impl:
     """An Impl whose target is the function's own module and name; with ``convention=``, ``fn``
     is the kernel as it is called (``conventions``) and the record holds it adapted to the contract."""
@@ -85,8 +93,9 @@ def make(op, name, backend, fn, **kw) -> Impl:
         raise UsageError(f"unknown backend {backend!r} for {name!r}: expected one of {', '.join(BACKENDS)}")
     target = kw.pop("target", None) or f"{fn.__module__}:{fn.__name__}"
     try:  # declared with the registry entry, else on the kernel itself
-        kw["domain"] = parse(kw.get("domain") or getattr(fn, "normcert_domain", None),
-                             where=f"{name!r}: normcert_domain" if "domain" not in kw else f"{name!r}: domain")
+        where = f"{name!r}: normcert_domain" if "domain" not in kw else f"{name!r}: domain"
+        kw["domain"] = parse(kw.get("domain") or getattr(fn, "normcert_domain", None), where=where)
+        check_op(kw["domain"], OPS[op], where)  # here, where its source is known; the record checks it again
     except DomainError as e:
         raise UsageError(str(e)) from None
     if not OPS[op].grads:

@@ -295,11 +295,15 @@ def _agreeing(plugins: list, specs: list[str]) -> list:
 
 
 def _with_domain(plugins: list, declared) -> list:
-    """The kernels with ``declared`` as their domain, the kernel each must agree with too."""
+    """The kernels with ``declared`` as their domain (``impls.with_domain``: one their op cannot be
+    checked on is a usage error naming --domain), the kernel each must agree with too."""
+    from ... import impls  # noqa: PLC0415
+
     out = {}
     for i in plugins:  # the kernel agreed with first: it precedes those that agree with it
         partner = i.agrees_with and out.get(i.agrees_with.id)
-        out[i.id] = dataclasses.replace(i, domain=declared, **({"agrees_with": partner} if partner else {}))
+        out[i.id] = impls.with_domain(i, declared, f"{flag('domain')} (for {i.id})",
+                                      **({"agrees_with": partner} if partner else {}))
     return list(out.values())
 
 

@@ -19,13 +19,15 @@ import warnings
 
 import pytest
 
-from ....impls import make
+from ....impls import UsageError, make
+from ....oracle import OPS
 from ....oracle.formats import DTYPES
+from ...declared.domain import Domain, DomainError, check_op, parse
 from ...families import BY_NAME
 from ...harness.session import Session
 from ...run.outcomes import certify
 
-from . import planted
+from . import planted, planted_nothing
 from ..certificate_helpers import read_certificate
 
 F32, F64 = DTYPES[1], DTYPES[0]
@@ -43,6 +45,63 @@ def _certify(cwd, *args, env=()):
     environ.update(HYPOTHESIS_STORAGE_DIRECTORY=str(cwd / ".hyp"), **dict(env))
     return subprocess.run([sys.executable, "-m", "normcert", "certify", "--certificate", "c.json", *args], cwd=cwd,
                           env=environ, capture_output=True, text=True, timeout=300)
+
+
+# ------------------------------------------------------------------ a domain no row fits
+def _shortest(rec) -> int:
+    """The shortest row of op record ``rec`` in an unrestricted domain: what fitting rounds a row up to."""
+    return Domain().width(1, rec.halves, rec.width_multiple)
+
+
+SHORTEST_PAST_1 = [op for op, rec in OPS.items() if _shortest(rec) > 1]  # the ops a max_width can fit to nothing
+
+
+@pytest.mark.parametrize("op", SHORTEST_PAST_1)
+def test_a_domain_no_row_of_the_op_fits_is_refused_naming_the_key(op):
+    """max_width one short of the op's shortest row fits every case to 0 elements: refused in one line
+    naming the source and the key; at the shortest row it is a domain like any other."""
+    rec = OPS[op]
+    shortest = _shortest(rec)
+    with pytest.raises(DomainError, match=rf"^--domain: max_width={shortest - 1}: no row of {op} is that short, "
+                                          rf"every case would be fitted to 0 elements: its shortest row is {shortest} "):
+        check_op(parse(f"max_width={shortest - 1}"), rec, "--domain")
+    check_op(parse(f"max_width={shortest}"), rec, "--domain")
+    assert Domain(max_width=shortest).width(1, rec.halves, rec.width_multiple) == shortest
+
+
+def test_the_issues_two_domains_are_among_them():
+    """The issue's cases, derived from the records: group quant rows are multiples of 128, so max_width=100 is
+    refused (tail=partial admits it); silu_and_mul's [gate | up] rows are even, so max_width=1 is."""
+    assert _shortest(OPS["rms_norm_group_quant"]) == 128 and _shortest(OPS["silu_and_mul"]) == 2
+    check_op(parse("max_width=100 tail=partial"), OPS["rms_norm_group_quant"], "--domain")
+    with pytest.raises(DomainError, match=r"^--domain: max_width=100: .* shortest row is 102 \(its rows are \[gate "
+                                          r"\| up\], twice the output row; width_multiple=51\)$"):
+        check_op(Domain(max_width=100, width_multiple=51, tail="partial"), OPS["silu_and_mul_group_quant"], "--domain")
+
+
+@pytest.mark.parametrize("fn", [planted_nothing.group_quant_forty_two, planted_nothing.group_quant_doubled_scales,
+                                planted_nothing.silu_and_mul_forty_two], ids=lambda fn: fn.__name__)
+def test_a_kernel_declaring_such_a_domain_is_not_registered(fn):
+    op = "silu_and_mul" if fn is planted_nothing.silu_and_mul_forty_two else "rms_norm_group_quant"
+    with pytest.raises(UsageError, match=rf"^'{fn.__name__}': normcert_domain: {fn.normcert_domain}: no row of {op} "):
+        make(op, fn.__name__, "plugin", fn)
+
+
+@pytest.mark.parametrize("kernel, domain, says", [
+    ("rms_norm_group_quant=mykern:forty_two", (), "'mykern:forty_two': normcert_domain: max_width=100: no row of "
+                                                  "rms_norm_group_quant is that short"),
+    ("silu_and_mul=normcert.impls.eager:silu_and_mul", ("--domain", "max_width=1"),
+     "--domain (for silu_and_mul:normcert.impls.eager:silu_and_mul): max_width=1: no row of silu_and_mul is that "
+     "short")], ids=["normcert_domain", "--domain"])
+def test_normcert_certify_refuses_it_before_any_case(tmp_path, kernel, domain, says):
+    """From a user's folder (its own pytest.ini): exit status 4, one line naming the key, no case run."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "mykern.py").write_text("import torch\n\ndef forty_two(x, weight, eps, group, scale_format, layout):\n"
+                                        "    raise SystemExit('called')\n\nforty_two.normcert_domain = 'max_width=100'\n")
+    r = _certify(tmp_path, kernel, *domain)
+    assert r.returncode == 4, r.stdout[-2000:] + r.stderr[-2000:]
+    lines = [line for line in (r.stdout + r.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"ERROR: {says}"), lines
 
 
 # ------------------------------------------------------------------ normcert's warnings are its own
