@@ -39,8 +39,8 @@ TEMPLATES = os.path.join(os.path.dirname(__file__), "report_templates")
 CARD_OUTCOMES = ("fail", "error", "expected-fail", "warn")
 """Rows that get a counterexample card: the failures, and the notes a passing check left."""
 
-GREY = {"not-supported": "#c8c8c8", "not-certified": "#a0a0a0"}
-"""Cells the kernel is not certified on: outside its domain, or forward only."""
+GREY = {"not-supported": "#c8c8c8", "not-certified": "#a0a0a0", "not-run": "#ffffff"}
+"""Cells the kernel is not certified on: outside its domain, forward only, or checked on nothing."""
 
 EXPECTED_FAIL = "#8e6bb8"
 """A case study that failed as designed: the suite caught it."""

@@ -12,11 +12,13 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 import warnings
 
+import jsonschema
 import pytest
 
 from ....impls import UsageError, make
@@ -24,8 +26,12 @@ from ....oracle import OPS
 from ....oracle.formats import DTYPES
 from ...declared.domain import Domain, DomainError, check_op, parse
 from ...families import BY_NAME
+from ...harness.measure import PropertyFailure
 from ...harness.session import Session
+from ...run import runner
 from ...run.outcomes import certify
+from ...evidence import verdict
+from ...evidence.certificate import _row, schema
 
 from . import planted, planted_nothing
 from ..certificate_helpers import read_certificate
@@ -102,6 +108,53 @@ def test_normcert_certify_refuses_it_before_any_case(tmp_path, kernel, domain, s
     assert r.returncode == 4, r.stdout[-2000:] + r.stderr[-2000:]
     lines = [line for line in (r.stdout + r.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"ERROR: {says}"), lines
+
+
+# ------------------------------------------------------------------ nothing checked is not a pass
+ZERO_WIDTH = {"rms_norm_group_quant": Domain(max_width=100), "silu_and_mul": Domain(max_width=1)}
+"""The issue's domains, built directly (``check_op`` refuses them as declared), which fit every case to 0 elements."""
+
+
+def _on_nothing(session, family, fn, op):
+    """``family``'s run on ``fn`` with its domain ``ZERO_WIDTH[op]`` set past the registry's check
+    (``check_op`` refuses it): the run a domain that fits every case to 0 elements would get; its
+    recorded result (a run that does not pass ends in PropertyFailure)."""
+    def kernel(*args):  # fn without its normcert_domain, which make refuses
+        return fn(*args)
+
+    impl = make(op, fn.__name__, "plugin", kernel, target=f"{fn.__module__}:{fn.__name__}")
+    object.__setattr__(impl, "domain", ZERO_WIDTH[op])  # the frozen record's domain, unchecked
+    try:
+        runner.run_family(session, family, impl, F32, max_examples=8, gating=not family.bitwise, shrink=False)
+    except PropertyFailure as e:
+        assert "checked nothing" in str(e), str(e)
+    return session.results[-1]
+
+
+@pytest.mark.parametrize("family", ["accuracy", "contract", "served"])
+@pytest.mark.parametrize("fn, op", [(planted_nothing.group_quant_forty_two, "rms_norm_group_quant"),
+                                    (planted_nothing.group_quant_doubled_scales, "rms_norm_group_quant"),
+                                    (planted_nothing.silu_and_mul_forty_two, "silu_and_mul")],
+                         ids=lambda v: getattr(v, "__name__", v))
+def test_a_wrong_kernel_checked_on_nothing_is_not_run(session, fn, op, family):
+    """The issue's scoped run: each family the kernel "passed" on 0-element cases is not-run, and fails the verdict."""
+    res = _on_nothing(session, BY_NAME[family], fn, op)
+    assert res.outcome == "not-run" and res.message.startswith(f"nothing checked: the {res.examples} cases held 0 "
+                                                               f"elements"), (res.outcome, res.message)
+    row = _row(dataclasses.asdict(res))  # the certificate's row, held to its schema
+    jsonschema.validate({"results": [row], "$defs": schema()["$defs"]},
+                        {"properties": {"results": schema()["properties"]["results"]}, "$defs": schema()["$defs"]})
+    assert row["outcome"] == "not-run" and verdict.failing([row]), row
+
+
+@pytest.mark.parametrize("family", ["batch-invariance", "row-independence"])
+def test_the_families_that_crashed_on_0_elements_check_them(session, family):
+    """They raised in normcert's own code (a reshape with -1 of 0 elements: ``error``); now they check
+    the empty rows, find nothing, and say so."""
+    from ....impls.eager import rms_norm_group_quant  # the correct kernel: its result is the family's own
+
+    res = _on_nothing(session, BY_NAME[family], rms_norm_group_quant, "rms_norm_group_quant")
+    assert res.outcome == "not-run", (res.outcome, res.message)
 
 
 # ------------------------------------------------------------------ normcert's warnings are its own
