@@ -23,8 +23,7 @@ import torch
 from ..oracle import OPS
 
 from ..properties.declared import conventions, signature
-from ..properties.declared.domain import (MANY_ROWS, Domain, DomainError, check_contract, check_flags, check_options,
-                                          check_size, parse, without)
+from ..properties.declared.domain import Domain, DomainError, check_op, parse, without
 
 BACKENDS = ("eager", "compiled", "custom-op", "triton", "case-study", "plugin")
 MODULES = tuple(f"normcert.impls.{m}" for m in ("eager", "compiled", "custom_op", "triton_norms", "triton_gated_norm",
@@ -56,19 +55,17 @@ class Impl:
         the record (an entry point may build one directly; ``dataclasses.replace``, as ``--domain``
         does, passes here too), narrowed to the op's options the kernel's signature takes
         (``signature.lacking``: the others declared ``unsupported``, whatever the declaration
-        said), and its largest fitted case fits (``domain.check_size``)."""
+        said), and it is a domain the op can be checked on (``domain.check_op``: a row fits, its
+        largest fitted case is not too large, its options, flags and choices are the op's)."""
         where = f"{self.name!r}: domain"
         if type(self.domain) is not Domain:
             raise UsageError(f"{where}: a {type(self.domain).__name__} object is not accepted (normcert reads a "
                              f"domain only from its own text): give a string of KEY=VALUE items or a dict")
         try:
             domain = parse(self.domain.spec(), where)
-            check_options(domain, OPS[self.op], where)
             kernel = self.fn if self.kernel is None else self.kernel
             object.__setattr__(self, "domain", without(domain, signature.lacking(OPS[self.op], kernel)))
-            check_size(self.domain, OPS[self.op], MANY_ROWS, where)
-            check_flags(self.domain, OPS[self.op], where)
-            check_contract(self.domain, OPS[self.op], where)
+            check_op(self.domain, OPS[self.op], where)
         except DomainError as e:
             raise UsageError(str(e)) from None
 
@@ -81,6 +78,16 @@ class UsageError(ValueError):
     """A bad --impl or registry entry; the message is one line for the user."""
 
 
+def with_domain(impl: Impl, domain: Domain, where: str, **changes) -> Impl:
+    """``impl`` with ``domain`` as its declared domain (and ``changes``); UsageError, one line naming
+    ``where`` (``--domain``), where its op cannot be checked on it (``domain.check_op``)."""
+    try:
+        check_op(domain, OPS[impl.op], where)
+    except DomainError as e:
+        raise UsageError(str(e)) from None
+    return replace(impl, domain=domain, **changes)
+
+
 def make(op, name, backend, fn, **kw) -> Impl:
     """An Impl whose target is the function's own module and name; with ``convention=``, ``fn``
     is the kernel as it is called (``conventions``) and the record holds it adapted to the contract."""
@@ -90,8 +97,9 @@ def make(op, name, backend, fn, **kw) -> Impl:
         raise UsageError(f"unknown backend {backend!r} for {name!r}: expected one of {', '.join(BACKENDS)}")
     target = kw.pop("target", None) or f"{fn.__module__}:{fn.__name__}"
     try:  # declared with the registry entry, else on the kernel itself
-        kw["domain"] = parse(kw.get("domain") or getattr(fn, "normcert_domain", None),
-                             where=f"{name!r}: normcert_domain" if "domain" not in kw else f"{name!r}: domain")
+        where = f"{name!r}: normcert_domain" if "domain" not in kw else f"{name!r}: domain"
+        kw["domain"] = parse(kw.get("domain") or getattr(fn, "normcert_domain", None), where=where)
+        check_op(kw["domain"], OPS[op], where)  # here, where its source is known; the record checks it again
     except DomainError as e:
         raise UsageError(str(e)) from None
     if not OPS[op].grads:

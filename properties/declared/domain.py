@@ -73,7 +73,10 @@ kernel does not take removed; its notes say what was fitted.
 
 A fitted case is at most ``MAX_FITTED_ELEMENTS`` elements: a domain whose largest
 fitted case is larger cannot be built, and is a usage error before any case
-(``check_size``).
+(``check_size``); so is one no row of the op fits (``check_fits``: max_width below the
+op's shortest row, e.g. max_width=100 for a group quant, whose rows are multiples of 128, or
+max_width=1 for silu_and_mul, whose rows are [gate | up]), whose every case would hold 0
+elements.  ``check_op`` makes every check of a domain against an op.
 """
 from __future__ import annotations
 
@@ -203,6 +206,44 @@ class Domain:
                 value = "yes" if value else "no"
             items.append(f"{f.name}={value}")
         return " ".join(items)
+
+
+def check_op(domain: Domain, rec, where: str) -> None:
+    """DomainError unless ``domain`` is one a kernel of op record ``rec`` can be checked on: some row
+    of the op lies in it (``check_fits``), its largest fitted case fits (``check_size``, on the
+    search's ``MANY_ROWS``), and its flags and contract choices are the op's (``check_flags``,
+    ``check_contract``), and the options it declares unsupported are the op's (``check_options``).
+    ``where`` names the domain's source in the message: ``--domain``, the kernel's
+    ``normcert_domain``, or its registry entry."""
+    check_options(domain, rec, where)
+    check_fits(domain, rec, where)
+    check_size(domain, rec, MANY_ROWS, where)
+    check_flags(domain, rec, where)
+    check_contract(domain, rec, where)
+
+
+def check_fits(domain: Domain, rec, where: str) -> None:
+    """DomainError unless a row of op record ``rec`` lies in ``domain``:
+
+        domain.width(1, rec.halves, rec.width_multiple) >= 1
+
+    i.e. max_width >= s, s = lcm(width_multiple, g (2 for a [gate | up] op)) the shortest row both
+    admit, g the op's group multiple (1 under tail=partial).  Where it fails every case would be
+    fitted to rows of 0 elements, and every check would pass on nothing."""
+    if domain.width(1, rec.halves, rec.width_multiple) >= 1:
+        return
+    shortest = replace(domain, max_width=None).width(1, rec.halves, rec.width_multiple)
+    why = []
+    if rec.width_multiple > 1 and domain.tail != "partial":
+        why.append(f"its output rows are multiples of {rec.width_multiple}, the largest group it is drawn with")
+    if rec.halves:
+        why.append("its rows are [gate | up], twice the output row")
+    if domain.width_multiple > 1:
+        why.append(f"width_multiple={domain.width_multiple}")
+    tail = any(a.kind == "tail" for a in rec.args) and domain.tail != "partial"
+    raise DomainError(f"{where}: max_width={domain.max_width}: no row of {rec.name} is that short, every case would "
+                      f"be fitted to 0 elements: its shortest row is {shortest} ({'; '.join(why)})"
+                      + ("; tail=partial admits rows that are not a multiple of the group" if tail else ""))
 
 
 def check_size(domain: Domain, rec, rows: int, where: str) -> None:

@@ -1,10 +1,10 @@
 """The certificate: what was checked, on what, and the worst error seen.
 
-JSON schema ``normcert-certificate/7`` (``normcert-certificate.schema.json`` beside this file, printed by
+JSON schema ``normcert-certificate/8`` (``normcert-certificate.schema.json`` beside this file, printed by
 ``normcert schema``; documented in docs/reference/certificate.md):
 
     {"run": "complete" | "incomplete: ..." | "interrupted" | "stopped early: ..." (always the first line),
-     "schema": "normcert-certificate/7",
+     "schema": "normcert-certificate/8",
      "verdict": "certified" | "not certified" | "incomplete" (``verdict.judge``: from the result rows),
      "disagreement": "" or how pytest's exit status and the result rows disagree (a plugin changed reports),
      "pytest_exit_status": int or null, "deselected": [node ids], "crashed": [node ids],
@@ -14,7 +14,8 @@ JSON schema ``normcert-certificate/7`` (``normcert-certificate.schema.json`` bes
      "environment": {"normcert" (version), "commit" (normcert's own git describe, null for a wheel), "python", "torch", "triton", "hypothesis", "numpy",
                      "device", "device_name", "driver", "profile", "seed", "bitwise",
                      "triton_interpreter" (null on a GPU, else the corrections made: properties.harness.interpreter)},
-     "summary": {"pass": n, "fail": n, "not-supported": n, "not-certified": n, "expected-fail": n, "warn": n},
+     "summary": {"pass": n, "fail": n, "not-supported": n, "not-certified": n, "expected-fail": n, "warn": n,
+                 "not-run": n (a check whose cases held 0 elements)},
      "implementations": {kernel id: {"op", "backend", "target", "convention", "expected_failure",
                                      "domain" (its declared domain as ``--domain`` reads it, or "all"),
                                      "certified_on" (the same in words, "" for all),
@@ -62,7 +63,10 @@ import normcert
 from .files import UnsafePath, foreign, regular_or_absent, write_atomic
 from .verdict import DTYPE_ORDER
 
-SCHEMA = "normcert-certificate/7"
+SCHEMA = "normcert-certificate/8"
+READABLE = ("normcert-certificate/7", SCHEMA)
+"""The certificate formats ``normcert report`` and ``compare`` read: every /7 certificate is a /8 one
+but for its name (/8 added the outcome "not-run"), so both are held to this schema."""
 
 
 def schema() -> dict:

@@ -1,6 +1,6 @@
 """The verdict from the evidence alone: the result rows, and the checks the run was to make.
 
-    certified  <=>  rows != []  and  no row is "fail" or "error"
+    certified  <=>  rows != []  and  no row is "fail", "error" or "not-run"
                     and  every expected (kernel, property, dtype) has a row
                     and  no xdist worker crashed  and  the run completed
                     and  pytest's exit status is 0
@@ -19,8 +19,9 @@ from __future__ import annotations
 DTYPE_ORDER = ("float64", "float32", "float16", "bfloat16")
 """The order every table and headline lists dtypes in."""
 
-FAILING = ("fail", "error")
-"""Outcomes that fail a run (a case study's failure is "expected-fail", a non-gating one "warn")."""
+FAILING = ("fail", "error", "not-run")
+"""Outcomes that fail a run (a case study's failure is "expected-fail", a non-gating one "warn"):
+"not-run" is a check whose cases held 0 elements, which certifies nothing."""
 
 
 def key(row: dict) -> str:

@@ -102,7 +102,8 @@ def telling(case):
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
-    return t.reshape(-1, t.shape[-1])
+    """``t`` as (rows, n), rows = the product of its leading dims (named: -1 is ambiguous where n = 0)."""
+    return t.reshape(math.prod(t.shape[:-1]), t.shape[-1])
 
 
 def check_batch_invariance(session, impl, case, worst):

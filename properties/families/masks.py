@@ -13,6 +13,8 @@ accuracy property's job (its cases include such masks).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -80,7 +82,7 @@ def check_row_independence(session, impl, case, worst):
     for k in info.row_inputs:
         t = case.tensors[k]
         v = to_float64(t)
-        flat = v.reshape(-1, v.shape[-1])
+        flat = v.reshape(math.prod(v.shape[:-1]), v.shape[-1])  # not -1: ambiguous for rows of 0 elements
         others = np.ones(flat.shape[0], bool)
         others[keep] = False
         flat = _fill(flat, others, case.params["fill"], rng, fmt(t.dtype))

@@ -32,7 +32,7 @@ import shlex
 import jinja2
 
 from ..evidence.files import regular_or_absent
-from ..evidence.certificate import SCHEMA, headline, schema
+from ..evidence.certificate import READABLE, SCHEMA, headline, schema
 from .report_replay import replay_view
 from ..evidence.verdict import DTYPE_ORDER, rejudge
 
@@ -41,8 +41,8 @@ TEMPLATES = os.path.join(os.path.dirname(__file__), "report_templates")
 CARD_OUTCOMES = ("fail", "error", "expected-fail", "warn")
 """Rows that get a counterexample card: the failures, and the notes a passing check left."""
 
-GREY = {"not-supported": "#c8c8c8", "not-certified": "#a0a0a0"}
-"""Cells the kernel is not certified on: outside its domain, or forward only."""
+GREY = {"not-supported": "#c8c8c8", "not-certified": "#a0a0a0", "not-run": "#ffffff"}
+"""Cells the kernel is not certified on: outside its domain, forward only, or checked on nothing."""
 
 EXPECTED_FAIL = "#8e6bb8"
 """A case study that failed as designed: the suite caught it."""
@@ -306,7 +306,7 @@ def load(path: str) -> dict:
         raise ValueError(e.strerror or str(e)) from None
     except (ValueError, RecursionError) as e:
         raise ValueError(f"not JSON ({str(e)[:120]})") from None
-    if not isinstance(cert, dict) or cert.get("schema") != SCHEMA:
+    if not isinstance(cert, dict) or cert.get("schema") not in READABLE:
         found = cert.get("schema") if isinstance(cert, dict) else type(cert).__name__
         raise ValueError(f"not a {SCHEMA} certificate (its schema: {found!r})")
     try:
@@ -317,7 +317,7 @@ def load(path: str) -> dict:
             raise ValueError(f"not a complete certificate: no {', '.join(missing)}") from None
         return cert
     try:
-        jsonschema.validate(cert, schema())
+        jsonschema.validate({**cert, "schema": SCHEMA}, schema())  # an older READABLE one is held to this schema
     except jsonschema.ValidationError as e:
         raise ValueError(f"does not fit the schema at {e.json_path}: {e.message.splitlines()[0][:160]}") from None
     return cert

@@ -295,11 +295,15 @@ def _agreeing(plugins: list, specs: list[str]) -> list:
 
 
 def _with_domain(plugins: list, declared) -> list:
-    """The kernels with ``declared`` as their domain, the kernel each must agree with too."""
+    """The kernels with ``declared`` as their domain (``impls.with_domain``: one their op cannot be
+    checked on is a usage error naming --domain), the kernel each must agree with too."""
+    from ... import impls  # noqa: PLC0415
+
     out = {}
     for i in plugins:  # the kernel agreed with first: it precedes those that agree with it
         partner = i.agrees_with and out.get(i.agrees_with.id)
-        out[i.id] = dataclasses.replace(i, domain=declared, **({"agrees_with": partner} if partner else {}))
+        out[i.id] = impls.with_domain(i, declared, f"{flag('domain')} (for {i.id})",
+                                      **({"agrees_with": partner} if partner else {}))
     return list(out.values())
 
 
@@ -545,7 +549,8 @@ class Suite:
             self.crashed.append(report.nodeid)
 
     def pytest_terminal_summary(self, terminalreporter):
-        """What was not certified, in plain words, whatever -r says about skips."""
+        """What was not certified, and each non-gating finding (a ``warn`` row), in plain words, whatever
+        -r says about skips or -W about warnings."""
         if not self.controller:
             return
         if self.tier != "all":
@@ -562,6 +567,10 @@ class Suite:
             terminalreporter.write_line(f"normcert: {impl} not certified for gradients or gradcheck: forward only "
                                         f"(its outputs carry no grad_fn; --require-backward makes this a failure)",
                                         yellow=True)
+        for r in self.results:  # said here, not with warnings.warn: -W error would make it the kernel's failure
+            if r["outcome"] == "warn":
+                terminalreporter.write_line(f"normcert: {r['prop']} (not gating without --bitwise): {r['impl']} in "
+                                            f"{r['dtype']}: {r['message']}", yellow=True)
 
     def pytest_deselected(self, items):
         self.deselected.extend(item.nodeid for item in items)

@@ -5,7 +5,8 @@ calls the property's check, keeps the worst error seen (and steers Hypothesis
 towards it with ``target``), and on failure re-raises with the shrunk case,
 the property, the dtype and the replay command.  Every run leaves one
 ``Result`` in its session's ``results`` for the certificate, made once at its end
-(``record``): ``pass`` only when the search completed with every case checked,
+(``record``): ``pass`` only when the search completed with every case checked and
+some case held an element (``not-run`` where none did: nothing checked is no evidence),
 ``error`` where it stopped otherwise: an exception in normcert's own checking code
 (everything the kernel raises is a ``ContractViolation`` or a refusal by then,
 ``sandbox.kernel_code``), reported as normcert's, not the kernel's (``harness_error``).
@@ -61,7 +62,7 @@ class Result:
     prop: str
     dtype: str
     outcome: str  # error (until the check completes) | pass | fail | not-supported | not-certified |
-    #               expected-fail | warn
+    #               expected-fail | warn | not-run (its cases held 0 elements)
     examples: int = 0
     refused: int = 0  # drawn cases the kernel refused with NotImplementedError
     domain: str = ""  # what the checked (not refused) cases covered
@@ -246,7 +247,7 @@ _OVERRIDES = {"suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_t
               # database would replay one run's failures into another (results then depend on test
               # order and the xdist split); runs are seeded, and failures are kept as replay files
               "database": None}
-FAILED = ("fail", "error", "expected-fail")  # the outcomes ``run`` raises PropertyFailure for
+FAILED = ("fail", "error", "expected-fail", "not-run")  # the outcomes ``run`` raises PropertyFailure for
 
 
 def record(session, impl, prop: str, dtype: str, outcome: str, **fields) -> Result:
@@ -307,6 +308,8 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
         search.others(e, outcome, message, strategy, max_examples, buckets, time.perf_counter() - t0)
     finally:
         res = search.conclude(outcome, message, failed, time.perf_counter() - t0, judge)
+    if res.outcome == "not-run":
+        raise PropertyFailure(f"{prop} checked nothing for {impl.id} ({impl.backend}) in {res.dtype}: {res.message}")
     if res.outcome in FAILED:
         raise PropertyFailure(
             f"{prop} {'could not be checked' if res.outcome == 'error' else 'fails'} for {impl.id} ({impl.backend}) "
@@ -537,6 +540,12 @@ class _Search:
         return f" (config {forced} is pruned away for this call's key: it ran {ran}, as a GPU would)"
 
     def completed(self) -> tuple[str, str]:
+        """The outcome of a search that raised nothing: pass, where the cases it checked held elements;
+        not-run where none did (every main tensor empty after fitting: the check ran on nothing, which
+        is no evidence); not-supported where the dtype was refused throughout."""
+        if self.supported and self.cover.numel == 0:
+            return "not-run", (f"nothing checked: the {self.cover.examples} cases held 0 elements "
+                               f"({self.cover.domain}; declared domain: {self.impl.domain.describe() or 'all'})")
         if self.supported:
             return "pass", ""
         return "not-supported", (f"raises NotImplementedError for {DTYPE_NAMES[self.dtype]}: on the op's sample "

@@ -211,3 +211,12 @@ def test_a_kernel_s_message_reaches_markdown_inert(tmp_path, monkeypatch):
         assert "<img" not in text and "<h2>" not in text
         assert not re.search(r"(?<!\\)\]\(", text) and not re.search(r"(?<!\\)`tick(?<!\\)`", text)  # no link, no code
         assert "&lt;img src=https://example.com/t.png&gt;" in text and "\\*bold\\*" in text
+
+
+def test_a_certificate_of_the_previous_format_is_still_read(tmp_path, capsys):
+    """A /7 certificate (before "not-run" was an outcome) is drawn and compared with a current one."""
+    old = {**report_samples.certified(), "schema": "normcert-certificate/7"}
+    a, b = _write(tmp_path, "old.json", old), _write(tmp_path, "new.json", report_samples.certified())
+    assert cli.main(["report", a, "-o", str(tmp_path / "old.html")]) == 0
+    assert cli.main(["compare", a, b]) == 0 and "0 cell(s) changed" in capsys.readouterr().out
+    assert cli.main(["report", _write(tmp_path, "other.json", {**old, "schema": "normcert-certificate/6"})]) == cli.USAGE

@@ -113,7 +113,7 @@ def test_normcert_report_writes_the_page_and_refuses_bad_input_in_one_line(tmp_p
     assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
     assert cli.main(["report", str(cert)]) == 0 and (tmp_path / "c.html").is_file()  # beside it by default
     bad = tmp_path / "bad.json"
-    for text, problem in (("{", "not JSON"), ('{"schema": "x"}', "not a normcert-certificate/7 certificate"),
+    for text, problem in (("{", "not JSON"), ('{"schema": "x"}', "not a normcert-certificate/8 certificate"),
                           (json.dumps({**report_samples.certified(), "results": [{}]}), "does not fit the schema")):
         bad.write_text(text)
         capsys.readouterr()

@@ -150,14 +150,14 @@ def test_a_domain_too_large_to_fit_is_a_usage_error_naming_the_limit(op, multipl
         return x
 
     k.normcert_domain = f"width_multiple={multiple}"
-    says = (rf"'k': domain: width_multiple={multiple} fits {op}'s largest case \(65537 rows\) to rows of {multiple}, "
+    says = (rf"'k': {{}}: width_multiple={multiple} fits {op}'s largest case \(65537 rows\) to rows of {multiple}, "
             rf"{65537 * multiple} elements, past normcert's limit of {MAX_FITTED_ELEMENTS} elements "
             rf"\(for {op}: width_multiple at most {most}\)")
-    with pytest.raises(UsageError, match=says):
+    with pytest.raises(UsageError, match=says.format("normcert_domain")):  # the source named: the attribute
         make(op, "k", "plugin", k)
     k.normcert_domain = f"width_multiple={most}"
     fits = make(op, "k", "plugin", k)
-    with pytest.raises(UsageError, match=says):
+    with pytest.raises(UsageError, match=says.format("domain")):
         dataclasses.replace(fits, domain=parse(f"width_multiple={multiple}"))
 
 
