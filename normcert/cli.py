@@ -344,7 +344,8 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
     if run["results"]:
         from normcert.properties.evidence.certificate import claimed, verdict_line  # noqa: PLC0415
 
-        line = verdict_line(judged, claimed(run["domains"], run["results"]), run["scope"], run["run"])
+        line = verdict_line(judged, claimed(run["domains"], run["results"]), run["scope"], run["run"],
+                            getattr(a, "profile", None))
         print("\nnormcert verdict: " + line)
         print("\n".join(verdict_table(run["results"])))
     if disagreement:

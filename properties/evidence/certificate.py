@@ -61,6 +61,7 @@ import pytest
 import normcert
 
 from .files import UnsafePath, foreign, regular_or_absent, write_atomic
+from ..harness.run_settings import PROFILES
 from .verdict import DTYPE_ORDER
 
 SCHEMA = "normcert-certificate/8"
@@ -284,7 +285,8 @@ def markdown(cert: dict) -> str:
 def headline(cert: dict) -> str:
     """The certificate's verdict in one line (``verdict_line``)."""
     domains = claimed({k: v.get("certified_on", "") for k, v in cert["implementations"].items()}, cert["results"])
-    return verdict_line(cert["verdict"], domains, cert["scope"], cert["run"])
+    return verdict_line(cert["verdict"], domains, cert["scope"], cert["run"],
+                        cert.get("environment", {}).get("profile"))
 
 
 DECLARED_OUT = "outside its declared domain"  # the message of a dtype the kernel's domain leaves out (runner)
@@ -293,29 +295,40 @@ DECLARED_OUT = "outside its declared domain"  # the message of a dtype the kerne
 def claimed(domains: dict[str, str], rows: list[dict]) -> dict[str, str]:
     """Each kernel's declared domain in words, with the dtypes it refused without declaring them
     added: a kernel certified on float32 alone says so in the headline whether it declared
-    ``dtypes=float32`` or raised NotImplementedError on the others."""
+    ``dtypes=float32`` or raised NotImplementedError on the others; and so do the properties it was
+    not certified on (``not-certified`` rows: a forward-only kernel's gradients)."""
     refused: dict[str, list[str]] = {}
     for r in rows:
         if r["outcome"] == "not-supported" and not str(r.get("message", "")).startswith(DECLARED_OUT):
             dtypes = refused.setdefault(r["impl"], [])
             if r["dtype"] not in dtypes:
                 dtypes.append(r["dtype"])
+    uncertified: dict[str, list[str]] = {}
+    for r in rows:
+        if r["outcome"] == "not-certified" and r["property"] not in uncertified.setdefault(r["impl"], []):
+            uncertified[r["impl"]].append(r["property"])
     out = dict(domains)
     for impl, dtypes in refused.items():
         words = "refuses (undeclared) dtypes " + ", ".join(d for d in DTYPE_ORDER if d in dtypes)
         out[impl] = f"{out[impl]}; {words}" if out.get(impl) else words
+    for impl, props in uncertified.items():
+        if props:
+            words = f"{', '.join(props)} not certified (forward only, or not run here)"
+            out[impl] = f"{out[impl]}; {words}" if out.get(impl) else words
     return out
 
 
 
-def verdict_line(verdict: str, domains: dict[str, str], scope: dict, state: str) -> str:
+def verdict_line(verdict: str, domains: dict[str, str], scope: dict, state: str, profile: str | None = None) -> str:
     """The verdict in one line, as the certificate's first line and ``normcert certify``'s last say it:
-    with the kernels' declared domains, the declared scope where the run was narrowed, and the run's
-    state where it did not complete."""
+    with the kernels' declared domains, the declared scope where the run was narrowed, a Hypothesis
+    profile with fewer examples than ``ci``'s, and the run's state where it did not complete."""
     text = verdict + on_domains(domains)
     narrowed = [f"{k} {', '.join(v)}" for k, v in scope.items() if v != "all"]
     if narrowed:
         text += f" (scope: {'; '.join(narrowed)})"
+    if profile in PROFILES and PROFILES[profile] < PROFILES["ci"]:
+        text += f" (profile {profile}: {PROFILES[profile]} examples a property, fewer than ci's {PROFILES['ci']})"
     return text if state == "complete" else f"{text} -- run {state}"
 
 
@@ -385,7 +398,12 @@ def badge_path(path: str) -> str:
 
 
 def badge(cert: dict) -> dict:
-    """A shields.io endpoint badge (``https://img.shields.io/endpoint?url=...``) of the verdict."""
+    """A shields.io endpoint badge (``https://img.shields.io/endpoint?url=...``) of the verdict:
+    "certified", bright green, only where the headline says nothing more (every property and dtype,
+    no declared restriction, no property left uncertified, a profile of at least ``ci``'s examples);
+    "certified (narrowed)", yellow-green, where it does: the certificate's headline says how."""
+    if cert["verdict"] == "certified" and headline(cert) != "certified":
+        return {"schemaVersion": 1, "label": "normcert", "message": "certified (narrowed)", "color": "yellowgreen"}
     colour = {"certified": "brightgreen", "incomplete": "lightgrey"}.get(cert["verdict"], "red")
     return {"schemaVersion": 1, "label": "normcert", "message": cert["verdict"], "color": colour}
 

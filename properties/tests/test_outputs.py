@@ -220,3 +220,19 @@ def test_a_certificate_of_the_previous_format_is_still_read(tmp_path, capsys):
     assert cli.main(["report", a, "-o", str(tmp_path / "old.html")]) == 0
     assert cli.main(["compare", a, b]) == 0 and "0 cell(s) changed" in capsys.readouterr().out
     assert cli.main(["report", _write(tmp_path, "other.json", {**old, "schema": "normcert-certificate/6"})]) == cli.USAGE
+
+
+@pytest.mark.parametrize("narrow, says", [
+    (lambda c: c.update(scope={"properties": ["accuracy"], "dtypes": ["float32"]}), "(scope: properties accuracy"),
+    (lambda c: c["environment"].update(profile="dev"), "(profile dev: 4 examples a property, fewer than ci's 12)"),
+    (lambda c: c["results"][0].update(outcome="not-certified"), "not certified (forward only, or not run here)"),
+    (lambda c: c["implementations"][KERNEL].update(certified_on="row length at most 1"), "on: row length at most 1"),
+])
+def test_the_badge_is_bright_green_only_where_the_headline_says_nothing_more(narrow, says):
+    cert = report_samples.certified()
+    assert certificate.headline(cert) == "certified"
+    assert certificate.badge(cert) == {"schemaVersion": 1, "label": "normcert", "message": "certified",
+                                       "color": "brightgreen"}
+    narrow(cert)
+    assert says in certificate.headline(cert)
+    assert certificate.badge(cert)["message"] == "certified (narrowed)" and certificate.badge(cert)["color"] == "yellowgreen"
