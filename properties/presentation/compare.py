@@ -91,12 +91,32 @@ def regressions(a: dict, b: dict, found: list[Change]) -> list[str]:
 
 
 def verdicts(a_name: str, b_name: str, a: dict, b: dict) -> list[str]:
-    """The two verdicts as the rows give them, and where a certificate's stored verdict says otherwise."""
+    """The two verdicts as the rows give them, where a certificate's stored verdict says otherwise,
+    and every fact of the run that changed (``FACTS``: what the cells were checked on and how)."""
     lines = [f"verdict: {rejudge(a)} -> {rejudge(b)} (judged from the rows)"]
     for name, cert in ((a_name, a), (b_name, b)):
         if cert.get("verdict") != rejudge(cert):
             lines.append(f"{name} says {cert.get('verdict')!r}, but its rows say {rejudge(cert)!r}")
+    for label, fact in FACTS:
+        x, y = fact(a), fact(b)
+        if x != y:
+            lines.append(f"{label}: {x or '-'} -> {y or '-'}")
     return lines
+
+
+def _domains(cert: dict) -> str:
+    return "; ".join(f"{k}: {v.get('certified_on') or 'all'}" for k, v in sorted(cert.get("implementations", {}).items()))
+
+
+FACTS = (
+    ("run", lambda c: str(c.get("run", ""))),
+    ("scope", lambda c: "; ".join(f"{k} {v if isinstance(v, str) else ', '.join(v)}"
+                                  for k, v in sorted(c.get("scope", {}).items()))),
+    ("declared domains", _domains),
+    ("profile", lambda c: str(c.get("environment", {}).get("profile") or "")),
+    ("device", lambda c: " ".join(str(c.get("environment", {}).get(k) or "") for k in ("device", "device_name")).strip()),
+)
+"""The run's facts a comparison names where they changed: a cell compared across them is not the same check."""
 
 
 def _state(cell) -> str:

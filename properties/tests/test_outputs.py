@@ -236,3 +236,18 @@ def test_the_badge_is_bright_green_only_where_the_headline_says_nothing_more(nar
     narrow(cert)
     assert says in certificate.headline(cert)
     assert certificate.badge(cert)["message"] == "certified (narrowed)" and certificate.badge(cert)["color"] == "yellowgreen"
+
+
+def test_compare_names_every_fact_of_the_run_that_changed(tmp_path, capsys):
+    before = report_samples.certified()
+    after = copy.deepcopy(before)
+    after["scope"] = {"properties": ["accuracy"], "dtypes": "all"}
+    after["environment"].update(profile="dev", device="cuda", device_name="NVIDIA H100")
+    after["implementations"][KERNEL]["certified_on"] = "dtypes float32"
+    a, b = _write(tmp_path, "a.json", before), _write(tmp_path, "b.json", after)
+    cli.main(["compare", a, b, "--format", "markdown"])
+    out = capsys.readouterr().out
+    for says in ("- scope: dtypes all; properties all -> dtypes all; properties accuracy",
+                 "- profile: ci -> dev", "- device: cpu", "-> cuda NVIDIA H100",
+                 f"- declared domains: {KERNEL}: all -> {KERNEL}: dtypes float32"):
+        assert says.replace("|", "\\|") in out, (says, out)
