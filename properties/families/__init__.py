@@ -24,7 +24,7 @@ from ...oracle.formats import DTYPE_NAMES
 from ...oracle.validate import finite_number
 
 from . import accuracy, agreement, bitwise, compiled, contract, fusion, gradients, invariance, large, masks, served
-from ..search.buckets import BUCKETS, LARGE
+from ..search.buckets import BUCKETS, LARGE, LONG_RUN
 from ..search.strategies import REFILLS, transforms
 
 # the call past 2**20 elements is accuracy's alone (its cost); the near-constant groups accuracy's and gradients'
@@ -129,7 +129,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("contract", contract.check_contract, contract.contract_cases, core=True),
     Family("extremes", accuracy.check_accuracy, accuracy.extreme_cases, core=True, buckets=SHAPES),
     Family("served", served.check_served, served.served_cases, core=True, divide=3,
-           buckets=("odd", "strided"), params=(Param("cot_seed", "seed"),)),
+           buckets=("odd", "strided", LONG_RUN), params=(Param("cot_seed", "seed"), Param("calls", "count"))),
     Family("compiled", compiled.check_compiled, compiled.compiled_cases, divide=3, compiles=True,
            buckets=("odd", "strided")),
     Family("fusion", fusion.check_fusion, fusion.fusion_cases, applies=lambda op: op.unfused is not None,
