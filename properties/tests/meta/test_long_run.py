@@ -9,7 +9,12 @@ the full 2**16 is ``normcert certify``'s, checked from a user's folder in the he
 """
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,6 +30,7 @@ from ...run import runner
 from ...search.buckets import LONG_RUN, LONG_RUN_CALLS, LONG_RUN_INTERPRETED, QUICK_LONG_RUN, buckets
 from .... import oracle
 
+from . import planted_long_run
 from .planted_long_run import SLOTS, RingRms
 
 
@@ -142,3 +148,27 @@ def test_under_triton_s_interpreter_the_long_run_is_scaled_and_says_so():
     assert full.calls == LONG_RUN_CALLS and (full.rows, full.width) == (2, 8)
     quant = next(b for b in buckets(oracle.OPS["rms_norm_group_quant"], spin=1) if b.name == LONG_RUN)
     assert quant.width % oracle.OPS["rms_norm_group_quant"].width_multiple == 0
+
+
+@pytest.mark.normcert_heavy  # two runs of the command in fresh processes, 2**16 calls each: the heavy tier
+@pytest.mark.parametrize("zeroes", [False, True], ids=["ring-bug", "twin"])
+def test_from_a_user_s_folder_certify_rejects_the_ring_and_certifies_its_twin_stating_the_calls(tmp_path, zeroes):
+    """``normcert certify rms_norm=mykern:rms`` in a folder outside the clone (its own pytest.ini),
+    the served family (the long run's) in every dtype: the full 2**16 calls in the one dtype the
+    seed picks, the ring rejected at its 2049th call, the twin certified, the certificate stating them."""
+    source = Path(planted_long_run.__file__).read_text()
+    (tmp_path / "mykern.py").write_text(f"{source}\n\nrms = RingRms(zeroes={zeroes})\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_"))}
+    r = subprocess.run([sys.executable, "-m", "normcert", "certify", "rms_norm=mykern:rms", "--certificate", "c.json",
+                        "--property", "served"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    cert = json.loads((tmp_path / "c.json").read_text())
+    ran = [row for row in cert["results"] if row["calls"]]
+    assert len(ran) == 1 and ran[0]["calls"] == LONG_RUN_CALLS, out[-3000:]
+    assert f"long run: {LONG_RUN_CALLS} calls in a row" in ran[0]["modes"]
+    if zeroes:
+        assert r.returncode == 0 and cert["verdict"] == "certified", out[-3000:]
+    else:
+        assert r.returncode == 1 and cert["verdict"] == "not certified", out[-3000:]
+        assert ran[0]["outcome"] == "fail" and re.search(r"call 20(47|48|49) of 65536 in a row", ran[0]["message"])
