@@ -55,11 +55,14 @@ class Param:
     row           an integer in [0, rows): a row of the case's main tensor (its leading dims flattened)
     power of two  2**k for an integer k in [-6, 6] (a scale that keeps every value exact)
     float         a finite number
-    choice        one of ``choices(op)``"""
+    choice        one of ``choices(op)``
+
+    default: the value of a file written before the param existed (None: every file must carry it)."""
 
     name: str
     kind: str
     choices: Callable[[Op], tuple[str, ...]] | None = None
+    default: object = None
 
     def problem(self, op: Op, value, rows: int) -> str | None:
         """Why ``value`` cannot be this parameter of a case of ``op`` with ``rows`` rows (None: it can)."""
@@ -129,7 +132,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("contract", contract.check_contract, contract.contract_cases, core=True),
     Family("extremes", accuracy.check_accuracy, accuracy.extreme_cases, core=True, buckets=SHAPES),
     Family("served", served.check_served, served.served_cases, core=True, divide=3,
-           buckets=("odd", "strided", LONG_RUN), params=(Param("cot_seed", "seed"), Param("calls", "count"))),
+           buckets=("odd", "strided", LONG_RUN), params=(Param("cot_seed", "seed"), Param("calls", "count", default=1))),
     Family("compiled", compiled.check_compiled, compiled.compiled_cases, divide=3, compiles=True,
            buckets=("odd", "strided")),
     Family("fusion", fusion.check_fusion, fusion.fusion_cases, applies=lambda op: op.unfused is not None,
