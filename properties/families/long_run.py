@@ -8,8 +8,9 @@ served family (``families.served``) therefore makes one long run per result, on 
 ``long_run`` bucket (``search.buckets``: a small case, LONG_RUN_ROWS x LONG_RUN_WIDTH):
 
     calls     n = ``case.params["calls"]``: LONG_RUN_CALLS = 2**16 (past a 2048- and a 4096-slot
-              ring and an int16 counter's 2**15 - 1); at most LONG_RUN_INTERPRETED = 4097 under
-              Triton's interpreter, where every launch is a Python loop; the run's own count
+              ring and an int16 counter's 2**15 - 1); at most LONG_RUN_INTERPRETED = 257 under
+              Triton's interpreter, where every launch is a Python loop (the bucket's label
+              says "257 calls, scaled from 65536"); the run's own count
               otherwise (``Session.long_run``: the clone's quick tier certifies the registry's
               kernels with fewer, ``run.plugin``)
     context   every call under ``torch.inference_mode()`` (a serving loop's), on the same input

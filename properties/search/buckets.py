@@ -30,12 +30,16 @@ ODD_WIDTHS = (769, 3584, 5125, 4097, 8193)  # just past multiples of 256, 512, 1
 MANY_ROWS_INTERPRETED = 1025  # under Triton's interpreter every program is a Python loop iteration
 LONG_RUN = "long_run"  # the served family's bucket of many calls on one small case
 LONG_RUN_CALLS = 1 << 16  # its calls: past a 2048-slot ring, a 4096-slot one and an int16 counter's 32767
-LONG_RUN_INTERPRETED = 4097  # ... under Triton's interpreter (each launch a Python loop): past 2048 and 4096
+LONG_RUN_INTERPRETED = 257
+"""The long run's calls under Triton's interpreter (on CPU), past a uint8 counter's wrap: each
+interpreted launch is a Python loop of about 20 ms on the 2-core machine, so 4097 calls of each of
+the registry's 24 Triton kernels would add half an hour to the heavy tier; 257 add about two
+minutes.  A 2048-slot ring is past it: a Triton kernel's full count is a GPU's."""
 QUICK_LONG_RUN = 4097
-"""... in the quick tier on CPU (``run.plugin``), where the clone's ``pytest -n 2`` certifies the
-registry's own kernels: 2**16 calls of each of its 37 CPU kernels, in one dtype each, take about 390 s
-of the 2-core machine, 4097 about 24 s.  A run of plugged kernels (``normcert certify``) makes the
-full count."""
+"""The long run's calls in the quick tier on CPU (``run.plugin``), past a 2048- and a 4096-slot
+ring, where the clone's ``pytest -n 2`` certifies the registry's own kernels: 2**16 calls of each
+of its 37 CPU kernels, in one dtype each, take about 390 s of the 2-core machine, 4097 about 24 s.
+A run of plugged kernels (``normcert certify``) makes the full count."""
 LONG_RUN_ROWS, LONG_RUN_WIDTH = 2, 8  # its small case (the width rounded up to whole groups)
 SMALL_WIDTHS = (2, 3, 4)  # 65537 rows of these: under 2**18 elements, and 2**19 for halves
 HEAD_DIMS = (64, 128, 256)  # QK-norm: Llama-4, Qwen3, OLMo2, Gemma 3 ...
