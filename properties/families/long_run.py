@@ -30,8 +30,8 @@ served family (``families.served``) therefore makes one long run per result, on 
 
 The n calls are the kernel's, whatever comes after: a failing long run is not run again when
 Hypothesis replays its failing case (a kernel wrong from call 2049 on would then be wrong from the
-first call): its failure is kept on the session (``Session.long_runs``) until the result is
-recorded, and raised again.  The result's ``calls`` states n (0 where no long run ran), and its
+first call): its failure (the check's, or the kernel's contract violation in some chunk) is kept
+on the session (``Session.long_runs``) until the result is recorded, and raised again.  The result's ``calls`` states n (0 where no long run ran), and its
 ``modes`` the long run's words (``said``).
 """
 from __future__ import annotations
@@ -48,10 +48,11 @@ CHUNK = 1024  # calls per sandboxed call
 
 @dataclass
 class LongRun:
-    """One result's long run: the ``calls`` it made, and its ``failure`` (None where it passed)."""
+    """One result's long run: the ``calls`` it made, and its ``failure`` (None where it passed): a
+    ``PropertyFailure``, or a ``ContractViolation`` of the kernel's."""
 
     calls: int
-    failure: PropertyFailure | None = None
+    failure: AssertionError | None = None
 
 
 def spot_checks(n: int) -> list[int]:
@@ -70,14 +71,12 @@ def long_run(session, impl, case, worst, where) -> None:
     naming the first kept call whose output is outside the bound."""
     done = session.long_runs.get(impl.id)
     if done is not None and done.failure is not None:
-        f = done.failure
-        raise PropertyFailure(str(f), kind=f.kind, units=f.units, ulps=f.ulps)
+        raise done.failure  # the same exception, from where it was first raised (Hypothesis's replay)
     n = int(case.params["calls"])
     session.long_runs[impl.id] = done = LongRun(n)
-    kept = _calls(session, impl, case, n)
     try:
-        _check(impl, case, worst, where, n, kept)
-    except PropertyFailure as e:
+        _check(impl, case, worst, where, n, _calls(session, impl, case, n))
+    except AssertionError as e:  # PropertyFailure, or the kernel's ContractViolation (a hang included)
         done.failure = e
         raise
 

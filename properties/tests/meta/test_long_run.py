@@ -25,6 +25,7 @@ from ....impls.eager import rms_norm
 from ...families import BY_NAME
 from ...families.long_run import CHUNK, long_run, spot_checks
 from ...harness.measure import PropertyFailure, Worst
+from ...harness.sandbox import ContractViolation
 from ...harness.session import Session
 from ...run import runner
 from ...search.buckets import LONG_RUN, LONG_RUN_CALLS, LONG_RUN_INTERPRETED, QUICK_LONG_RUN, buckets
@@ -73,6 +74,7 @@ def test_the_ring_bug_is_killed_on_every_seed_naming_call_2049(normcert_session,
             _long_run_only(session, impl, dtype)
         res = session.results[-1]
         assert (res.outcome, res.calls) == ("fail", QUICK_LONG_RUN) and f"calls={QUICK_LONG_RUN}" in res.worst_where
+        assert res.message.startswith("call ")  # not "nondeterministic": Hypothesis's replay met the same failure
         # the kernel is wrong from its call SLOTS + 1 on, where the slot it takes was last filled for
         # rows like these: the probes' calls before the long run (the op's sample) may have been
         before = impl.fn.calls - QUICK_LONG_RUN
@@ -172,3 +174,28 @@ def test_from_a_user_s_folder_certify_rejects_the_ring_and_certifies_its_twin_st
     else:
         assert r.returncode == 1 and cert["verdict"] == "not certified", out[-3000:]
         assert ran[0]["outcome"] == "fail" and re.search(r"call 20(47|48|49) of 65536 in a row", ran[0]["message"])
+
+
+class _RaisesPast:
+    """A correct rms_norm that raises from its call ``k`` + 1 on (a workspace it cannot grow)."""
+
+    def __init__(self, k: int):
+        self.k, self.calls = k, 0
+        self.__name__ = "rms_raises_past"
+
+    def __call__(self, x, weight, eps):
+        self.calls += 1
+        if self.calls > self.k:
+            raise RuntimeError(f"workspace ring exhausted at call {self.calls}")
+        return rms_norm(x, weight, eps)
+
+
+def test_a_kernel_that_raises_late_fails_in_its_chunk_and_is_not_called_again(normcert_session, tmp_path):
+    session = _session(normcert_session, tmp_path, 0)
+    kernel = _RaisesPast(CHUNK + 10)
+    impl = _impl(kernel)
+    with pytest.raises(ContractViolation, match=f"long run, calls {CHUNK + 1} to {2 * CHUNK}.*exhausted at call {CHUNK + 11}"):
+        long_run(session, impl, _case(3 * CHUNK), Worst(), None)
+    with pytest.raises(ContractViolation, match=f"exhausted at call {CHUNK + 11}"):
+        long_run(session, impl, _case(3 * CHUNK), Worst(), None)
+    assert kernel.calls == CHUNK + 11
