@@ -4,7 +4,7 @@
 kernel's first failure in this order), and the pytest tests, ``--replay``, the
 meta-tests and the certificate all read it.  A family holds its check and its
 strategy, from this package's modules (one per family or pair: ``accuracy``, ``gradients``, ...;
-``gradcheck`` and ``graphed`` serve the gradients and served families):
+``gradcheck``, ``graphed`` and ``long_run`` serve the gradients and served families):
 
     check(session, impl, case, worst)    checks one case, raises PropertyFailure
     cases(op, dtype, device, bucket=None) the Hypothesis strategy of cases it checks
