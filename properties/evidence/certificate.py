@@ -26,6 +26,8 @@ JSON schema ``normcert-certificate/8`` (``normcert-certificate.schema.json`` bes
                   "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay",
                   "modes" (how the kernel was called: "grad on", or the served family's modes and why
                   others did not run), "threads" (torch's intra-op threads when the result was recorded),
+                  "calls" (the calls in a row of the served family's long run on one case,
+                  ``families.long_run``; 0 where none ran),
                   "failures" (a failing row only: each distinct failure its search found, the first being
                   the one "message", "worst_where" and "replay" name: [{"message", "where", "kind",
                   "replay", "worst_units", "worst_ulps" (the last two where a measurement failed)}])}]}
@@ -179,6 +181,7 @@ def _row(r: dict) -> dict:
             "seconds": round(r["seconds"], 3), "worst_ulps": r["worst_ulps"], "worst_units": r["worst_units"],
             "worst_where": r["worst_where"], "unclaimed": r["unclaimed"], "message": r["message"],
             "replay": r["replay"], "modes": r.get("modes", ""), "threads": r.get("threads", 0),
+            "calls": r.get("calls", 0),
             **({"failures": r["failures"]} if r.get("failures") else {})}
 
 
@@ -263,12 +266,12 @@ def markdown(cert: dict) -> str:
     lines += [f"| {md(k)} | {md(v)} |" for k, v in env.items()]
     lines += ["", "Summary: " + ", ".join(f"{v} {k}" for k, v in sorted(cert["summary"].items())), ""]
     lines += ["| implementation | property | dtype | outcome | examples | worst ulp | worst error/bound | domain | "
-              "modes | threads |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "modes | threads | calls in a row |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     num = lambda v: v if isinstance(v, str) else f"{v:.3g}"  # noqa: E731 - "inf" arrives as a string
     for r in sorted(cert["results"], key=lambda r: (r["impl"], r["property"], r["dtype"])):
         lines.append(f"| {r['impl']} ({r['backend']}) | {r['property']} | {r['dtype']} | {r['outcome']} | "
                      f"{r['examples']} | {num(r['worst_ulps'])} | {num(r['worst_units'])} | {r['domain']} | "
-                     f"{r.get('modes', '')} | {r.get('threads', '')} |")
+                     f"{r.get('modes', '')} | {r.get('threads', '')} | {r.get('calls') or ''} |")
     lines += case_studies(cert)
     failures = [r for r in cert["results"] if r["outcome"] in ("fail", "error", "expected-fail", "warn")]
     if failures:

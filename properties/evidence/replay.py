@@ -195,6 +195,9 @@ def _check_meta(path: str, meta) -> None:
         except ValueError as e:
             _fail(path, str(e))
     wanted = {p.name for p in family.params}
+    for p in family.params:  # a param added after the file was written: its value before it existed
+        if p.name not in meta["params"] and p.default is not None:
+            meta["params"][p.name] = p.default
     if set(meta["params"]) != wanted:
         _fail(path, f"params {sorted(meta['params'])}, expected {sorted(wanted)} for property {family.name!r}")
     expected = set(rec.tensors)

@@ -4,7 +4,7 @@
 kernel's first failure in this order), and the pytest tests, ``--replay``, the
 meta-tests and the certificate all read it.  A family holds its check and its
 strategy, from this package's modules (one per family or pair: ``accuracy``, ``gradients``, ...;
-``gradcheck`` and ``graphed`` serve the gradients and served families):
+``gradcheck``, ``graphed`` and ``long_run`` serve the gradients and served families):
 
     check(session, impl, case, worst)    checks one case, raises PropertyFailure
     cases(op, dtype, device, bucket=None) the Hypothesis strategy of cases it checks
@@ -24,7 +24,7 @@ from ...oracle.formats import DTYPE_NAMES
 from ...oracle.validate import finite_number
 
 from . import accuracy, agreement, bitwise, compiled, contract, fusion, gradients, invariance, large, masks, served
-from ..search.buckets import BUCKETS, LARGE
+from ..search.buckets import BUCKETS, LARGE, LONG_RUN
 from ..search.strategies import REFILLS, transforms
 
 # the call past 2**20 elements is accuracy's alone (its cost); the near-constant groups accuracy's and gradients'
@@ -55,11 +55,14 @@ class Param:
     row           an integer in [0, rows): a row of the case's main tensor (its leading dims flattened)
     power of two  2**k for an integer k in [-6, 6] (a scale that keeps every value exact)
     float         a finite number
-    choice        one of ``choices(op)``"""
+    choice        one of ``choices(op)``
+
+    default: the value of a file written before the param existed (None: every file must carry it)."""
 
     name: str
     kind: str
     choices: Callable[[Op], tuple[str, ...]] | None = None
+    default: object = None
 
     def problem(self, op: Op, value, rows: int) -> str | None:
         """Why ``value`` cannot be this parameter of a case of ``op`` with ``rows`` rows (None: it can)."""
@@ -129,7 +132,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("contract", contract.check_contract, contract.contract_cases, core=True),
     Family("extremes", accuracy.check_accuracy, accuracy.extreme_cases, core=True, buckets=SHAPES),
     Family("served", served.check_served, served.served_cases, core=True, divide=3,
-           buckets=("odd", "strided"), params=(Param("cot_seed", "seed"),)),
+           buckets=("odd", "strided", LONG_RUN), params=(Param("cot_seed", "seed"), Param("calls", "count", default=1))),
     Family("compiled", compiled.check_compiled, compiled.compiled_cases, divide=3, compiles=True,
            buckets=("odd", "strided")),
     Family("fusion", fusion.check_fusion, fusion.fusion_cases, applies=lambda op: op.unfused is not None,

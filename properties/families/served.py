@@ -9,7 +9,8 @@ format), calls it again and checks the second result against the oracle of -x; x
 gradients of its call too, as the gradients family does, with the cotangents of the case's
 ``cot_seed``, on a kernel whose outputs carry a grad_fn (``probes.has_backward``; a forward-only
 kernel's is the gradients family's verdict).  ``cuda graph`` captures the call on a GPU and
-replays it on new values (``families.graphed``).
+replays it on new values (``families.graphed``).  The ``long_run`` bucket's case
+(``params["calls"]`` > 1) is called that many times in a row instead (``families.long_run``).
 """
 from __future__ import annotations
 
@@ -27,22 +28,28 @@ from ..harness.probes import has_backward, inference_convention
 from .accuracy import accuracy_cases
 from .gradients import check_gradients
 from .graphed import graphed
+from .long_run import long_run
 
 
 def served_cases(op, dtype, device, bucket=None):
     """accuracy's cases (ordinary, lattice, offset and constant rows in every layout), with a
     ``cot_seed`` for the gradients a backward mode checks: the case's own seed (no draw of its own,
-    so the served family meets the same cases whether or not a mode checks gradients)."""
-    return accuracy_cases(op, dtype, device, bucket=bucket).map(_with_cot_seed)
+    so the served family meets the same cases whether or not a mode checks gradients), and its
+    ``calls``: 1 (one call under each mode), or the long-run bucket's count (``families.long_run``)."""
+    count = bucket.calls if bucket is not None and bucket.calls else 1
+    return accuracy_cases(op, dtype, device, bucket=bucket).map(lambda case: _with_params(case, count))
 
 
-def _with_cot_seed(case):
+def _with_params(case, count: int):
     case.params["cot_seed"] = int(case.notes["seed"])
+    case.params["calls"] = count
     return case
 
 
 def check_served(session, impl, case, worst):
     where = valid_positions(case)
+    if case.params.get("calls", 1) > 1:
+        return long_run(session, impl, case, worst, where)
     for modes in calls(session.device, case.dtype, trains(impl)):
         name = " + ".join(m.name for m in modes)
         within = functools.partial(_entered, modes, session.device)

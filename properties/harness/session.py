@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from .autotune import Forcing, tuners
 from .run_settings import HEARTBEAT
+from ..search.buckets import LONG_RUN_CALLS
 
 
 
@@ -46,6 +47,10 @@ class Session:
     compiled: kernel id -> the kernel as ``torch.compile`` makes it (``families.compiled``), made once;
     uncapturable: kernel id -> why its CUDA-graph capture failed, for its next served result's modes
     (``families.graphed``);
+    long_run: the calls the served family's long run makes in a row (``families.long_run``;
+    ``buckets.LONG_RUN_CALLS`` unless the run says fewer, ``run.plugin``);
+    long_runs: kernel id -> its current result's long run (``families.long_run.LongRun``), until the
+    result is recorded (``runner.record``: its ``calls``);
     most_failures: the most distinct failures a failing cell's search reports (``runner.MOST_FAILURES``
     in the plugin's runs; 1, the first alone, in a meta-test's own session, which asks whether a bug dies)."""
 
@@ -74,6 +79,8 @@ class Session:
     first_calls: dict = field(default_factory=dict)
     compiled: dict = field(default_factory=dict)
     uncapturable: dict[str, str] = field(default_factory=dict)
+    long_run: int = LONG_RUN_CALLS
+    long_runs: dict = field(default_factory=dict)
     most_failures: int = 1
 
     def forcing(self, impl) -> Forcing:

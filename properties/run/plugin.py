@@ -398,6 +398,7 @@ class Suite:
         impls.ensure_triton_mode(device)  # before anything imports triton
         from .runner import MOST_FAILURES  # noqa: PLC0415
         from ..harness.session import Session  # noqa: PLC0415
+        from ..search.buckets import LONG_RUN_CALLS, QUICK_LONG_RUN  # noqa: PLC0415
 
         self.session = Session(device=device, seed=config.getoption("--normcert-seed"), bitwise=config.getoption("--normcert-bitwise"),
                                require_backward=config.getoption("--normcert-require-backward"),
@@ -449,6 +450,8 @@ class Suite:
         self.session.eager = {i.op: i for i in registry if i.backend == "eager"}
         self.tier = "all" if plugins or replay else config.getoption("--normcert-tier")
         self.session.impls = plugins or tiered(registry, self.tier, device)
+        quick = self.tier == "quick" and device == "cpu"  # the registry's CPU kernels, in the clone
+        self.session.long_run = QUICK_LONG_RUN if quick else LONG_RUN_CALLS  # (``buckets.QUICK_LONG_RUN``)
         self.tier_left = len(registry) - len(self.session.impls) if not plugins else 0
         _torch_threads()
         if config.getoption("hypothesis_profile", None) is None:

@@ -51,7 +51,8 @@ from ..search.modes import AS_TESTED
 from ..harness.probes import accepts_weightless, first_call, has_backward, inference_convention, probe, runs_interpreted
 from ..evidence.replay import save_failure
 from ..harness.sandbox import ContractViolation, KernelHung, NotSupported, first_line, invoke, kernel_code
-from ..search.buckets import buckets, large_buckets
+from ..search.buckets import LONG_RUN, buckets, large_buckets
+from ..families.long_run import said
 
 
 @dataclass
@@ -75,6 +76,7 @@ class Result:
     replay: str = ""
     modes: str = AS_TESTED  # how the kernel was called (``modes``): the served family lists its modes
     threads: int = 0  # torch's intra-op threads when the result was recorded (the served family sets its own)
+    calls: int = 0  # the calls in a row of the served family's long run (``families.long_run``); 0: none
     failures: list = field(default_factory=list)  # each distinct failure the search found (``Found.entry``):
     #                                               the first is the one message, worst_where and replay name
 
@@ -204,20 +206,30 @@ class Coverage:
         return text
 
 
+ROTATED = ("million", LONG_RUN)
+"""Buckets scheduled in one dtype of the kernel's domain per run (``rotated``): "million" (a call past
+2**20 elements costs seconds under Triton's interpreter) and "long_run" (2**16 calls cost seconds
+for an eager kernel; a state kept across calls of every dtype shows in whichever runs)."""
+
+
+def rotated(session, impl, family_name: str, bucket: str) -> str:
+    """The dtype (its name) of the kernel's domain that ``bucket`` of the family runs in this run,
+    rotating with the seed."""
+    admitted = [d for d in DTYPE_NAMES.values() if impl.domain.admits_dtype(d)]
+    return admitted[session.derive_seed(impl.op, family_name, bucket) % len(admitted)] if admitted else ""
+
+
 def scheduled(session, family, impl, dtype) -> tuple:
-    """The family's buckets (``buckets.buckets``) for this kernel and dtype, spun by the run's seed.
-    The "million" bucket (one call past 2**20 elements) is scheduled in one dtype of the kernel's
-    domain per run, rotating with the seed: a call that size costs seconds under Triton's interpreter."""
+    """The family's buckets (``buckets.buckets``) for this kernel and dtype, spun by the run's seed;
+    those of ``ROTATED`` in one dtype per run."""
     if not family.buckets or not family.applies(oracle.OPS[impl.op]) or not impl.domain.admits_dtype(DTYPE_NAMES[dtype]):
         return ()
     spin = session.derive_seed(impl.op, family.name, DTYPE_NAMES[dtype], "buckets")
     if family.profile == "large":
         return large_buckets(oracle.OPS[impl.op], spin)
-    interpreted = "many" in family.buckets and runs_interpreted(session, impl, dtype)
-    admitted = [d for d in DTYPE_NAMES.values() if impl.domain.admits_dtype(d)]
-    million = admitted[session.derive_seed(impl.op, family.name, "million") % len(admitted)]
-    return tuple(b for b in buckets(oracle.OPS[impl.op], spin, interpreted) if b.name in family.buckets
-                 and (b.name != "million" or million == DTYPE_NAMES[dtype]))
+    interpreted = ("many" in family.buckets or LONG_RUN in family.buckets) and runs_interpreted(session, impl, dtype)
+    return tuple(b for b in buckets(oracle.OPS[impl.op], spin, interpreted, session.long_run) if b.name in family.buckets
+                 and (b.name not in ROTATED or rotated(session, impl, family.name, b.name) == DTYPE_NAMES[dtype]))
 
 
 def as_run(outcome: str, message: str) -> tuple[str, str]:
@@ -260,7 +272,11 @@ def record(session, impl, prop: str, dtype: str, outcome: str, **fields) -> Resu
     if slow:
         fields["message"] = f"{fields['message']}; {slow}" if fields.get("message") else slow
     if prop == "served":
-        fields.setdefault("modes", modes_ran(session, impl, getattr(torch, dtype)))
+        ran = session.long_runs.pop(impl.id, None)
+        fields.setdefault("calls", ran.calls if ran else 0)
+        there = rotated(session, impl, prop, LONG_RUN)
+        fields.setdefault("modes", f"{modes_ran(session, impl, getattr(torch, dtype))}; "
+                                   f"{said(ran, '' if there == dtype else there)}")
     elif prop == "compiled":
         fields.setdefault("modes", COMPILED_MODES)
     fields.setdefault("threads", torch.get_num_threads())

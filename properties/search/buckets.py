@@ -10,6 +10,8 @@ value seed, ...) is *spun*: its list is rotated by an amount derived from the
 run's seed (``choice``, ``integer``), so that the first case differs per seed
 and a failure still shrinks.  A centred op (``Op.centred``) also gets the near-constant
 buckets (``near_constant_buckets``): offset rows whose mean cancels, at four bucket widths.
+"long_run" (``LONG_RUN``) is not a shape but a count: one small case the served family calls
+``Bucket.calls`` times in a row (``families.long_run``).
 
 ``--profile large`` (a GPU) has its own: ``large_buckets`` cross 2**31 elements.
 """
@@ -26,6 +28,19 @@ from ..declared.domain import MANY_ROWS
 LONG_WIDTH = 16384  # one row: past 4096 (a single block) and 8192
 ODD_WIDTHS = (769, 3584, 5125, 4097, 8193)  # just past multiples of 256, 512, 1024, 4096, 8192
 MANY_ROWS_INTERPRETED = 1025  # under Triton's interpreter every program is a Python loop iteration
+LONG_RUN = "long_run"  # the served family's bucket of many calls on one small case
+LONG_RUN_CALLS = 1 << 16  # its calls: past a 2048-slot ring, a 4096-slot one and an int16 counter's 32767
+LONG_RUN_INTERPRETED = 257
+"""The long run's calls under Triton's interpreter (on CPU), past a uint8 counter's wrap: each
+interpreted launch is a Python loop of about 20 ms on the 2-core machine, so 4097 calls of each of
+the registry's 24 Triton kernels would add half an hour to the heavy tier; 257 add about two
+minutes.  A 2048-slot ring is past it: a Triton kernel's full count is a GPU's."""
+QUICK_LONG_RUN = 4097
+"""The long run's calls in the quick tier on CPU (``run.plugin``), past a 2048- and a 4096-slot
+ring, where the clone's ``pytest -n 2`` certifies the registry's own kernels: 2**16 calls of each
+of its 37 CPU kernels, in one dtype each, take about 390 s of the 2-core machine, 4097 about 24 s.
+A run of plugged kernels (``normcert certify``) makes the full count."""
+LONG_RUN_ROWS, LONG_RUN_WIDTH = 2, 8  # its small case (the width rounded up to whole groups)
 SMALL_WIDTHS = (2, 3, 4)  # 65537 rows of these: under 2**18 elements, and 2**19 for halves
 HEAD_DIMS = (64, 128, 256)  # QK-norm: Llama-4, Qwen3, OLMo2, Gemma 3 ...
 QK_HEADS = 64  # past the 32 heads a (tokens, 32) grid would cover
@@ -48,6 +63,7 @@ class Bucket:
     heads: int = 0
     profile: str | None = None  # the row tensors' value profile (None: drawn)
     columns: bool = False  # the profile's groups are columns (an op that normalises over rows)
+    calls: int = 0  # the consecutive calls a long-run case makes (``LONG_RUN``); 0: one call
 
     def shape(self, rec) -> tuple[int, ...]:
         return (self.rows,) + ((self.heads,) if self.heads else ()) + (2 * self.width if rec.halves else self.width,)
@@ -64,7 +80,7 @@ MILLION_WIDTH = 4096  # its rows' x-width: 257 rows, 257 programs under Triton's
 MILLION_MIN_WIDTH = 1024  # ops capped below this (deep_norm's n x n sublayer) would need too many rows
 
 
-def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
+def buckets(rec, spin: int, interpreted: bool = False, calls: int = LONG_RUN_CALLS) -> tuple[Bucket, ...]:
     """The scheduled shapes for op record ``rec`` under a run's ``spin``:
 
     long     1 row of LONG_WIDTH (one row, longer than any single block)
@@ -75,12 +91,14 @@ def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
              projection (layout "fused_qkv"): QK-norm as models call it
     million  MILLION // w + 1 rows of x-width w = MILLION_WIDTH: one call past 2**20 elements (ops
              whose max_width allows at least MILLION_MIN_WIDTH)
+    long_run LONG_RUN_ROWS x LONG_RUN_WIDTH, called ``calls`` times in a row
 
     Widths are capped at the op's ``max_width``; with ``interpreted`` (a kernel that runs
-    under Triton's interpreter) "many" has MANY_ROWS_INTERPRETED rows."""
+    under Triton's interpreter) "many" has MANY_ROWS_INTERPRETED rows and "long_run" at most
+    LONG_RUN_INTERPRETED calls."""
     cap = rec.max_width // 2 if rec.halves else rec.max_width
 
-    def make(name, rows, width, layout=None, note="", heads=0):
+    def make(name, rows, width, layout=None, note="", heads=0, count=0):
         if width > cap:
             width, note = cap, f"width capped at the op's {cap}"
         wider = _whole_groups(rec, width)
@@ -89,18 +107,22 @@ def buckets(rec, spin: int, interpreted: bool = False) -> tuple[Bucket, ...]:
                 rows = max(2, rows * width // wider)
             rounded = f"width rounded up to a multiple of {rec.width_multiple}"
             width, note = wider, ", ".join(filter(None, (note, rounded)))
-        return Bucket(name, rows, width, layout, _mix(spin, name), note, heads)
+        return Bucket(name, rows, width, layout, _mix(spin, name), note, heads, calls=count)
 
     odd = _mix(spin, "odd") % len(ODD_WIDTHS)
     many = (MANY_ROWS_INTERPRETED, f"scaled from {MANY_ROWS} rows: Triton's interpreter") if interpreted \
         else (MANY_ROWS, "")
     qk = (make("qk", QK_TOKENS, HEAD_DIMS[_mix(spin, "qk") % len(HEAD_DIMS)], "fused_qkv", heads=QK_HEADS),) \
         if rec.headwise else ()
+    scaled = interpreted and calls > LONG_RUN_INTERPRETED
+    long_run = make(LONG_RUN, LONG_RUN_ROWS, LONG_RUN_WIDTH, count=LONG_RUN_INTERPRETED if scaled else calls,
+                    note=f"{LONG_RUN_INTERPRETED} calls, scaled from {calls}: Triton's interpreter" if scaled
+                    else f"{calls} calls")
     return (make("long", 1, LONG_WIDTH),
             make("odd", 3, ODD_WIDTHS[odd]),
             make("strided", 3, ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], layout="sliced"),
             make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1])) + qk \
-        + _million(rec, spin) + near_constant_buckets(rec, spin)
+        + _million(rec, spin) + near_constant_buckets(rec, spin) + (long_run,)
 
 
 def _whole_groups(rec, width: int) -> int:

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from ... import impls, oracle
 from .. import suite
 from ..families import BY_NAME, FAMILIES
-from ..search.buckets import BUCKETS, HEAD_DIMS, LARGE, buckets, near_constant_buckets
+from ..search.buckets import BUCKETS, HEAD_DIMS, LARGE, LONG_RUN, LONG_RUN_CALLS, buckets, near_constant_buckets
 from ..search.strategies import cases
 
 
@@ -143,7 +143,7 @@ def test_every_bucket_of_every_family_draws_its_shape(op):
     (its width capped at the op's max_width) and, for "strided", a row stride larger than the width."""
     rec = oracle.OPS[op]
     for family in FAMILIES:
-        assert set(family.buckets) <= set(LARGE if family.profile else BUCKETS), family.name
+        assert set(family.buckets) <= set(LARGE if family.profile else BUCKETS + (LONG_RUN,)), family.name
         if not family.applies(rec):
             continue
         for b in buckets(rec, spin=7):
@@ -157,6 +157,8 @@ def test_every_bucket_of_every_family_draws_its_shape(op):
                 assert x.stride(0) > x.shape[-1]
             if b.name == "million":
                 assert x.numel() > 2 ** 20 and x.is_contiguous()
+            if b.name == LONG_RUN:
+                assert case.params["calls"] == b.calls == LONG_RUN_CALLS
 
 
 def test_near_constant_buckets_keep_a_per_group_ops_widths():

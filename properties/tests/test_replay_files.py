@@ -193,6 +193,19 @@ def test_a_property_s_own_draws_round_trip_and_are_checked(tmp_path, prop, param
     assert says in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_served_file_from_before_the_long_run_replays_as_one_call_per_mode(tmp_path):
+    """A served file written before ``calls`` existed has none: it replays as it was checked (calls=1,
+    ``families.Param.default``); a count below 1 is refused in one line."""
+    def saved(params):
+        case = Case("rms_norm", {"x": torch.randn(2, 4), "weight": torch.ones(4)}, {"eps": 1e-5}, {}, params)
+        return shlex.split(save_failure(plugin("rms_norm=normcert.impls.eager:rms_norm"), "served", case,
+                                        directory=str(tmp_path)))[-1]
+    assert load(saved({"cot_seed": 3}), "cpu")[1].params == {"cot_seed": 3, "calls": 1}
+    with pytest.raises(ReplayError, match=r"param 'calls' = 0: expected an integer in \[1, ") as e:
+        load(saved({"cot_seed": 3, "calls": 0}), "cpu")
+    assert "\n" not in str(e.value)
+
+
 def test_a_zip_bomb_member_is_refused_before_it_is_inflated(tmp_path):
     path = _saved(tmp_path)
     _rewrite(path, t_x=np.zeros(1 << 26, dtype=np.uint8))  # 64 MiB of zeros, a few KiB compressed

@@ -30,7 +30,7 @@ def _impl(fn):
 @pytest.fixture
 def session(normcert_session, tmp_path):
     return Session(device=normcert_session.device, seed=normcert_session.seed, failures_dir=str(tmp_path),
-                   eager=normcert_session.eager)
+                   eager=normcert_session.eager, long_run=normcert_session.long_run)
 
 
 @pytest.mark.parametrize("fn", list(planted_modes.BUGS), ids=[f.__name__ for f in planted_modes.BUGS])
@@ -42,7 +42,8 @@ def test_a_mode_bug_is_killed_on_every_seed(fn, session, request):
     request.addfinalizer(lambda: torch.set_num_threads(threads))
     for k in range(request.config.getoption("--normcert-meta-seeds")):
         getattr(fn, "forget", lambda: None)()
-        mine = Session(device=session.device, seed=base + k, failures_dir=session.failures_dir, eager=session.eager)
+        mine = Session(device=session.device, seed=base + k, failures_dir=session.failures_dir, eager=session.eager,
+                       long_run=session.long_run)
         with pytest.raises(PropertyFailure, match=SAYS[fn.__name__]):
             runner.run_family(mine, family, _impl(fn), F32, shrink=False)
         assert mine.results[-1].outcome == "fail"
