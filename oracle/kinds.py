@@ -177,6 +177,13 @@ def _alpha(d, arg) -> float:
     return float((2 * layers) ** 0.25)
 
 
+def _row(x) -> int | None:
+    """The row length a scalar's check holds it against: x's last dim, or None where no tensor is
+    built yet (a replay file's scalars are checked before its tensors load; the built case is
+    checked again, whole, by ``Op.check``)."""
+    return None if x is None else x.shape[-1]
+
+
 def _norm_group(d, arg) -> int | None:
     """None (the whole row) or n / k for a group count k > 1 of GROUP_COUNTS dividing n, alike; on a
     row no such k divides, None or n (the whole row, given)."""
@@ -237,10 +244,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("scale_ub", check=lambda op, name, value, x: value is None or v.positive(op, name, value),
          sample=lambda normal, rows, width: None,
          draw=lambda d, arg: d.choose(list(SCALE_UBS), arg.name), shape=None, may_be_none=True),
-    Kind("group", check=lambda op, name, value, x: v.group_size(op, name, value, None if x is None else x.shape[-1]),
+    Kind("group", check=lambda op, name, value, x: v.group_size(op, name, value, _row(x)),
          sample=lambda normal, rows, width: GROUPS[0],
          draw=lambda d, arg: d.choose(list(GROUPS), arg.name), shape=None),
-    Kind("group_size", check=lambda op, name, value, x: value is None or v.group_size(op, name, value, x.shape[-1]),
+    Kind("group_size", check=lambda op, name, value, x: value is None or v.group_size(op, name, value, _row(x)),
          sample=lambda normal, rows, width: None,
          draw=_norm_group, shape=None, may_be_none=True),
     Kind("scale_format", check=lambda op, name, value, x: v.one_of(op, name, value, SCALE_FORMATS),
@@ -249,7 +256,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("layout", check=lambda op, name, value, x: v.one_of(op, name, value, SCALE_LAYOUTS),
          sample=lambda normal, rows, width: "row_major",
          draw=lambda d, arg: d.choose(list(SCALE_LAYOUTS), arg.name), shape=None),
-    Kind("block_format", check=lambda op, name, value, x: v.block_format(op, name, value, x.shape[-1], BLOCK_FORMATS),
+    Kind("block_format", check=lambda op, name, value, x: v.block_format(op, name, value, _row(x), BLOCK_FORMATS),
          sample=lambda normal, rows, width: "nvfp4",
          draw=lambda d, arg: d.choose(list(BLOCK_FORMATS), arg.name), shape=None),
     Kind("global_scale", check=_scalar_check(v.positive),

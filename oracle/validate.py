@@ -128,7 +128,8 @@ def group_size(op, name, v, n):
 
 
 def block_format(op, name, v, n, formats):
-    """One of ``formats`` (name -> a format with a ``block``), whose block divides the row length n."""
+    """One of ``formats`` (name -> a format with a ``block``), whose block divides the row length n
+    (n None: a replay file's scalars, checked before its tensors load)."""
     one_of(op, name, v, tuple(formats))
-    if n % formats[v].block:
+    if n is not None and n % formats[v].block:
         _fail(op, name, f"a format whose block divides the row length {n}", f"{v!r} (block {formats[v].block})")
