@@ -87,9 +87,13 @@ def _to_float64(B, rec: Op, name: str, o) -> np.ndarray:
 
 def _resolve(rec: Op, args: dict, outs: list) -> None:
     """Quantised outputs from float64: where the oracle's own error (the bound with
-    ``kernel=False``) reaches past a midpoint of the format, rounding v might not round the exact
-    value; those rows are evaluated again on mpmath (a quantised op is rowwise), in place."""
+    ``kernel=False``) reaches past a midpoint of a quantised output's format, rounding v might not
+    round the exact value; those rows are evaluated again on mpmath (a quantised op is rowwise), in
+    place, every output of the row at once: a row's values and its scales come from one evaluation
+    (y = v / (D g) with D the row's own rounded scale), never y from float64 beside a scale that
+    mpmath rounded the other way at a tie."""
     bounds = rec.forward_bound(args, tuple(outs), kernel=False)
+    near_rows: set[int] = set()
     for k, name in enumerate(rec.outputs):
         if rec.quantised_format(name) is None:
             continue
@@ -98,16 +102,22 @@ def _resolve(rec: Op, args: dict, outs: list) -> None:
         n = v.shape[-1]  # an output row (half of x's for a halves op): its rows are x's
         with np.errstate(all="ignore"):
             near = np.isfinite(v) & (f.round(v - b) != f.round(v + b))
-        rows = np.nonzero(near.reshape(-1, n).any(axis=1))[0] if n else []
-        if len(rows):
-            # rows resolved are claimed ones, valid rows of a masked op: a selection of rows is one
-            # expert whose rows are all valid; an argument that may be None may be left out (a
-            # contract choice not declared: ``kinds``)
-            sub = {a.name: _rows(args[a.name], rows) if KINDS[a.kind].shape == "rows" else
-                   torch.tensor(len(rows)) if KINDS[a.kind].shape == "experts" else args.get(a.name) for a in rec.args}
-            exact = forward(rec.name, path="mpmath", **sub)[k]
+        if n:
+            near_rows.update(np.nonzero(near.reshape(-1, n).any(axis=1))[0].tolist())
+    if not near_rows:
+        return
+    rows = np.array(sorted(near_rows))
+    # rows resolved are claimed ones, valid rows of a masked op: a selection of rows is one expert
+    # whose rows are all valid; an argument that may be None may be left out (a contract choice
+    # not declared: ``kinds``)
+    sub = {a.name: _rows(args[a.name], rows) if KINDS[a.kind].shape == "rows" else
+           torch.tensor(len(rows)) if KINDS[a.kind].shape == "experts" else args.get(a.name) for a in rec.args}
+    exact = forward(rec.name, path="mpmath", **sub)
+    for k, v in enumerate(outs):
+        n = v.shape[-1]
+        if n:
             flat = v.reshape(-1, n).copy()
-            flat[rows] = exact.reshape(-1, n)
+            flat[rows] = exact[k].reshape(-1, n)
             outs[k] = flat.reshape(v.shape)
 
 

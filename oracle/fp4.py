@@ -64,6 +64,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import mpmath
 import numpy as np
 import torch
 
@@ -161,6 +162,28 @@ def divisor(scale: np.ndarray, form) -> np.ndarray:
     return np.where(r > 0, r, np.where(scale > 0, scale, np.where(np.isnan(scale), np.nan, 1.0)))
 
 
+def on_the_exact_side(B, blocks, peak: np.ndarray, scale: np.ndarray, k: float, form) -> np.ndarray:
+    """The block scales S = A / k as float64 (``scale``, from the float64 peak A), each moved one
+    float64 ulp towards the exact A / k where it lands on a boundary of ``form``'s rounding (a
+    midpoint of E4M3, a power of two for UE8M0's rounding up) that the exact value is not on, so
+    that ``form.round`` rounds the exact scale: the peak read through float64 would otherwise round
+    twice (exact -> float64 -> format) and break the tie its own way.  The exact A of a block is the
+    largest exact |v| among the elements whose float64 |v| is the float64 peak; on the float64
+    backend v is its own exact value and nothing moves."""
+    scale = np.array(scale, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        tie = np.isfinite(scale) & (form.round(np.nextafter(scale, -np.inf)) != form.round(np.nextafter(scale, np.inf)))
+    if not tie.any() or getattr(blocks, "dtype", None) != object:
+        return scale
+    wide = np.abs(B.to_float64(blocks))
+    for i in zip(*np.nonzero(tie)):
+        exact = max(abs(blocks[i][j]) for j in np.nonzero(wide[i] == peak[i])[0]) / mpmath.mpf(k)
+        side = exact - mpmath.mpf(float(scale[i]))
+        if side:
+            scale[i] = np.nextafter(scale[i], np.inf if side > 0 else -np.inf)
+    return scale
+
+
 def forward(base, block_format: str, global_scale: str, layout: str, nan: str):
     """``base(B, **args)`` quantised to FP4 per block (module docstring): (v / (D g), S per block
     (..., n / block), base's other outputs); the layout is the calling contract's, not the values';
@@ -172,9 +195,11 @@ def forward(base, block_format: str, global_scale: str, layout: str, nan: str):
         first, *others = base(B, **rest)
         f, g = BLOCK_FORMATS[args[block_format]], float(args[global_scale])
         n = first.shape[-1]
-        peak = amax(B, first.reshape(first.shape[:-1] + (n // f.block, f.block)), args[nan])[..., 0]
+        blocks = first.reshape(first.shape[:-1] + (n // f.block, f.block))
+        peak = amax(B, blocks, args[nan])[..., 0]
         with np.errstate(all="ignore"):
             scale = np.asarray(peak, dtype=np.float64) / (6.0 * g)
+            scale = on_the_exact_side(B, blocks, peak, scale, 6.0 * g, f.scale)
             d = np.repeat(divisor(scale, f.scale), f.block, axis=-1) * g
         return (first / B.array(d), B.array(scale), *others)
 

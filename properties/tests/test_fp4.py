@@ -150,3 +150,23 @@ def test_scale_formats_are_what_the_kernels_store():
     for f, dtype in (("nvfp4", torch.float8_e4m3fn), ("mxfp4", torch.float8_e8m0fnu)):
         assert rec.out_dtype("scales", {"block_format": f}) == dtype
     assert rec.out_format("y", {}) is E2M1
+
+
+@pytest.mark.parametrize("path", ["float64", "mpmath"])
+def test_a_block_scale_just_below_an_e4m3_midpoint_is_rounded_as_the_exact_value_is(path):
+    """A constant row of 2768240640 (bfloat16) plus a float32 residual of -6.55e-4 normalises to
+    z rho = (1 + eps / z^2)^(-1/2) = 1 - 1.4e-22, so a block whose weight peaks at -3.796875 has,
+    with g = 3, the exact scale S = 0.2109375 (1 - 1.4e-22): just below the E4M3 midpoint between
+    0.203125 and 0.21875.  Read through float64 the peak is 3.796875 and S the midpoint itself,
+    which ties to even, 0.21875: the oracle then claimed the wrong scale, and on a row resolved
+    on mpmath its values and its scale came from two paths (a correct kernel failed, found by the
+    search).  Both paths must round S down, and divide the row's values by that scale."""
+    w = torch.tensor([0.83984375, -0.234375, -2.375, 0.1328125, -0.203125, -0.1669921875, -1.40625, -3.28125,
+                      0.1591796875, -1.203125, -1.171875, 0.154296875, 1.609375, -3.796875, 0.3671875,
+                      -0.490234375], dtype=torch.bfloat16)
+    y, scale, _ = oracle.forward("add_rms_norm_fp4_quant", path=path,
+                                 x=torch.full((1, 16), 2768240640.0, dtype=torch.bfloat16),
+                                 residual=torch.full((1, 16), -0.0006550790858455002), weight=w,
+                                 eps=0.0021890011042411304, block_format="nvfp4", global_scale=3.0, layout="linear")
+    assert scale[0, 0] < 0.2109375 and E4M3.round(scale[0, 0]) == 0.203125
+    assert y[0, 11] == pytest.approx(0.154296875 / (0.203125 * 3), rel=1e-15)  # rounds to 0.5, as the kernel's does
