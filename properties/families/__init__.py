@@ -125,7 +125,7 @@ class Family:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("accuracy", accuracy.check_accuracy, accuracy.accuracy_cases, core=True, buckets=BUCKETS),
+    Family("accuracy", accuracy.check_accuracy, accuracy.contextual_cases, core=True, buckets=BUCKETS),
     Family("contract", contract.check_contract, contract.contract_cases, core=True),
     Family("extremes", accuracy.check_accuracy, accuracy.extreme_cases, core=True, buckets=SHAPES),
     Family("served", served.check_served, served.served_cases, core=True, divide=3,

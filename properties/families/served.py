@@ -21,7 +21,9 @@ import torch
 from ... import oracle
 from ..search.case import valid_positions
 from ..harness.measure import PropertyFailure, check_against_oracle
+from ..search.context import TRAINING
 from ..search.modes import applicable, calls
+from ..harness.calling import trains
 from ..harness.sandbox import invoke
 from ..harness.probes import has_backward, inference_convention
 from .accuracy import accuracy_cases
@@ -55,7 +57,7 @@ def check_served(session, impl, case, worst):
                 outs = invoke(session, impl, case, within=within, mode=name)
                 check_against_oracle(outs, case, worst, where=where)
                 if any(m.backward for m in modes) and _has_gradients(session, impl, case.dtype):
-                    check_gradients(session, impl, case, worst, within=within, mode=name)
+                    check_gradients(session, impl, case.copy(context=TRAINING), worst, within=within, mode=name)
         except PropertyFailure as e:
             raise PropertyFailure(f"called under {name}: {e}") from None
 
@@ -86,12 +88,6 @@ def _reused(session, impl, case, worst, within, name, where):
 def _has_gradients(session, impl, dtype) -> bool:
     """Do the kernel's outputs carry a grad_fn (not forward only by its calling convention or its outputs)?"""
     return not inference_convention(session, impl) and has_backward(session, impl, dtype)
-
-
-def trains(impl) -> bool:
-    """Is the kernel one a training step calls (its op has gradients, and it is not registered
-    without a backward)?  Read from the records, not by calling the kernel."""
-    return bool(oracle.OPS[impl.op].grads) and impl.backward is not False
 
 
 def modes_ran(session, impl, dtype) -> str:
