@@ -1,0 +1,93 @@
+"""The calling context (``search.context``) has teeth: each planted context bug (``planted_context``)
+is rejected on every one of ``--normcert-meta-seeds`` seeds by the family that draws its field, its
+shrunk counterexample names the smallest context that shows it, and each correct twin with the
+same dispatch is certified by the families it touches.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from ....impls import make
+from ...families import BY_NAME
+from ...harness.calling import laid_out
+from ...harness.measure import PropertyFailure
+from ...harness.session import Session
+from ...run import runner
+from ...search.context import AS_TESTED, Context, choices, problem
+
+from . import planted_context
+
+F32 = torch.float32
+
+
+def _impl(fn):
+    return make("rms_norm", fn.__name__, "plugin", fn, target=f"normcert.properties.tests.meta.planted_context:{fn.__name__}")
+
+
+def _session(base, k, tmp_path):
+    return Session(device=base.device, seed=base.seed + k, failures_dir=str(tmp_path), eager=base.eager)
+
+
+@pytest.fixture
+def one_thread(request):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as an xdist worker runs
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
+
+
+@pytest.mark.parametrize("fn", list(planted_context.BUGS), ids=[f.__name__ for f in planted_context.BUGS])
+def test_a_context_bug_is_killed_on_every_seed(fn, normcert_session, tmp_path, request, one_thread):
+    family, says = planted_context.BUGS[fn]
+    for k in range(request.config.getoption("--normcert-meta-seeds")):
+        getattr(fn, "forget", lambda: None)()
+        mine = _session(normcert_session, k, tmp_path)
+        with pytest.raises(PropertyFailure, match="in context "):
+            runner.run_family(mine, BY_NAME[family], _impl(fn), F32, shrink=False)
+        assert mine.results[-1].outcome == "fail"
+
+
+@pytest.mark.parametrize("fn", list(planted_context.BUGS), ids=[f.__name__ for f in planted_context.BUGS])
+def test_the_shrunk_counterexample_names_the_smallest_context(fn, normcert_session, tmp_path, one_thread):
+    family, says = planted_context.BUGS[fn]
+    getattr(fn, "forget", lambda: None)()
+    with pytest.raises(PropertyFailure, match=f"in context {re.escape(says)}: "):
+        runner.run_family(_session(normcert_session, 0, tmp_path), BY_NAME[family], _impl(fn), F32)
+
+
+@pytest.mark.parametrize("fn", list(planted_context.TWINS), ids=[f.__name__ for f in planted_context.TWINS])
+def test_the_twin_with_the_same_dispatch_is_certified(fn, normcert_session, tmp_path, one_thread):
+    session = _session(normcert_session, 0, tmp_path)
+    for family in planted_context.TWINS[fn]:
+        assert runner.run_family(session, BY_NAME[family], _impl(fn), F32).outcome == "pass", session.results[-1].message
+
+
+def test_each_field_draws_the_as_tested_value_first():
+    leaves = ("x", "weight")
+    for name in ("grad", "requires", "dtype", "thread", "dy", "state"):
+        assert choices(name, leaves)[0] == getattr(AS_TESTED, name)
+    assert choices("requires", leaves, training=True) == ("all", "x", "weight")
+    assert choices("requires", ("x",), training=True) == ("all",)
+    assert AS_TESTED.describe() == "as tested"
+    assert Context(requires="weight", dy="sliced").describe() == "requires=weight, dy=sliced"
+
+
+def test_a_context_is_validated_field_by_field():
+    good = AS_TESTED.as_dict()
+    assert problem(good, ("x", "weight")) is None
+    assert "requires 'bias'" in problem({**good, "requires": "bias"}, ("x", "weight"))
+    assert "requires 'none'" in problem({**good, "requires": "none"}, ("x", "weight"), training=True)
+    assert "expected an object" in problem({"grad": "on"}, ("x",))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced", "expanded"])
+def test_a_cotangent_layout_keeps_its_values(layout):
+    c = torch.arange(24, dtype=F32).reshape(2, 3, 4)
+    d = laid_out(c, layout)
+    want = c[:1, :1].expand(c.shape) if layout == "expanded" else c
+    assert torch.equal(d, want) and d.shape == c.shape
+    assert d.is_contiguous() == (layout == "contiguous")
+    if layout == "expanded":
+        assert d.stride()[:-1] == (0, 0)
