@@ -21,7 +21,6 @@ import torch
 from ... import oracle
 from ..search.case import valid_positions
 from ..harness.measure import PropertyFailure, check_against_oracle
-from ..search.context import TRAINING
 from ..search.modes import applicable, calls
 from ..harness.calling import trains
 from ..harness.sandbox import invoke
@@ -57,7 +56,7 @@ def check_served(session, impl, case, worst):
                 outs = invoke(session, impl, case, within=within, mode=name)
                 check_against_oracle(outs, case, worst, where=where)
                 if any(m.backward for m in modes) and _has_gradients(session, impl, case.dtype):
-                    check_gradients(session, impl, case.copy(context=TRAINING), worst, within=within, mode=name)
+                    check_gradients(session, impl, case, worst, within=within, mode=name)
         except PropertyFailure as e:
             raise PropertyFailure(f"called under {name}: {e}") from None
 

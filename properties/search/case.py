@@ -25,8 +25,8 @@ class Case:
     scalars: dict[str, float]
     notes: dict[str, str] = field(default_factory=dict)  # how the inputs were made (profile, layout)
     params: dict[str, float] = field(default_factory=dict)  # a property's own draws (scale, cotangent seed)
-    context: Context = AS_TESTED  # how the kernel is called on it (``context``)
     config: str = ""  # an autotuned kernel's config the case runs under, by content (``properties.harness.autotune``)
+    context: Context = AS_TESTED  # how the kernel is called on it (``context``)
     # where a check failed on this case: the failing output's per-element data
     # (``assessment.worst_elements``), which ``replay.save_failure`` keeps for the report's card
     elements: dict | None = field(default=None, compare=False, repr=False)

@@ -5,15 +5,19 @@ same dispatch is certified by the families it touches.
 """
 from __future__ import annotations
 
+import json
 import re
+import shlex
 
+import numpy as np
 import pytest
 import torch
 
 from ....impls import make
 from ...families import BY_NAME
 from ...harness.calling import laid_out
-from ...harness.measure import PropertyFailure
+from ...evidence.replay import ReplayError, load
+from ...harness.measure import PropertyFailure, Worst
 from ...harness.session import Session
 from ...run import runner
 from ...search.context import AS_TESTED, Context, choices, problem
@@ -91,3 +95,49 @@ def test_a_cotangent_layout_keeps_its_values(layout):
     assert d.is_contiguous() == (layout == "contiguous")
     if layout == "expanded":
         assert d.stride()[:-1] == (0, 0)
+
+
+def _saved_failure(normcert_session, tmp_path):
+    """The shrunk failure of the weight-caching bug (state=params rewritten), as a replay file."""
+    fn = planted_context.rms_caches_weight
+    session = _session(normcert_session, 0, tmp_path)
+    with pytest.raises(PropertyFailure):
+        runner.run_family(session, BY_NAME["accuracy"], _impl(fn), F32)
+    return session, shlex.split(session.results[-1].replay)[-1]
+
+
+def test_the_replay_file_stores_the_context_and_replays_in_it(normcert_session, tmp_path, one_thread):
+    session, path = _saved_failure(normcert_session, tmp_path)
+    meta, case = load(path, "cpu")
+    assert meta["context"]["state"] == "params rewritten" and case.context == Context(state="params rewritten")
+    check = BY_NAME["accuracy"].check
+    with pytest.raises(PropertyFailure, match="in context state=params rewritten: "):
+        check(session, _impl(planted_context.rms_caches_weight), case, Worst())
+    check(session, _impl(planted_context.rms_caches_weight_twin), case, Worst())
+
+
+def test_a_replay_file_without_a_context_replays_as_tested(normcert_session, tmp_path, one_thread):
+    session, path = _saved_failure(normcert_session, tmp_path)
+    _rewrite_meta(path, lambda meta: meta.pop("context"))
+    _, case = load(path, "cpu")
+    assert case.context == AS_TESTED
+    BY_NAME["accuracy"].check(session, _impl(planted_context.rms_caches_weight), case, Worst())  # as tested: right
+
+
+@pytest.mark.parametrize("context, says", [({"grad": "on"}, "context: expected an object with the fields"),
+                                           ({**AS_TESTED.as_dict(), "dy": "diagonal"}, "context: dy 'diagonal'")])
+def test_a_bad_context_in_a_replay_file_is_one_line(normcert_session, tmp_path, one_thread, context, says):
+    _, path = _saved_failure(normcert_session, tmp_path)
+    _rewrite_meta(path, lambda meta: meta.update(context=context))
+    with pytest.raises(ReplayError) as e:
+        load(path, "cpu")
+    assert str(e.value).startswith(path) and says in str(e.value) and "\n" not in str(e.value)
+
+
+def _rewrite_meta(path, change):
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(bytes(arrays["meta"]).decode())
+    change(meta)
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(path, **arrays)
