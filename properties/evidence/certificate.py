@@ -23,8 +23,9 @@ JSON schema ``normcert-certificate/7`` (``normcert-certificate.schema.json`` bes
                                      "agrees_with" (the kernel id it must give the bits of, --agree; null)}},
      "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "refused", "domain",
                   "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay",
-                  "modes" (how the kernel was called: "grad on", or the served family's modes and why
-                  others did not run), "threads" (torch's intra-op threads when the result was recorded),
+                  "modes" (how the kernel was called: "grad on", the served family's modes and why
+                  others did not run, or, for a family that draws the calling context, the count of
+                  checked cases per value of each field drawn: "contexts: grad on 9, no_grad 2; ..."), "threads" (torch's intra-op threads when the result was recorded),
                   "failures" (a failing row only: each distinct failure its search found, the first being
                   the one "message", "worst_where" and "replay" name: [{"message", "where", "kind",
                   "replay", "worst_units", "worst_ulps" (the last two where a measurement failed)}])}]}

@@ -109,3 +109,21 @@ def contexts(draw, leaves: tuple[str, ...], tested: Context, drawn: tuple[str, .
         ordered = (first,) + tuple(o for o in options if o != first) if first in options else options
         values[name] = draw(choice(ordered, bucket, f"context {name}"))
     return Context(**{**tested.as_dict(), **values})
+
+
+def tally(counts: dict[str, dict[str, int]], context: Context) -> None:
+    """Count ``context`` into ``counts`` (field -> value -> cases)."""
+    for name, value in context.as_dict().items():
+        per = counts.setdefault(name, {})
+        per[value] = per.get(value, 0) + 1
+
+
+def ran(counts: dict[str, dict[str, int]], drawn: tuple[str, ...]) -> str:
+    """A result's words for the contexts its checked cases ran in, per drawn field, each value with
+    its count in ``choices`` order: "contexts: grad on 9, no_grad 2; requires none 6, all 5"."""
+    parts = []
+    for name in drawn:
+        seen = counts.get(name, {})
+        order = [v for v in choices(name, ()) if v in seen] + [v for v in seen if v not in choices(name, ())]
+        parts.append(f"{name} " + ", ".join(f"{v} {seen[v]}" for v in order))
+    return "contexts: " + "; ".join(parts)

@@ -141,3 +141,16 @@ def _rewrite_meta(path, change):
     change(meta)
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     np.savez(path, **arrays)
+
+
+def test_each_result_counts_the_contexts_its_cases_ran_in(normcert_session, tmp_path, one_thread):
+    session = _session(normcert_session, 0, tmp_path)
+    impl = _impl(planted_context.rms_training_twin)
+    for family in ("accuracy", "gradients"):
+        res = runner.run_family(session, BY_NAME[family], impl, F32)
+        assert res.modes.startswith("contexts: " + ("grad on " if family == "accuracy" else "requires all ")), res.modes
+        fields = res.modes.removeprefix("contexts: ").split("; ")
+        assert [f.split(" ")[0] for f in fields] == list(BY_NAME[family].contexts)
+        for f in fields:  # every checked case counted once per field
+            assert sum(int(n) for n in re.findall(r" (\d+)(?:,|$)", f)) == res.examples - res.refused, f
+        assert any(not re.fullmatch(r"\w+ \S+ \d+", f) for f in fields), "some field drew more than one value"
