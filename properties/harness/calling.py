@@ -77,7 +77,8 @@ def _negate(tensors) -> None:
 
 def called(session, impl, case, within=None, mode: str = ""):
     """The kernel's outputs on ``case`` called in ``effective(impl, case)``, with the case as
-    called (its inputs the leaves and buffers the context made) and the leaves by name.  ``within``
+    called (its inputs the leaves and buffers the context made) and the leaves by name.  An input
+    given without requires_grad must come back without it (``ContractViolation``).  ``within``
     / ``mode``: a calling mode entered too (``modes``: served's autocast), as ``invoke`` takes them."""
     ctx = effective(impl, case)
     leaves = leaf_names(case, ctx)
@@ -112,7 +113,12 @@ def called(session, impl, case, within=None, mode: str = ""):
         _negate(mine[k] for k in rewritten)
         call()  # the call before: its outputs pass the contract's checks, their values are not held
         _negate(mine[k] for k in rewritten)  # exact: the case's own values again, in the same storage
-    return call(), live, {k: mine[k] for k in leaves}
+    outs = call()
+    for k, t in live.tensors.items():
+        if k not in leaves and t is not None and t.requires_grad:
+            raise ContractViolation(f"{impl.id} set requires_grad on its input {k!r}, which its caller gave "
+                                    f"without it (a gradient not asked for: a frozen parameter made trainable)")
+    return outs, live, {k: mine[k] for k in leaves}
 
 
 def laid_out(c: torch.Tensor, layout: str) -> torch.Tensor:

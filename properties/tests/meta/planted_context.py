@@ -189,6 +189,13 @@ def rms_default_dtype_twin(x, weight, eps):
     return (xf * inv * (1.0 if weight is None else weight.float())).to(x.dtype)
 
 
+def rms_marks_weight_trainable(x, weight, eps):
+    """Right values; sets requires_grad on a weight its caller froze."""
+    if weight is not None and not weight.requires_grad and not torch.is_inference_mode_enabled():
+        weight.requires_grad_(True)
+    return eager_rms_norm(x, weight, eps)
+
+
 BUGS = {
     rms_training_drops_weight: ("accuracy", "requires=all"),
     rms_trainable_weight_drops_weight: ("accuracy", "requires=all"),

@@ -154,3 +154,9 @@ def test_each_result_counts_the_contexts_its_cases_ran_in(normcert_session, tmp_
         for f in fields:  # every checked case counted once per field
             assert sum(int(n) for n in re.findall(r" (\d+)(?:,|$)", f)) == res.examples - res.refused, f
         assert any(not re.fullmatch(r"\w+ \S+ \d+", f) for f in fields), "some field drew more than one value"
+
+
+def test_a_kernel_that_makes_a_frozen_input_trainable_fails(normcert_session, tmp_path, one_thread):
+    with pytest.raises(PropertyFailure, match="set requires_grad on its input 'weight'"):
+        runner.run_family(_session(normcert_session, 0, tmp_path), BY_NAME["accuracy"],
+                          _impl(planted_context.rms_marks_weight_trainable), F32, shrink=False)
