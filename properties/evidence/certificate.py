@@ -24,8 +24,10 @@ JSON schema ``normcert-certificate/8`` (``normcert-certificate.schema.json`` bes
                                      "agrees_with" (the kernel id it must give the bits of, --agree; null)}},
      "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "refused", "domain",
                   "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay",
-                  "modes" (how the kernel was called: "grad on", or the served family's modes and why
-                  others did not run), "threads" (torch's intra-op threads when the result was recorded),
+                  "modes" (how the kernel was called: "grad on", the served family's modes and why
+                  others did not run, or, for a family that draws the calling context, the count of
+                  checked cases per value of each field drawn: "contexts: grad on 9, no_grad 2; ..."),
+                  "threads" (torch's intra-op threads when the result was recorded),
                   "calls" (the calls in a row of the served family's long run on one case,
                   ``families.long_run``; 0 where none ran),
                   "failures" (a failing row only: each distinct failure its search found, the first being

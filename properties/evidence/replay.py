@@ -7,7 +7,8 @@ A replay file is a NumPy ``.npz`` written and read with ``allow_pickle=False``:
 
 ``meta`` = {"format": "normcert-replay/1", "op", "property", "impl" ("OP=MODULE:ATTR"),
 "agrees_with" (an agreement failure's other kernel, OP=MODULE:ATTR; absent otherwise), "device", "versions", "scalars", "params", "notes", "config" (an autotuned kernel's config by
-content, "" for none), "tensors": {name: {"dtype",
+content, "" for none), "context" (the calling context, ``search.context.Context`` as an object of its
+fields; absent in older files: they replay as tested), "tensors": {name: {"dtype",
 "shape", "stride", "offset"} or null}, and, where the case failed a check of its outputs, "elements":
 the failing output's per-element data (``oracle.assessment.worst_elements``: the top elements by
 error / bound or by ulps apart, the failing row's values in a window; non-finite numbers as the
@@ -35,6 +36,7 @@ from .. import families
 from ..families import CASE_CHECKS
 
 from ..search.case import MAX_ELEMENTS, Case, extent
+from ..search.context import AS_TESTED, TRAINING, Context, problem
 from .certificate import finite_json, versions
 from .files import UnsafePath, write_atomic
 
@@ -80,7 +82,8 @@ def save_failure(impl, prop: str, case: Case, directory: str, suffix: str = "") 
     agrees = {"agrees_with": f"{impl.op}={impl.agrees_with.target}"} if impl.agrees_with is not None else {}
     meta = {"format": FORMAT, "op": case.op, "property": prop, "impl": f"{impl.op}={impl.target}", **agrees,
             "device": str(case.main.device), "versions": versions(), "scalars": case.scalars,
-            "params": case.params, "notes": case.notes, "config": case.config, "tensors": meta_t}
+            "params": case.params, "notes": case.notes, "config": case.config, "context": case.context.as_dict(),
+            "tensors": meta_t}
     if case.elements is not None:
         meta["elements"] = finite_json(case.elements)
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
@@ -183,9 +186,13 @@ def _check_meta(path: str, meta) -> None:
     for field in ("scalars", "params", "notes", "tensors"):
         if not isinstance(meta.get(field), dict):
             _fail(path, f"{field!r} must be an object")
+    rec = oracle.OPS[meta["op"]]
+    leaves = tuple(k for k in rec.grads if isinstance(meta["tensors"].get(k), dict))
+    wrong = problem(meta.get("context", tested(family).as_dict()), leaves)
+    if wrong:
+        _fail(path, f"context: {wrong}")
     if not isinstance(meta.get("config", ""), str):
         _fail(path, "'config' must be a string (an autotuned kernel's config, by content)")
-    rec = oracle.OPS[meta["op"]]
     if set(meta["scalars"]) != set(rec.scalars):
         _fail(path, f"scalars {sorted(meta['scalars'])}, expected {sorted(rec.scalars)} for {meta['op']}")
     kinds = {a.name: KINDS[a.kind] for a in rec.args}
@@ -207,6 +214,11 @@ def _check_meta(path: str, meta) -> None:
     for k, m in meta["tensors"].items():
         if m is None and k not in may_be_none:
             _fail(path, f"tensor {k!r} is null, and {meta['op']} needs it")
+
+
+def tested(family) -> Context:
+    """The context a file without one replays in: its family's as-tested one."""
+    return TRAINING if family.backward else AS_TESTED
 
 
 def _short(v) -> str:
@@ -267,6 +279,6 @@ def load(path: str, device: str) -> tuple[dict, Case]:
         flat = flat.to(device)
         tensors[k] = torch.as_strided(flat, shape, stride, offset) if span else flat[:0].reshape(shape)
     case = Case(meta["op"], tensors, dict(meta["scalars"]), dict(meta["notes"]), dict(meta["params"]),
-                meta.get("config", ""))
+                meta.get("config", ""), Context(**meta.get("context", tested(families.BY_NAME[meta["property"]]).as_dict())))
     _check_case(path, meta, case)
     return meta, case

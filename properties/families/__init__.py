@@ -101,7 +101,8 @@ class Family:
     pair: it checks a kernel against the kernel it must agree with (``Impl.agrees_with``, ``--agree``)
     and runs on such kernels alone; divide: its random search takes the profile's examples divided by
     this (``examples``): the served family calls the kernel once per mode on each case; compiles: it
-    runs on kernels a compiled model calls alone (``Impl.compiles``: a torch operator, or --compile)."""
+    runs on kernels a compiled model calls alone (``Impl.compiles``: a torch operator, or --compile);
+    contexts: the calling-context fields its strategy draws (``search.context``), which its result counts."""
 
     name: str
     check: Callable | None
@@ -116,6 +117,7 @@ class Family:
     pair: bool = False
     divide: int = 1
     compiles: bool = False
+    contexts: tuple[str, ...] = ()
 
     def covers(self, impl, bitwise: bool) -> bool:
         """Does the family run on ``impl``?  It must have a claim about the op; a bitwise family
@@ -128,7 +130,8 @@ class Family:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("accuracy", accuracy.check_accuracy, accuracy.accuracy_cases, core=True, buckets=BUCKETS),
+    Family("accuracy", accuracy.check_accuracy, accuracy.contextual_cases, core=True, buckets=BUCKETS,
+           contexts=accuracy.DRAWN),
     Family("contract", contract.check_contract, contract.contract_cases, core=True),
     Family("extremes", accuracy.check_accuracy, accuracy.extreme_cases, core=True, buckets=SHAPES),
     Family("served", served.check_served, served.served_cases, core=True, divide=3,
@@ -146,7 +149,8 @@ FAMILIES: tuple[Family, ...] = (
            applies=lambda op: op.scale_invariant or op.shift_invariant, buckets=SHAPES,
            params=(Param("transform", "choice", transforms), Param("c", "power of two"), Param("d", "float"))),
     Family("gradients", gradients.check_gradients, gradients.gradient_cases, applies=_has_backward, core=True,
-           backward=True, buckets=SHAPES + ("near_constant",), params=(Param("cot_seed", "seed"),)),
+           backward=True, buckets=SHAPES + ("near_constant",), params=(Param("cot_seed", "seed"),),
+           contexts=gradients.DRAWN),
     Family("gradcheck", None, None, applies=_has_backward, backward=True),
     Family("determinism", bitwise.check_determinism, bitwise.determinism_cases, bitwise=True),
     Family("batch-invariance", bitwise.check_batch_invariance, bitwise.batch_cases,

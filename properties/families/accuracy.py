@@ -5,18 +5,39 @@
             holding NaN / ±inf: NaN and inf must come out where the oracle
             says, finite results may not overflow to inf or flush to 0, and
             add_rms_norm's residual must equal the rounded sum bit for bit.
+
+The accuracy family draws each case's calling context too (``search.context``: grad mode, which
+inputs require grad, default dtype, calling thread, state between calls), and holds the forward to
+the oracle in each; extremes calls as tested.
 """
 from __future__ import annotations
 
-from ..search.case import valid_positions
+from hypothesis import strategies as st
+
+from ..harness.calling import called, naming
 from ..harness.measure import check_against_oracle
-from ..harness.sandbox import invoke
+from ..search.case import valid_positions
+from ..search.context import AS_TESTED, contexts
 from ..search.strategies import EXTREME, cases
+
+DRAWN = ("grad", "requires", "dtype", "thread", "state")
+"""The context fields the accuracy family draws (``search.context``)."""
 
 
 def check_accuracy(session, impl, case, worst):
-    outs = invoke(session, impl, case)
-    check_against_oracle(outs, case, worst, where=valid_positions(case))
+    """The outputs of the kernel called on ``case`` in its context are within the bound of the oracle
+    of the case's values."""
+    with naming(impl, case, AS_TESTED):
+        outs, _, _ = called(session, impl, case)
+        check_against_oracle(tuple(o.detach() for o in outs), case, worst, where=valid_positions(case))
+
+
+@st.composite
+def contextual_cases(draw, op, dtype, device, bucket=None):
+    """``accuracy_cases``, each with a drawn context (the fields ``DRAWN``, as tested first)."""
+    case = draw(accuracy_cases(op, dtype, device, bucket=bucket))
+    case.context = draw(contexts(case.record.grads_in(case.tensors), AS_TESTED, DRAWN, bucket))
+    return case
 
 
 def accuracy_cases(op, dtype, device, bucket=None):

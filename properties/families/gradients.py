@@ -10,8 +10,15 @@ output: writing dx over dy, as "in-place" backwards do, corrupts that
 gradient).  A kernel whose outputs carry no grad_fn is not certified by
 either family (forward only, ``runner.forward_only``); one whose outputs
 carry a grad_fn on some inputs and not on others fails.
+
+Each case is called in a drawn context (``search.context``): which inputs require grad (all, or
+one leaf alone: the gradients asked for are exactly those, as a frozen weight asks), the default
+dtype, the calling thread, and the layout of dy (contiguous, a transposed view, a slice of a wider
+buffer, a row expanded with stride 0), with the exact VJP taken of the dy handed over.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -20,10 +27,15 @@ from hypothesis import strategies as st
 from ... import oracle
 from ...oracle import assessment, formats
 
+from ..harness.calling import called, effective, laid_out, naming
 from ..harness.measure import record_assessment
-from ..harness.sandbox import ContractViolation, invoke, kernel_code
+from ..harness.sandbox import ContractViolation, kernel_code
 from ..search.buckets import integer
+from ..search.context import TRAINING, contexts
 from ..search.strategies import cases, cotangents
+
+DRAWN = ("requires", "dtype", "thread", "dy")
+"""The context fields the gradients family draws (``search.context``); grad mode is on, buffers fresh."""
 
 
 @st.composite
@@ -31,6 +43,7 @@ def gradient_cases(draw, op, dtype, device, bucket=None):
     case = draw(cases(op, dtype, device, profiles=("normal", "lattice", "offset", "constant"), hostile=False,
                       max_elems=1 << 13, max_n=4096, bucket=bucket))
     case.params["cot_seed"] = draw(integer(0, 2 ** 32 - 1, bucket, "cot_seed"))
+    case.context = draw(contexts(case.record.grads_in(case.tensors), TRAINING, DRAWN, bucket, training=True))
     return case
 
 
@@ -52,22 +65,34 @@ def case_cotangents(case, outs) -> tuple[torch.Tensor, ...]:
 
 
 def check_gradients(session, impl, case, worst, within=None, mode=""):
-    """``within`` / ``mode``: the calling mode the forward is called in (``modes``; autocast), as
-    ``sandbox.invoke`` takes them; the backward runs outside it."""
+    """The gradients of the leaves ``case.context`` asks for, against the exact VJP of the dy handed
+    over (in the context's layout).  ``within`` / ``mode``: the calling mode the forward is called in
+    (``modes``; autocast), as ``sandbox.invoke`` takes them; the backward runs outside it.  A case
+    whose context asks for no gradient (requires="none": served's, one built by hand) asks for all."""
+    if case.context.requires == "none":
+        case = case.copy(context=replace(case.context, requires="all"))
+    with naming(impl, case, TRAINING):
+        _check(session, impl, case, worst, within, mode)
+
+
+def _check(session, impl, case, worst, within, mode):
     info = case.record
-    live, leaves = fresh_leaves(case)
     with torch.enable_grad():
-        outs = invoke(session, impl, live, within=within, mode=mode)
+        outs, _, leaves = called(session, impl, case, within=within, mode=mode)
     carrying = [o.grad_fn is not None for o in outs]
     if not any(carrying):
         raise ContractViolation(f"{impl.id}: its outputs carry a grad_fn on some inputs, none on this case")
-    if not all(carrying):
+    subset = effective(impl, case).requires != "all"  # an output need not depend on the one leaf asked for
+    if not all(carrying) and not subset:  # (add_rms_norm's residual_out = x + residual, weight alone asked)
         raise ContractViolation(f"{impl.id}: only some outputs carry a grad_fn ({dict(zip(info.outputs, carrying))})")
-    cot = case_cotangents(case, outs)
+    layout = effective(impl, case).dy
+    cot = tuple(laid_out(c, layout) for c in case_cotangents(case, outs))
     names = list(leaves)
     sent = [formats.bits(c).clone() for c in cot]
+    used = [k for k, on in enumerate(carrying) if on]  # an output without a grad_fn adds 0 to every gradient
     grads = kernel_code(session, impl, " backward",
-                        lambda: torch.autograd.grad(outs, [leaves[k] for k in names], cot, allow_unused=True),
+                        lambda: torch.autograd.grad([outs[k] for k in used], [leaves[k] for k in names],
+                                                    [cot[k] for k in used], allow_unused=True),
                         case.dtype)
     for name, c, before in zip(info.outputs, cot, sent):
         if not torch.equal(formats.bits(c), before):

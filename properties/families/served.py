@@ -23,6 +23,7 @@ from ... import oracle
 from ..search.case import valid_positions
 from ..harness.measure import PropertyFailure, check_against_oracle
 from ..search.modes import applicable, calls
+from ..harness.calling import trains
 from ..harness.sandbox import invoke
 from ..harness.probes import has_backward, inference_convention
 from .accuracy import accuracy_cases
@@ -93,12 +94,6 @@ def _reused(session, impl, case, worst, within, name, where):
 def _has_gradients(session, impl, dtype) -> bool:
     """Do the kernel's outputs carry a grad_fn (not forward only by its calling convention or its outputs)?"""
     return not inference_convention(session, impl) and has_backward(session, impl, dtype)
-
-
-def trains(impl) -> bool:
-    """Is the kernel one a training step calls (its op has gradients, and it is not registered
-    without a backward)?  Read from the records, not by calling the kernel."""
-    return bool(oracle.OPS[impl.op].grads) and impl.backward is not False
 
 
 def modes_ran(session, impl, dtype) -> str:

@@ -222,7 +222,7 @@ def _slow(what: str, limit: float, waited: Waited) -> str:
             f"interpreted launches kept advancing ({waited.programs} programs)")
 
 
-def kernel_code(session, impl, what: str, thunk, specialisation=None):
+def kernel_code(session, impl, what: str, thunk, specialisation=None, fresh: bool = False):
     """``thunk()`` (a call into kernel code) under the watchdog; its failures are the kernel's.
 
     The call runs in the session's worker thread (``Worker``), with the caller's grad mode, and is given
@@ -236,7 +236,8 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
     fail at once with "hung: no result after T s" (the thread cannot be killed; it is left behind
     and dies with the process).  Once the result is recorded (``runner.record``), the kernel's next
     result calls it again, in a fresh thread.  Any exception but KeyboardInterrupt is a ``ContractViolation``
-    naming the kernel; NotImplementedError is ``NotSupported`` (a refusal).
+    naming the kernel; NotImplementedError is ``NotSupported`` (a refusal).  ``fresh``: the call runs
+    in a thread started for it alone (a ``Worker`` of its own, retired after it), under the same watchdog.
     torch's global state (``global_state``) is restored after the call, and a
     kernel that changed it is a ``ContractViolation`` too.  A kernel whose module changed the
     process's floating-point state at import (``Impl.import_fault``) fails every call, uncalled.
@@ -269,9 +270,12 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None):
     limit = session.kernel_timeout * (1 if key in session.called else FIRST_CALL)
     if session.worker is None:
         session.worker = Worker()
+    worker = Worker() if fresh else session.worker
     if impl.id not in session.hung:
         with session.forcing(impl).active():  # an autotuned kernel runs the config the runner selected
-            waited = session.worker.run(call, limit, session.beat)
+            waited = worker.run(call, limit, session.beat)
+        if fresh and waited.finished:
+            worker.retire()
         if not waited.finished:
             session.hung[impl.id] = _hung(impl, what, limit, waited)
         elif waited.seconds > limit:
@@ -383,12 +387,15 @@ def first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def invoke(session, impl, case: Case, within=None, mode: str = "") -> tuple[torch.Tensor, ...]:
+def invoke(session, impl, case: Case, within=None, mode: str = "", around=None,
+           fresh: bool = False) -> tuple[torch.Tensor, ...]:
     """Call the kernel on ``case`` and enforce the output contract; returns its outputs as the values
     they hold (``record.Op.decode``: packed FP4 unpacked, swizzled scales read through their index
     map; the others as they are).  ``within``:
     a context factory entered around the call in the kernel's own thread (a calling mode,
-    ``modes``: inference mode and autocast are per thread), ``mode`` its name."""
+    ``modes``: inference mode and autocast are per thread), ``mode`` its name; ``around``: one entered
+    around the call in the calling thread (process-wide state: the default dtype); ``fresh``: the call
+    runs in a thread of its own (``kernel_code``)."""
     info = case.record
     before = snapshot(case)
     args = case.oracle_args()
@@ -397,7 +404,8 @@ def invoke(session, impl, case: Case, within=None, mode: str = "") -> tuple[torc
         with within() if within is not None else contextlib.nullcontext():
             return info.call(impl.fn, args)
 
-    out = kernel_code(session, impl, "", call, (case.dtype, torch.is_grad_enabled(), mode))
+    with around() if around is not None else contextlib.nullcontext():
+        out = kernel_code(session, impl, "", call, (case.dtype, torch.is_grad_enabled(), mode), fresh=fresh)
     outs = shaped_outputs(impl, case, args, out)
     check_layouts(impl, case, outs)
     check_unmutated(impl, case, before)

@@ -47,9 +47,11 @@ from ..families.gradients import fresh_leaves
 from ..families import BY_NAME, examples
 from ..search.fitting import fit
 from ..harness.measure import PropertyFailure, Worst
+from ..search.context import ran, tally
 from ..search.modes import AS_TESTED
 from ..harness.probes import accepts_weightless, first_call, has_backward, inference_convention, probe, runs_interpreted
 from ..evidence.replay import save_failure
+from ..harness.calling import effective
 from ..harness.sandbox import ContractViolation, KernelHung, NotSupported, first_line, invoke, kernel_code
 from ..search.buckets import LONG_RUN, buckets, large_buckets
 from ..families.long_run import said
@@ -74,7 +76,8 @@ class Result:
     unclaimed: int = 0
     message: str = ""
     replay: str = ""
-    modes: str = AS_TESTED  # how the kernel was called (``modes``): the served family lists its modes
+    modes: str = AS_TESTED  # how the kernel was called (``modes``): the served family lists its modes, a
+    #                         family that draws the calling context its counts (``context.ran``)
     threads: int = 0  # torch's intra-op threads when the result was recorded (the served family sets its own)
     calls: int = 0  # the calls in a row of the served family's long run (``families.long_run``); 0: none
     failures: list = field(default_factory=list)  # each distinct failure the search found (``Found.entry``):
@@ -165,6 +168,7 @@ class Coverage:
         self.batch_sizes: set[int] = set()
         self.weightless = ""  # where the op has an optional weight / bias: "taken", or "filled" (ones for None)
         self.nones = 0  # cases checked with an optional weight or bias given as None
+        self.contexts: dict[str, dict[str, int]] = {}  # the calling contexts of the checked cases (``context.tally``)
 
     def checked(self, case: Case) -> None:
         main = case.main
@@ -489,6 +493,7 @@ class _Search:
         finally:
             target(min(self.worst.example_units, 1e6), label="error / bound")
         self.cover.checked(case)
+        tally(self.cover.contexts, effective(self.impl, case))
 
     def _known(self, case, e: BaseException, message: str) -> bool:
         """Is ``e`` on ``case`` a failure of a kind found already (a later round passes over it: it
@@ -594,7 +599,9 @@ class _Search:
                                 save_failure(self.impl, self.prop, f.case, self.session.failures_dir, f"-{k + 1}"))
                         for k, f in enumerate(self.found or [Found(failed, message, "")])]
         outcome, message = judge(outcome, message)
-        return record(self.session, self.impl, self.prop, DTYPE_NAMES[self.dtype], outcome, message=message,
+        drawn = BY_NAME[self.prop].contexts if self.prop in BY_NAME else ()
+        how = {"modes": ran(cover.contexts, drawn)} if drawn and cover.contexts else {}
+        return record(self.session, self.impl, self.prop, DTYPE_NAMES[self.dtype], outcome, message=message, **how,
                       examples=cover.examples, refused=cover.refused, domain=domain, seconds=seconds,
                       worst_units=worst.units, worst_ulps=worst.ulps, worst_where=where,
                       unclaimed=worst.unclaimed, replay=replay, failures=failures)

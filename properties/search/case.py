@@ -11,6 +11,7 @@ import torch
 
 from ...oracle import OPS, Op
 from ...oracle.kinds import KINDS
+from .context import AS_TESTED, Context
 
 MAX_ELEMENTS = 1 << 26
 """The most elements a case's tensor may span, declared or stored, and still be written to a replay file
@@ -25,6 +26,7 @@ class Case:
     notes: dict[str, str] = field(default_factory=dict)  # how the inputs were made (profile, layout)
     params: dict[str, float] = field(default_factory=dict)  # a property's own draws (scale, cotangent seed)
     config: str = ""  # an autotuned kernel's config the case runs under, by content (``properties.harness.autotune``)
+    context: Context = AS_TESTED  # how the kernel is called on it (``context``)
     # where a check failed on this case: the failing output's per-element data
     # (``assessment.worst_elements``), which ``replay.save_failure`` keeps for the report's card
     elements: dict | None = field(default=None, compare=False, repr=False)
@@ -55,6 +57,7 @@ class Case:
         parts += [f"{k}={v!r}" for k, v in {**self.scalars, **self.params}.items()]
         parts += [f"{k}={v}" for k, v in self.notes.items()]
         parts += [f"config: {self.config}"] if self.config else []
+        parts += [f"context: {self.context.describe()}"] if self.context != AS_TESTED else []
         return f"{self.op}(" + ", ".join(parts) + ")"
 
     @classmethod

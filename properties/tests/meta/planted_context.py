@@ -1,0 +1,214 @@
+"""Kernels right in the context a test calls them in and wrong in one a model does (``search.context``):
+one bug per context field, each with a correct twin that takes the same dispatch.
+
+Each is an rms_norm(x, weight, eps), y = x rho w with rho = (mean(x^2) + eps)^(-1/2), and every
+backward is the exact one, dx = rho (g - xhat mean(g xhat)), g = dy w, xhat = x rho, dw = sum_rows dy xhat,
+unless its docstring says otherwise.  ``BUGS`` says which family kills each and the context its
+shrunk counterexample names.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import torch
+
+from ....impls.eager import rms_norm as eager_rms_norm
+
+
+def _weight(x, weight):
+    return torch.ones(x.shape[-1], dtype=x.dtype, device=x.device) if weight is None else weight
+
+
+class _Rms(torch.autograd.Function):
+    """RMSNorm by hand.  ``drop`` (forward only): the weight left out of y, its backward still the
+    exact one of x rho w; ``frozen``: without dw asked (``needs_input_grad[1]`` False), dx = rho g,
+    the rms term dropped; ``row_major``: dy read from its storage as if contiguous; ``contiguous``:
+    dy made contiguous first, then read so."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps, drop=False, frozen=False, row_major=False):
+        xf = x.float()
+        inv = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, weight, inv)
+        ctx.bugs = (frozen, row_major)
+        return (xf * inv * (1.0 if drop else weight.float())).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, inv = ctx.saved_tensors
+        frozen, row_major = ctx.bugs
+        if row_major:
+            dy = dy.contiguous() if row_major == "contiguous" else \
+                torch.as_strided(dy, dy.shape, _row_major(dy.shape), dy.storage_offset())
+        xf, g = x.float(), dy.float() * weight.float()
+        xhat = xf * inv
+        if frozen and not ctx.needs_input_grad[1]:
+            return (inv * g).to(x.dtype), None, None, None, None, None
+        dx = inv * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+        dw = (dy.float() * xhat).reshape(-1, x.shape[-1]).sum(0) if ctx.needs_input_grad[1] else None
+        return dx.to(x.dtype), None if dw is None else dw.to(weight.dtype), None, None, None, None
+
+
+def _row_major(shape):
+    strides, step = [], 1
+    for s in reversed(shape):
+        strides.append(step)
+        step *= s
+    return tuple(reversed(strides))
+
+
+def rms_training_drops_weight(x, weight, eps):
+    """A fused path for inference and an autograd.Function for training (x.requires_grad), whose
+    forward leaves the weight out; its backward is exact."""
+    if x.requires_grad:
+        return _Rms.apply(x, _weight(x, weight), eps, True)
+    return eager_rms_norm(x, weight, eps)
+
+
+def rms_training_twin(x, weight, eps):
+    """The same dispatch, the training forward right."""
+    if x.requires_grad:
+        return _Rms.apply(x, _weight(x, weight), eps)
+    return eager_rms_norm(x, weight, eps)
+
+
+def rms_trainable_weight_drops_weight(x, weight, eps):
+    """Keyed on weight.requires_grad alone (a model evaluated under no_grad with trainable
+    parameters takes it too): that path's forward leaves the weight out."""
+    if weight is not None and weight.requires_grad:
+        return _Rms.apply(x, weight, eps, True)
+    return eager_rms_norm(x, weight, eps)
+
+
+def rms_trainable_weight_twin(x, weight, eps):
+    if weight is not None and weight.requires_grad:
+        return _Rms.apply(x, weight, eps)
+    return eager_rms_norm(x, weight, eps)
+
+
+def rms_frozen_weight_shortcut(x, weight, eps):
+    """With the weight frozen (no dw asked: LoRA, PEFT) its backward takes dx = rho g."""
+    return _Rms.apply(x, _weight(x, weight), eps, False, True)
+
+
+def rms_frozen_weight_twin(x, weight, eps):
+    """Skips dw alone when it is not asked."""
+    return _Rms.apply(x, _weight(x, weight), eps)
+
+
+def rms_dy_row_major(x, weight, eps):
+    """Its backward reads dy as row-major whatever its strides (a transposed view's dy is read as
+    another tensor's values; an expanded one past its storage)."""
+    return _Rms.apply(x, _weight(x, weight), eps, False, False, True)
+
+
+def rms_dy_contiguous_twin(x, weight, eps):
+    """Makes dy contiguous before reading it so."""
+    return _Rms.apply(x, _weight(x, weight), eps, False, False, "contiguous")
+
+
+_SET_UP = [False]  # a once-per-process flag guarding a per-thread workspace
+_WORKSPACE = threading.local()
+
+
+def rms_thread_set_up_once(x, weight, eps):
+    """Sets up its per-thread workspace (a scale of 1) behind a once-per-process flag: in any thread
+    but the first caller the workspace is uninitialised (a scale of 0.5)."""
+    if not _SET_UP[0]:
+        _WORKSPACE.scale, _SET_UP[0] = 1.0, True
+    return (eager_rms_norm(x, weight, eps).float() * getattr(_WORKSPACE, "scale", 0.5)).to(x.dtype)
+
+
+def _forget_threads():
+    global _WORKSPACE
+    _SET_UP[0], _WORKSPACE = False, threading.local()
+
+
+rms_thread_set_up_once.forget = _forget_threads  # the meta-test's fresh process
+
+
+_TWIN_WORKSPACE = threading.local()
+
+
+def rms_thread_twin(x, weight, eps):
+    """Sets up its workspace in each thread that has none."""
+    if not hasattr(_TWIN_WORKSPACE, "scale"):
+        _TWIN_WORKSPACE.scale = 1.0
+    return (eager_rms_norm(x, weight, eps).float() * _TWIN_WORKSPACE.scale).to(x.dtype)
+
+
+_CAST: dict = {}  # id(weight) -> (a weak reference to it, its float32 copy): a weak-key cache by object
+
+
+def _cached(cache, weight, version):
+    """The float32 copy cached for this weight object, made again where ``version`` differs."""
+    ref, kept, copy = cache.get(id(weight), (None, None, None))
+    if ref is None or ref() is not weight or kept != version:
+        copy = weight.detach().to(torch.float32, copy=True)  # a copy in every dtype (float32 .float() aliases)
+        cache[id(weight)] = (weakref.ref(weight), version, copy)
+    return copy
+
+
+def rms_caches_weight(x, weight, eps):
+    """Caches weight.to(float32) per weight object: a weight updated in place (an optimizer step,
+    ``load_state_dict``) keeps its old values in the kernel."""
+    if weight is None:
+        return eager_rms_norm(x, weight, eps)
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * _cached(_CAST, weight, 0)).to(x.dtype)
+
+
+_VERSIONED: dict = {}
+
+
+def rms_caches_weight_twin(x, weight, eps):
+    """Caches it per weight object and version (``Tensor._version``: bumped by every in-place write)."""
+    if weight is None:
+        return eager_rms_norm(x, weight, eps)
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+            * _cached(_VERSIONED, weight, weight._version)).to(x.dtype)
+
+
+def rms_default_dtype_workspace(x, weight, eps):
+    """Sums the squares into a workspace made by ``torch.zeros(shape)``: in the default dtype."""
+    xf = x.float()
+    acc = torch.zeros(tuple(x.shape[:-1]) + (1,), device=x.device)
+    acc += xf.pow(2).sum(-1, keepdim=True)
+    inv = torch.rsqrt(acc.float() / max(x.shape[-1], 1) + eps)
+    return (xf * inv * (1.0 if weight is None else weight.float())).to(x.dtype)
+
+
+def rms_default_dtype_twin(x, weight, eps):
+    """Its workspace's dtype named: float32."""
+    xf = x.float()
+    acc = torch.zeros(tuple(x.shape[:-1]) + (1,), device=x.device, dtype=torch.float32)
+    acc += xf.pow(2).sum(-1, keepdim=True)
+    inv = torch.rsqrt(acc / max(x.shape[-1], 1) + eps)
+    return (xf * inv * (1.0 if weight is None else weight.float())).to(x.dtype)
+
+
+def rms_marks_weight_trainable(x, weight, eps):
+    """Right values; sets requires_grad on a weight its caller froze."""
+    if weight is not None and not weight.requires_grad and not torch.is_inference_mode_enabled():
+        weight.requires_grad_(True)
+    return eager_rms_norm(x, weight, eps)
+
+
+BUGS = {
+    rms_training_drops_weight: ("accuracy", "requires=all"),
+    rms_trainable_weight_drops_weight: ("accuracy", "requires=all"),
+    rms_frozen_weight_shortcut: ("gradients", "requires=x"),
+    rms_dy_row_major: ("gradients", "dy=transposed"),
+    rms_thread_set_up_once: ("accuracy", "thread=fresh"),
+    rms_caches_weight: ("accuracy", "state=params rewritten"),
+    rms_default_dtype_workspace: ("accuracy", "dtype=bfloat16"),
+}
+"""Each bug: the family that kills it, and the context its shrunk counterexample names."""
+
+TWINS = {rms_training_twin: ("accuracy", "gradients"), rms_trainable_weight_twin: ("accuracy", "gradients"),
+         rms_frozen_weight_twin: ("gradients",), rms_dy_contiguous_twin: ("gradients",),
+         rms_thread_twin: ("accuracy", "gradients"), rms_caches_weight_twin: ("accuracy",),
+         rms_default_dtype_twin: ("accuracy",)}
+"""Each correct twin, and the families that must certify it."""

@@ -1,0 +1,162 @@
+"""The calling context (``search.context``) has teeth: each planted context bug (``planted_context``)
+is rejected on every one of ``--normcert-meta-seeds`` seeds by the family that draws its field, its
+shrunk counterexample names the smallest context that shows it, and each correct twin with the
+same dispatch is certified by the families it touches.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import numpy as np
+import pytest
+import torch
+
+from ....impls import make
+from ...families import BY_NAME
+from ...harness.calling import laid_out
+from ...evidence.replay import ReplayError, load
+from ...harness.measure import PropertyFailure, Worst
+from ...harness.session import Session
+from ...run import runner
+from ...search.context import AS_TESTED, Context, choices, problem
+
+from . import planted_context
+
+F32 = torch.float32
+
+
+def _impl(fn):
+    return make("rms_norm", fn.__name__, "plugin", fn, target=f"normcert.properties.tests.meta.planted_context:{fn.__name__}")
+
+
+def _session(base, k, tmp_path):
+    return Session(device=base.device, seed=base.seed + k, failures_dir=str(tmp_path), eager=base.eager)
+
+
+@pytest.fixture
+def one_thread(request):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as an xdist worker runs
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
+
+
+@pytest.mark.parametrize("fn", list(planted_context.BUGS), ids=[f.__name__ for f in planted_context.BUGS])
+def test_a_context_bug_is_killed_on_every_seed(fn, normcert_session, tmp_path, request, one_thread):
+    family, says = planted_context.BUGS[fn]
+    for k in range(request.config.getoption("--normcert-meta-seeds")):
+        getattr(fn, "forget", lambda: None)()
+        mine = _session(normcert_session, k, tmp_path)
+        with pytest.raises(PropertyFailure, match="in context "):
+            runner.run_family(mine, BY_NAME[family], _impl(fn), F32, shrink=False)
+        assert mine.results[-1].outcome == "fail"
+
+
+@pytest.mark.parametrize("fn", list(planted_context.BUGS), ids=[f.__name__ for f in planted_context.BUGS])
+def test_the_shrunk_counterexample_names_the_smallest_context(fn, normcert_session, tmp_path, one_thread):
+    family, says = planted_context.BUGS[fn]
+    getattr(fn, "forget", lambda: None)()
+    with pytest.raises(PropertyFailure, match=f"in context {re.escape(says)}: "):
+        runner.run_family(_session(normcert_session, 0, tmp_path), BY_NAME[family], _impl(fn), F32)
+
+
+@pytest.mark.parametrize("fn", list(planted_context.TWINS), ids=[f.__name__ for f in planted_context.TWINS])
+def test_the_twin_with_the_same_dispatch_is_certified(fn, normcert_session, tmp_path, one_thread):
+    session = _session(normcert_session, 0, tmp_path)
+    for family in planted_context.TWINS[fn]:
+        assert runner.run_family(session, BY_NAME[family], _impl(fn), F32).outcome == "pass", session.results[-1].message
+
+
+def test_each_field_draws_the_as_tested_value_first():
+    leaves = ("x", "weight")
+    for name in ("grad", "requires", "dtype", "thread", "dy", "state"):
+        assert choices(name, leaves)[0] == getattr(AS_TESTED, name)
+    assert choices("requires", leaves, training=True) == ("all", "x", "weight")
+    assert choices("requires", ("x",), training=True) == ("all",)
+    assert AS_TESTED.describe() == "as tested"
+    assert Context(requires="weight", dy="sliced").describe() == "requires=weight, dy=sliced"
+
+
+def test_a_context_is_validated_field_by_field():
+    good = AS_TESTED.as_dict()
+    assert problem(good, ("x", "weight")) is None
+    assert "requires 'bias'" in problem({**good, "requires": "bias"}, ("x", "weight"))
+    assert "requires 'none'" in problem({**good, "requires": "none"}, ("x", "weight"), training=True)
+    assert "expected an object" in problem({"grad": "on"}, ("x",))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced", "expanded"])
+def test_a_cotangent_layout_keeps_its_values(layout):
+    c = torch.arange(24, dtype=F32).reshape(2, 3, 4)
+    d = laid_out(c, layout)
+    want = c[:1, :1].expand(c.shape) if layout == "expanded" else c
+    assert torch.equal(d, want) and d.shape == c.shape
+    assert d.is_contiguous() == (layout == "contiguous")
+    if layout == "expanded":
+        assert d.stride()[:-1] == (0, 0)
+
+
+def _saved_failure(normcert_session, tmp_path):
+    """The shrunk failure of the weight-caching bug (state=params rewritten), as a replay file."""
+    fn = planted_context.rms_caches_weight
+    session = _session(normcert_session, 0, tmp_path)
+    with pytest.raises(PropertyFailure):
+        runner.run_family(session, BY_NAME["accuracy"], _impl(fn), F32)
+    return session, shlex.split(session.results[-1].replay)[-1]
+
+
+def test_the_replay_file_stores_the_context_and_replays_in_it(normcert_session, tmp_path, one_thread):
+    session, path = _saved_failure(normcert_session, tmp_path)
+    meta, case = load(path, "cpu")
+    assert meta["context"]["state"] == "params rewritten" and case.context == Context(state="params rewritten")
+    check = BY_NAME["accuracy"].check
+    with pytest.raises(PropertyFailure, match="in context state=params rewritten: "):
+        check(session, _impl(planted_context.rms_caches_weight), case, Worst())
+    check(session, _impl(planted_context.rms_caches_weight_twin), case, Worst())
+
+
+def test_a_replay_file_without_a_context_replays_as_tested(normcert_session, tmp_path, one_thread):
+    session, path = _saved_failure(normcert_session, tmp_path)
+    _rewrite_meta(path, lambda meta: meta.pop("context"))
+    _, case = load(path, "cpu")
+    assert case.context == AS_TESTED
+    BY_NAME["accuracy"].check(session, _impl(planted_context.rms_caches_weight), case, Worst())  # as tested: right
+
+
+@pytest.mark.parametrize("context, says", [({"grad": "on"}, "context: expected an object with the fields"),
+                                           ({**AS_TESTED.as_dict(), "dy": "diagonal"}, "context: dy 'diagonal'")])
+def test_a_bad_context_in_a_replay_file_is_one_line(normcert_session, tmp_path, one_thread, context, says):
+    _, path = _saved_failure(normcert_session, tmp_path)
+    _rewrite_meta(path, lambda meta: meta.update(context=context))
+    with pytest.raises(ReplayError) as e:
+        load(path, "cpu")
+    assert str(e.value).startswith(path) and says in str(e.value) and "\n" not in str(e.value)
+
+
+def _rewrite_meta(path, change):
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(bytes(arrays["meta"]).decode())
+    change(meta)
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    np.savez(path, **arrays)
+
+
+def test_each_result_counts_the_contexts_its_cases_ran_in(normcert_session, tmp_path, one_thread):
+    session = _session(normcert_session, 0, tmp_path)
+    impl = _impl(planted_context.rms_training_twin)
+    for family in ("accuracy", "gradients"):
+        res = runner.run_family(session, BY_NAME[family], impl, F32)
+        assert res.modes.startswith("contexts: " + ("grad on " if family == "accuracy" else "requires all ")), res.modes
+        fields = res.modes.removeprefix("contexts: ").split("; ")
+        assert [f.split(" ")[0] for f in fields] == list(BY_NAME[family].contexts)
+        for f in fields:  # every checked case counted once per field
+            assert sum(int(n) for n in re.findall(r" (\d+)(?:,|$)", f)) == res.examples - res.refused, f
+        assert any(not re.fullmatch(r"\w+ \S+ \d+", f) for f in fields), "some field drew more than one value"
+
+
+def test_a_kernel_that_makes_a_frozen_input_trainable_fails(normcert_session, tmp_path, one_thread):
+    with pytest.raises(PropertyFailure, match="set requires_grad on its input 'weight'"):
+        runner.run_family(_session(normcert_session, 0, tmp_path), BY_NAME["accuracy"],
+                          _impl(planted_context.rms_marks_weight_trainable), F32, shrink=False)
