@@ -19,7 +19,6 @@ import functools
 
 import torch
 
-from ... import oracle
 from ..search.case import valid_positions
 from ..harness.measure import PropertyFailure, check_against_oracle
 from ..search.modes import applicable, calls
