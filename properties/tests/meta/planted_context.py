@@ -13,7 +13,7 @@ import weakref
 
 import torch
 
-from ....impls.eager import rms_norm as eager_rms_norm
+from ....impls.eager import rms_norm as eager_rms_norm, up
 
 
 def _weight(x, weight):
@@ -28,11 +28,11 @@ class _Rms(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, eps, drop=False, frozen=False, row_major=False):
-        xf = x.float()
+        xf = up(x)  # the compute format: float32, float64 for float64
         inv = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
         ctx.save_for_backward(x, weight, inv)
         ctx.bugs = (frozen, row_major)
-        return (xf * inv * (1.0 if drop else weight.float())).to(x.dtype)
+        return (xf * inv * (1.0 if drop else up(weight, x))).to(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
@@ -41,12 +41,12 @@ class _Rms(torch.autograd.Function):
         if row_major:
             dy = dy.contiguous() if row_major == "contiguous" else \
                 torch.as_strided(dy, dy.shape, _row_major(dy.shape), dy.storage_offset())
-        xf, g = x.float(), dy.float() * weight.float()
+        xf, g = up(x), up(dy, x) * up(weight, x)
         xhat = xf * inv
         if frozen and not ctx.needs_input_grad[1]:
             return (inv * g).to(x.dtype), None, None, None, None, None
         dx = inv * (g - xhat * (g * xhat).mean(-1, keepdim=True))
-        dw = (dy.float() * xhat).reshape(-1, x.shape[-1]).sum(0) if ctx.needs_input_grad[1] else None
+        dw = (up(dy, x) * xhat).reshape(-1, x.shape[-1]).sum(0) if ctx.needs_input_grad[1] else None
         return dx.to(x.dtype), None if dw is None else dw.to(weight.dtype), None, None, None, None
 
 
@@ -135,40 +135,42 @@ def rms_thread_twin(x, weight, eps):
     """Sets up its workspace in each thread that has none."""
     if not hasattr(_TWIN_WORKSPACE, "scale"):
         _TWIN_WORKSPACE.scale = 1.0
-    return (eager_rms_norm(x, weight, eps).float() * _TWIN_WORKSPACE.scale).to(x.dtype)
+    return (up(eager_rms_norm(x, weight, eps)) * _TWIN_WORKSPACE.scale).to(x.dtype)
 
 
 _CAST: dict = {}  # id(weight) -> (a weak reference to it, its float32 copy): a weak-key cache by object
 
 
-def _cached(cache, weight, version):
-    """The float32 copy cached for this weight object, made again where ``version`` differs."""
+def _cached(cache, weight, version, dtype=torch.float32):
+    """The copy in ``dtype`` (the compute format) cached for this weight object, made again where
+    ``version`` differs."""
     ref, kept, copy = cache.get(id(weight), (None, None, None))
-    if ref is None or ref() is not weight or kept != version:
-        copy = weight.detach().to(torch.float32, copy=True)  # a copy in every dtype (float32 .float() aliases)
+    if ref is None or ref() is not weight or kept != version or copy.dtype != dtype:
+        copy = weight.detach().to(dtype, copy=True)  # a copy in every dtype (.to(own dtype) aliases)
         cache[id(weight)] = (weakref.ref(weight), version, copy)
     return copy
 
 
 def rms_caches_weight(x, weight, eps):
-    """Caches weight.to(float32) per weight object: a weight updated in place (an optimizer step,
-    ``load_state_dict``) keeps its old values in the kernel."""
+    """Caches the weight in the compute format per weight object: a weight updated in place (an RL
+    weight sync, a LoRA merge, ``load_state_dict``) keeps its old values in the kernel."""
     if weight is None:
         return eager_rms_norm(x, weight, eps)
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * _cached(_CAST, weight, 0)).to(x.dtype)
+    xf = up(x)
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * _cached(_CAST, weight, 0, xf.dtype)).to(x.dtype)
 
 
 _VERSIONED: dict = {}
 
 
 def rms_caches_weight_twin(x, weight, eps):
-    """Caches it per weight object and version (``Tensor._version``: bumped by every in-place write)."""
+    """Caches it per weight object and version (``Tensor._version``: bumped by every in-place write),
+    and not while the weight is trained (the cached copy would carry no gradient)."""
     if weight is None:
         return eager_rms_norm(x, weight, eps)
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-            * _cached(_VERSIONED, weight, weight._version)).to(x.dtype)
+    xf = up(x)
+    w = up(weight, x) if weight.requires_grad else _cached(_VERSIONED, weight, weight._version, xf.dtype)
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w).to(x.dtype)
 
 
 def rms_default_dtype_workspace(x, weight, eps):
@@ -181,12 +183,12 @@ def rms_default_dtype_workspace(x, weight, eps):
 
 
 def rms_default_dtype_twin(x, weight, eps):
-    """Its workspace's dtype named: float32."""
-    xf = x.float()
-    acc = torch.zeros(tuple(x.shape[:-1]) + (1,), device=x.device, dtype=torch.float32)
+    """Its workspace's dtype named: the compute format (float32; float64 for float64)."""
+    xf = up(x)
+    acc = torch.zeros(tuple(x.shape[:-1]) + (1,), device=x.device, dtype=xf.dtype)
     acc += xf.pow(2).sum(-1, keepdim=True)
     inv = torch.rsqrt(acc / max(x.shape[-1], 1) + eps)
-    return (xf * inv * (1.0 if weight is None else weight.float())).to(x.dtype)
+    return (xf * inv * (1.0 if weight is None else up(weight, x))).to(x.dtype)
 
 
 def rms_marks_weight_trainable(x, weight, eps):
