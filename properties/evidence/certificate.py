@@ -310,8 +310,9 @@ def claimed(domains: dict[str, str], rows: list[dict]) -> dict[str, str]:
                 dtypes.append(r["dtype"])
     uncertified: dict[str, list[str]] = {}
     for r in rows:
-        if r["outcome"] == "not-certified" and r["property"] not in uncertified.setdefault(r["impl"], []):
-            uncertified[r["impl"]].append(r["property"])
+        prop = r.get("property", r.get("prop"))  # a certificate's row, or a run record's
+        if r["outcome"] == "not-certified" and prop not in uncertified.setdefault(r["impl"], []):
+            uncertified[r["impl"]].append(prop)
     out = dict(domains)
     for impl, dtypes in refused.items():
         words = "refuses (undeclared) dtypes " + ", ".join(d for d in DTYPE_ORDER if d in dtypes)

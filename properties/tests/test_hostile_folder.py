@@ -4,13 +4,14 @@ The folder holds a wrong kernel and every route by which a pytest plugin that pa
 reports could reach the run: a ``*.dist-info`` with a ``[pytest11]`` entry point, a ``pytest.ini``
 whose ``addopts`` loads it, ``PYTEST_PLUGINS``, a ``conftest.py`` that sets the session's exit
 status to 0, an empty ``normcert/`` folder that would shadow the package, and links at the
-certificate's temporary name and at the replay file's name.  ``normcert certify`` and plain
+certificate's temporary name and at the replay file's old fixed name.  ``normcert certify`` and plain
 ``pytest --pyargs normcert.properties.suite`` both say "not certified" and exit 1, and nothing is
 written through a link.
 """
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 
@@ -89,7 +90,8 @@ def test_normcert_certify_judges_the_rows_whatever_the_folder_holds(tmp_path):
     cert = _certificate(tmp_path / "c.json")
     assert cert["verdict"] == "not certified" and cert["summary"].get("fail", 0) >= 1
     assert victim.read_text() == "somebody else's file\n"  # the replay file's link was not written through
-    assert any("not saved" in row["replay"] and "link" in row["replay"] for row in cert["results"])
+    saved = [shlex.split(row["replay"])[-1] for row in cert["results"] if row["replay"].startswith("normcert replay ")]
+    assert saved and all(os.path.isfile(p) and not os.path.islink(p) for p in saved)  # its own new files
 
 
 def test_plain_pytest_gives_the_same_verdict_from_that_folder(tmp_path):

@@ -251,3 +251,11 @@ def test_compare_names_every_fact_of_the_run_that_changed(tmp_path, capsys):
                  "- profile: ci -> dev", "- device: cpu", "-> cuda NVIDIA H100",
                  f"- declared domains: {KERNEL}: all -> {KERNEL}: dtypes float32"):
         assert says.replace("|", "\\|") in out, (says, out)
+
+
+def test_the_headline_names_a_property_not_certified_from_a_run_record_s_rows_too():
+    """The command's parent reads the run record, whose rows name their property ``prop``; a
+    certificate's rows name it ``property``: both say which properties were not certified."""
+    for key in ("prop", "property"):
+        rows = [{"impl": KERNEL, key: "gradients", "dtype": "float32", "outcome": "not-certified"}]
+        assert certificate.claimed({KERNEL: ""}, rows) == {KERNEL: "gradients not certified (forward only, or not run here)"}
