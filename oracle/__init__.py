@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .backends import BACKENDS, MP_PREC
-from .formats import fmt, to_float64
+from .formats import fmt, to_float64, toward_exact
 from .ops import OPS
 from .kinds import KINDS
 from .record import Op
@@ -75,14 +75,7 @@ def _to_float64(B, rec: Op, name: str, o) -> np.ndarray:
     v = B.to_float64(o)
     if rec.quantised_format(name) is None or B is not BACKENDS["mpmath"]:
         return v
-    f = rec.quantised_format(name)
-    with np.errstate(all="ignore"):
-        tie = np.isfinite(v) & (f.round(np.nextafter(v, -np.inf)) != f.round(np.nextafter(v, np.inf)))
-    for i in zip(*np.nonzero(tie)):
-        side = o[i] - mpmath.mpf(float(v[i]))
-        if side:
-            v[i] = np.nextafter(v[i], np.inf if side > 0 else -np.inf)
-    return v
+    return toward_exact(v, lambda i: o[i], rec.quantised_format(name))
 
 
 def _resolve(rec: Op, args: dict, outs: list) -> None:

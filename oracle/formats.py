@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import mpmath
 import numpy as np
 import torch
 
@@ -217,6 +218,21 @@ def fmt(dtype: torch.dtype) -> Format | IntegerFormat:
 def compute_format(dtype: torch.dtype) -> Format:
     """The precision a correct kernel computes in: float64 for float64, else float32."""
     return FORMATS[torch.float64 if dtype == torch.float64 else torch.float32]
+
+
+def toward_exact(v: np.ndarray, exact, form) -> np.ndarray:
+    """``v`` (float64, each the exact value rounded to nearest) with every element that lands on a
+    boundary of ``form``'s rounding (a midpoint; for a rounding up, a value of the format) which its
+    exact value ``exact(i)`` (an mpmath number, by index) is not on, moved one float64 ulp towards
+    it, in place: so that ``form.round(v)`` rounds the exact value, not v (rounding twice, exact ->
+    float64 -> format, would break the tie its own way)."""
+    with np.errstate(all="ignore"):
+        tie = np.isfinite(v) & (form.round(np.nextafter(v, -np.inf)) != form.round(np.nextafter(v, np.inf)))
+    for i in zip(*np.nonzero(tie)):
+        side = exact(i) - mpmath.mpf(float(v[i]))
+        if side:
+            v[i] = np.nextafter(v[i], np.inf if side > 0 else -np.inf)
+    return v
 
 
 def to_float64(t: torch.Tensor) -> np.ndarray:

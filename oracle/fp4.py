@@ -69,7 +69,7 @@ import numpy as np
 import torch
 
 from .dynamic_quant import peak as amax
-from .formats import E2M1, E4M3, UE8M0
+from .formats import E2M1, E4M3, UE8M0, toward_exact
 
 GLOBAL_SCALES = (1.0, 1.0, 0.375, 2.0 ** -5, 11 / 8192, 3.0)  # drawn: float32-exact, one saturating E4M3
 BLOCK_LAYOUTS = ("linear", "swizzled")
@@ -163,25 +163,20 @@ def divisor(scale: np.ndarray, form) -> np.ndarray:
 
 
 def on_the_exact_side(B, blocks, peak: np.ndarray, scale: np.ndarray, k: float, form) -> np.ndarray:
-    """The block scales S = A / k as float64 (``scale``, from the float64 peak A), each moved one
-    float64 ulp towards the exact A / k where it lands on a boundary of ``form``'s rounding (a
-    midpoint of E4M3, a power of two for UE8M0's rounding up) that the exact value is not on, so
-    that ``form.round`` rounds the exact scale: the peak read through float64 would otherwise round
-    twice (exact -> float64 -> format) and break the tie its own way.  The exact A of a block is the
-    largest exact |v| among the elements whose float64 |v| is the float64 peak; on the float64
-    backend v is its own exact value and nothing moves."""
+    """The block scales S = A / k as float64 (``scale``, from the float64 peak A), rounding as the
+    exact A / k does under ``form`` (``formats.toward_exact``): the peak read through float64 would
+    otherwise round twice and break a tie its own way.  The exact A of a block is the largest exact
+    |v| among the elements whose float64 |v| is the float64 peak; on the float64 backend v is its
+    own exact value and nothing moves."""
     scale = np.array(scale, dtype=np.float64)
-    with np.errstate(all="ignore"):
-        tie = np.isfinite(scale) & (form.round(np.nextafter(scale, -np.inf)) != form.round(np.nextafter(scale, np.inf)))
-    if not tie.any() or getattr(blocks, "dtype", None) != object:
+    if getattr(blocks, "dtype", None) != object:
         return scale
-    wide = np.abs(B.to_float64(blocks))
-    for i in zip(*np.nonzero(tie)):
-        exact = max(abs(blocks[i][j]) for j in np.nonzero(wide[i] == peak[i])[0]) / mpmath.mpf(k)
-        side = exact - mpmath.mpf(float(scale[i]))
-        if side:
-            scale[i] = np.nextafter(scale[i], np.inf if side > 0 else -np.inf)
-    return scale
+
+    def exact(i):  # only at a tie: the block's exact peak over k
+        at_peak = np.nonzero(np.abs(B.to_float64(blocks[i])) == peak[i])[0]
+        return max(abs(blocks[i][j]) for j in at_peak) / mpmath.mpf(k)
+
+    return toward_exact(scale, exact, form)
 
 
 def forward(base, block_format: str, global_scale: str, layout: str, nan: str):
