@@ -93,10 +93,11 @@ def regressions(a: dict, b: dict, found: list[Change]) -> list[str]:
 def verdicts(a_name: str, b_name: str, a: dict, b: dict) -> list[str]:
     """The two verdicts as the rows give them, where a certificate's stored verdict says otherwise,
     and every fact of the run that changed (``FACTS``: what the cells were checked on and how)."""
-    lines = [f"verdict: {rejudge(a)} -> {rejudge(b)} (judged from the rows)"]
-    for name, cert in ((a_name, a), (b_name, b)):
-        if cert.get("verdict") != rejudge(cert):
-            lines.append(f"{name} says {cert.get('verdict')!r}, but its rows say {rejudge(cert)!r}")
+    judged = rejudge(a), rejudge(b)
+    lines = [f"verdict: {judged[0]} -> {judged[1]} (judged from the rows)"]
+    for name, cert, rows_say in ((a_name, a, judged[0]), (b_name, b, judged[1])):
+        if cert.get("verdict") != rows_say:
+            lines.append(f"{name} says {cert.get('verdict')!r}, but its rows say {rows_say!r}")
     for label, fact in FACTS:
         x, y = fact(a), fact(b)
         if x != y:
