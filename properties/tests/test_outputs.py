@@ -108,23 +108,22 @@ def test_certify_refuses_a_report_over_its_own_certificate_before_the_run(tmp_pa
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("name, content", [("package.json", '{"name": "mine"}\n'), ("mykern.py", "def f(): pass\n")])
-def test_a_certificate_path_holding_someone_else_s_file_is_refused(tmp_path, name, content):
-    (tmp_path / name).write_text(content)
-    with pytest.raises(pytest.UsageError, match=f"{name} exists and is not a normcert certificate"):
-        certificate.check_writable(str(tmp_path / name))
+@pytest.mark.parametrize("theirs, content, path, what", [
+    ("package.json", '{"name": "mine"}\n', "package.json", "certificate"),
+    ("mykern.py", "def f(): pass\n", "mykern.py", "certificate"),
+    ("README.md", "# my project\n", "README.json", "certificate (the Markdown is written beside the JSON)"),
+    ("c.badge.json", '{"mine": 1}\n', "c.json", "badge (the badge is written beside the JSON)"),
+])
+def test_a_certificate_path_or_one_beside_it_holding_someone_else_s_file_is_refused(tmp_path, theirs, content, path,
+                                                                                     what):
+    """The JSON, its Markdown and its badge: where any holds a file normcert did not write, the run
+    is refused before it starts, and nothing of the certificate is written."""
+    (tmp_path / theirs).write_text(content)
+    with pytest.raises(pytest.UsageError, match=re.escape(f"{theirs} exists and is not a normcert {what}")):
+        certificate.check_writable(str(tmp_path / path))
     with pytest.raises(files.UnsafePath):
-        certificate.write_incomplete(str(tmp_path / name), "test")
-    assert (tmp_path / name).read_text() == content
-
-
-def test_a_badge_path_holding_someone_else_s_file_is_refused(tmp_path):
-    (tmp_path / "c.badge.json").write_text('{"mine": 1}\n')
-    with pytest.raises(pytest.UsageError, match="c.badge.json exists and is not a normcert badge"):
-        certificate.check_writable(str(tmp_path / "c.json"))
-    with pytest.raises(files.UnsafePath):
-        certificate.write_incomplete(str(tmp_path / "c.json"), "test")
-    assert not (tmp_path / "c.json").exists() and not (tmp_path / "c.md").exists()
+        certificate.write_incomplete(str(tmp_path / path), "test")
+    assert [p.name for p in tmp_path.iterdir()] == [theirs] and (tmp_path / theirs).read_text() == content
 
 
 def _fifo(tmp_path):
