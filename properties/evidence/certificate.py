@@ -64,7 +64,7 @@ import pytest
 
 import normcert
 
-from .files import UnsafePath, foreign, regular_or_absent, write_atomic
+from .files import UnsafePath, why_not_writable, write_atomic
 from ..harness.run_settings import PROFILES
 from .verdict import DTYPE_ORDER
 
@@ -81,27 +81,23 @@ def schema() -> dict:
 
 
 def check_writable(path: str, flag: str = "--certificate") -> None:
-    """Fail early, in one line naming the option ``flag``, if the certificate (JSON, and .md beside
-    it) cannot be written."""
+    """Fail early, in one line naming the option ``flag``, if the certificate (JSON, and the Markdown
+    and badge beside it) may not be written (``files.why_not_writable``)."""
     if path.lower().endswith(".md"):
         raise pytest.UsageError(f"{flag} {path}: give the JSON path; the Markdown is written beside it as .md")
-    for target, _ in _files(path):
-        if os.path.isdir(target):
-            raise pytest.UsageError(f"{flag} {path}: {target} is a folder, expected a file path")
-        if os.path.lexists(target) and (os.path.islink(target) or not os.path.isfile(target)):
-            raise pytest.UsageError(f"{flag} {path}: {target} exists and is not a regular file "
-                                    f"(a link, FIFO or device): expected a regular file or a new path")
+    problem = why_not_written(path)
+    if problem:
+        raise pytest.UsageError(f"{flag} {path}: {problem}")
+
+
+def why_not_written(path: str, taken: dict[str, str] | None = None) -> str:
+    """Why the certificate's three files may not be written at ``path`` ("" where they may), naming
+    the file refused; ``taken`` as for ``files.why_not_writable``."""
     for target, kind in _files(path):
-        if foreign(target, kind):
-            what = {"markdown": "certificate (the Markdown is written beside the JSON)",
-                    "badge": "badge (the badge is written beside the JSON)"}.get(kind, kind)
-            raise pytest.UsageError(f"{flag} {path}: {target} exists and is not a normcert {what}: "
-                                    f"normcert replaces only files it wrote; choose another path")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise pytest.UsageError(f"{flag} {path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise pytest.UsageError(f"{flag} {path}: not writable")
+        problem = why_not_writable(target, kind, taken)
+        if problem:
+            return f"{target} {problem}"
+    return ""
 
 
 def check_failures_dir(path: str, flag: str = "--failures-dir") -> None:
@@ -435,12 +431,22 @@ def step_summary(cert: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+SUMMARY = "GITHUB_STEP_SUMMARY"
+
+
+def summary_path() -> str:
+    """The CI job summary's path (``$GITHUB_STEP_SUMMARY``), "" where none is set."""
+    return os.environ.get(SUMMARY, "")
+
+
 def append_step_summary(cert: dict) -> None:
-    """Append ``step_summary`` to ``$GITHUB_STEP_SUMMARY`` where a CI job sets it (GitHub Actions)."""
-    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    """Append ``step_summary`` to ``$GITHUB_STEP_SUMMARY`` where a CI job sets it (GitHub Actions),
+    under ``files.why_not_writable`` (the command checked it before its run; a FIFO would block here)."""
+    target = summary_path()
     if target:
-        if not regular_or_absent(target):  # a FIFO would block the end of the run
-            raise UnsafePath(f"$GITHUB_STEP_SUMMARY={target} is not a regular file")
+        problem = why_not_writable(target, "job summary")
+        if problem:
+            raise UnsafePath(f"${SUMMARY}={target} {problem}")
         with open(target, "a") as f:
             f.write(step_summary(cert))
 
@@ -459,9 +465,9 @@ def write_files(path: str, cert: dict) -> None:
     """Write the JSON, the Markdown and the badge beside it (``files.write_atomic``: never through a
     link, never half-written); where any of the three holds something normcert did not write, none
     is written (OSError)."""
-    for target, kind in _files(path):
-        if foreign(target, kind):
-            raise UnsafePath(f"{target} is not a normcert {kind}: not replaced")
+    problem = why_not_written(path)
+    if problem:
+        raise UnsafePath(f"{problem}: not replaced")
     texts = (to_json(cert), markdown(cert), json.dumps(badge(cert)) + "\n")
     for (target, _), text in zip(_files(path), texts):
         write_atomic(target, text)

@@ -37,8 +37,9 @@ from ..families import CASE_CHECKS
 
 from ..search.case import MAX_ELEMENTS, Case, extent
 from ..search.context import AS_TESTED, TRAINING, Context, problem
+from .bounded_json import TooDeep, loads
 from .certificate import finite_json, versions
-from .files import UnsafePath, write_atomic
+from .files import UnsafePath, why_not_writable, write_atomic
 
 FORMAT = "normcert-replay/1"
 _OTHER = {"bool": torch.bool, "int32": torch.int32, "int64": torch.int64}  # a mask; a masked op's counts
@@ -91,7 +92,10 @@ def save_failure(impl, prop: str, case: Case, directory: str, suffix: str = "") 
     np.savez(archive, **arrays)
     cell = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{impl.op}-{impl.name}-{prop}-{DTYPE_NAMES[case.dtype]}{suffix}")
     path = os.path.join(directory, f"{cell}-{hashlib.sha256(archive.getvalue()).hexdigest()[:HASH_DIGITS]}.npz")
-    try:  # a fresh name and a rename: a link planted at the predictable name is never written through
+    problem = why_not_writable(path, "replay")  # the rule of every file normcert writes
+    if problem:
+        return f"not saved: {path} {problem}"
+    try:  # a fresh name and a rename: a link planted at the name between the check and here is not written through
         write_atomic(path, archive.getvalue())
     except UnsafePath as e:
         return f"not saved: {e}"
@@ -260,14 +264,15 @@ def load(path: str, device: str) -> tuple[dict, Case]:
         _fail(path, "missing or oversized metadata")
     try:
         with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(bytes(z["meta"]).decode())
+            try:
+                meta = loads(bytes(z["meta"]).decode())
+            except TooDeep as e:
+                _fail(path, f"metadata nested too deeply ({e})")
             _check_meta(path, meta)
             layout = {k: _tensor_meta(path, k, m, sizes) for k, m in meta["tensors"].items() if m is not None}
             raw = {k: z[f"t_{k}"] for k in layout}
     except ReplayError:
         raise
-    except RecursionError:
-        _fail(path, "metadata nested too deeply")
     except (OSError, ValueError, KeyError, UnicodeDecodeError, zipfile.BadZipFile, EOFError) as e:
         _fail(path, f"not a readable replay file ({type(e).__name__}: {_short(str(e))})")
     tensors = {k: None for k, m in meta["tensors"].items() if m is None}

@@ -23,7 +23,6 @@ page (``compare.html``) shares the style.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -31,6 +30,7 @@ import shlex
 
 import jinja2
 
+from ..evidence.bounded_json import loads
 from ..evidence.files import regular_or_absent
 from ..evidence.certificate import READABLE, SCHEMA, headline, schema
 from .report_replay import replay_view
@@ -301,10 +301,10 @@ def load(path: str) -> dict:
         raise ValueError("is not a regular file (a FIFO, device or folder)")
     try:
         with open(path, encoding="utf-8") as f:
-            cert = json.load(f)
+            cert = loads(f.read())
     except OSError as e:
         raise ValueError(e.strerror or str(e)) from None
-    except (ValueError, RecursionError) as e:
+    except ValueError as e:
         raise ValueError(f"not JSON ({str(e)[:120]})") from None
     if not isinstance(cert, dict) or cert.get("schema") not in READABLE:
         found = cert.get("schema") if isinstance(cert, dict) else type(cert).__name__

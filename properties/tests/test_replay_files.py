@@ -28,6 +28,7 @@ import torch
 
 from ...impls import plugin
 from ..search.case import Case
+from ..evidence import files
 from ..evidence.replay import ReplayError, load, save_failure
 
 
@@ -159,6 +160,31 @@ def test_metadata_nested_too_deeply_is_one_line(tmp_path):
     np.savez(path, **arrays)
     with pytest.raises(ReplayError, match="metadata nested too deeply"):
         load(path, "cpu")
+
+
+def test_metadata_nested_below_the_recursion_limit_is_refused_too(tmp_path):
+    """Deep enough to be parsed (within Python's recursion limit), too deep for anything normcert writes:
+    refused before a check or a page walks it."""
+    path = _saved(tmp_path)
+    _rewrite(path, lambda meta: meta["notes"].update(deep=json.loads("[" * 500 + "]" * 500)))
+    with pytest.raises(ReplayError, match="metadata nested too deeply"):
+        load(path, "cpu")
+
+
+def test_a_replay_file_is_saved_under_the_rule_of_every_file_normcert_writes(tmp_path):
+    """Its name is content-hashed, yet somebody else's file at that name is not replaced
+    (``files.why_not_writable``), and normcert's own file there is (the same failure saved twice)."""
+    path = _saved(tmp_path)
+    assert not files.foreign(path, "replay")
+    assert shlex.split(save_failure(plugin("deep_norm=normcert.impls.eager:deep_norm"), "gradients",
+                                    _deep_norm_case(), directory=str(tmp_path)))[-1] == path
+    with open(path, "w") as f:
+        f.write("my notes\n")
+    said = save_failure(plugin("deep_norm=normcert.impls.eager:deep_norm"), "gradients", _deep_norm_case(),
+                        directory=str(tmp_path))
+    assert said == f"not saved: {path} exists and is not a normcert replay file: normcert replaces only files it " \
+                   f"wrote; choose another path"
+    assert open(path).read() == "my notes\n"
 
 
 def test_two_members_of_one_name_are_refused(tmp_path):
