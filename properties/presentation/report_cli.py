@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import sys
 
+from jinja2 import UndefinedError
+
 from ..evidence.certificate import outputs, summary_path
 from ..evidence.files import why_not_writable, write_atomic
 from .report import load, render
@@ -50,8 +52,8 @@ def _render(certificate: str) -> str:
     cert = load(certificate)
     try:
         return render(cert)
-    except (KeyError, TypeError, AttributeError) as e:  # only where jsonschema is absent to hold it to the schema
-        raise ValueError(f"a malformed certificate ({type(e).__name__}: {e})") from None
+    except (KeyError, TypeError, AttributeError, UndefinedError) as e:  # only where jsonschema is absent to hold it
+        raise ValueError(f"a malformed certificate ({type(e).__name__}: {str(e)[:160]})") from None
 
 
 def write_report(certificate: str, path: str) -> str:

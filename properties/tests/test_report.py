@@ -198,7 +198,7 @@ def test_a_check_of_two_calls_shows_the_other_call_as_the_reference(tmp_path):
     html = report.render(report_samples.build(
         [report_samples.row("rms_norm:example:k", "contract", "float32", "fail", "inf", 1e4, message="y[0, 2]: got",
                             replay="normcert replay " + report_samples.write_replay(str(tmp_path), np.ones((2, 4)),
-                                                                                   case.elements))],
+                                                                                   case.elements, "contract"))],
         {"rms_norm:example:k": report_samples.impl("rms_norm")}, "not certified"))
     assert '<th class="num">got</th><th class="num">reference</th>' in html and "[2] got " in html and "got 1.05078101, reference 1.04978096" in html
 
