@@ -235,10 +235,16 @@ says how many more the row holds: a row of 20,000 failures is not 20,000 cards."
 def distinct(r: dict) -> list[dict]:
     """Each distinct failure of a row as a row of its own for a card, at most ``CARDS_PER_ROW``: the
     row itself (its first failure), then each further entry of its ``failures`` with that failure's
-    message, case, replay command, error / bound and ulps (None where it failed no measurement)."""
+    message, case, replay command, error / bound and ulps (None where it failed no measurement).
+    Every card's error / bound and ulps are its case's: the first card's are its failure entry's, and
+    the row's own (its worst over every example it ran, which may be another, unshrunk case's) are
+    its ``row_worst``."""
     failures = r.get("failures") or []
     n = len(failures)
     first = {**r, "of": f"failure 1 of {n}: {failures[0]['kind']}" if n > 1 else ""}
+    if failures:  # the figures of the case the card shows, not the row's worst over every example it ran
+        first.update(worst_units=failures[0].get("worst_units"), worst_ulps=failures[0].get("worst_ulps"),
+                     row_worst=(r["worst_units"], r["worst_ulps"]))
     out = [first] + [{**r, "message": f["message"], "worst_where": f["where"], "replay": f["replay"],
                       "worst_units": f.get("worst_units"), "worst_ulps": f.get("worst_ulps"),
                       "of": f"failure {j} of {n}: {f['kind']}"}
