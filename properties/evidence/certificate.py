@@ -299,11 +299,12 @@ def claimed(domains: dict[str, str], rows: list[dict]) -> dict[str, str]:
     ``dtypes=float32`` or raised NotImplementedError on the others; and so do the properties it was
     not certified on (``not-certified`` rows: a forward-only kernel's gradients)."""
     refused: dict[str, list[str]] = {}
-    for r in rows:
-        if r["outcome"] == "not-supported" and not str(r.get("message", "")).startswith(DECLARED_OUT):
-            dtypes = refused.setdefault(r["impl"], [])
-            if r["dtype"] not in dtypes:
-                dtypes.append(r["dtype"])
+    partly: dict[str, dict[str, list[str]]] = {}  # kernel -> dtype -> the properties it refused there
+    for (impl, dtype), props in _refusals(rows).items():
+        if props is None:
+            refused.setdefault(impl, []).append(dtype)
+        else:
+            partly.setdefault(impl, {})[dtype] = props
     uncertified: dict[str, list[str]] = {}
     for r in rows:
         prop = r.get("property", r.get("prop"))  # a certificate's row, or a run record's
@@ -313,12 +314,31 @@ def claimed(domains: dict[str, str], rows: list[dict]) -> dict[str, str]:
     for impl, dtypes in refused.items():
         words = "refuses (undeclared) dtypes " + ", ".join(d for d in DTYPE_ORDER if d in dtypes)
         out[impl] = f"{out[impl]}; {words}" if out.get(impl) else words
+    for impl, by in partly.items():
+        words = "; ".join(f"{', '.join(props)} refused (undeclared) in {d}" for d, props in
+                          sorted(by.items(), key=lambda kv: DTYPE_ORDER.index(kv[0]) if kv[0] in DTYPE_ORDER else 99))
+        out[impl] = f"{out[impl]}; {words}" if out.get(impl) else words
     for impl, props in uncertified.items():
         if props:
             words = f"{', '.join(props)} not certified (forward only, or not run here)"
             out[impl] = f"{out[impl]}; {words}" if out.get(impl) else words
     return out
 
+
+
+def _refusals(rows: list[dict]) -> dict[tuple[str, str], list[str] | None]:
+    """(kernel, dtype) -> None where every row of the kernel in that dtype is an undeclared refusal
+    (the kernel refuses the dtype), else the properties refused there while its other rows ran (a
+    gradcheck refused under no_grad beside float64 rows that passed); only pairs with a refusal."""
+    props: dict[tuple[str, str], list[str]] = {}
+    ran: set[tuple[str, str]] = set()
+    for r in rows:
+        key = (r["impl"], r["dtype"])
+        if r["outcome"] == "not-supported" and not str(r.get("message", "")).startswith(DECLARED_OUT):
+            props.setdefault(key, []).append(r.get("property", r.get("prop")))
+        elif r["outcome"] != "not-supported":
+            ran.add(key)
+    return {key: (sorted(set(p)) if key in ran else None) for key, p in props.items()}
 
 
 def verdict_line(verdict: str, domains: dict[str, str], scope: dict, state: str, profile: str | None = None) -> str:
@@ -392,6 +412,17 @@ def write_incomplete(path: str, why: str) -> None:
                     "pytest_exit_status": None, "deselected": [], "crashed": [], "scope": {}, "not_run": [],
                     "config": {}, "environment": {"normcert": normcert.__version__}, "summary": {},
                     "implementations": {}, "results": []})
+
+
+def refused(path: str | None, why: str) -> pytest.UsageError:
+    """The usage error ``why`` that stopped a run before any check, its certificate at ``path`` (where
+    one was started) rewritten to say so: the run did not crash, it was refused (exit status 4)."""
+    if path:
+        try:
+            write_incomplete(path, f"refused before any check ran (a usage error, exit status 4): {why}")
+        except OSError:
+            pass  # the usage error is said on standard error all the same
+    return pytest.UsageError(why)
 
 
 def badge_path(path: str) -> str:

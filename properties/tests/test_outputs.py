@@ -258,3 +258,15 @@ def test_the_headline_names_a_property_not_certified_from_a_run_record_s_rows_to
     for key in ("prop", "property"):
         rows = [{"impl": KERNEL, key: "gradients", "dtype": "float32", "outcome": "not-certified"}]
         assert certificate.claimed({KERNEL: ""}, rows) == {KERNEL: "gradients not certified (forward only, or not run here)"}
+
+
+def test_a_kernel_that_does_not_import_leaves_a_refused_certificate_not_a_crashed_one(tmp_path, capsys):
+    """An import failure is a usage error (exit 4): the incomplete certificate written before the
+    import says the run was refused and why, not "crashed or killed"."""
+    path = str(tmp_path / "c.json")
+    assert cli.main(["certify", "rms_norm=no_such_module_anywhere:f", "--certificate", path]) == cli.USAGE
+    with open(path) as f:
+        cert = json.load(f)
+    assert cert["verdict"] == "incomplete" and "crashed or killed" not in cert["run"]
+    assert cert["run"].startswith("incomplete: refused before any check ran (a usage error, exit status 4): ")
+    assert "no_such_module_anywhere" in cert["run"] and "\n" not in cert["run"]
