@@ -55,8 +55,10 @@ sets them (``properties.declared.domain``, ``properties.search.fitting``); the o
     nan      the NaN policy of every amax an op takes, one of ``dynamic_quant.NAN_POLICIES``:
              None or "propagate" (a NaN in a row, group or block makes its scale NaN) or "ignore"
              (IEEE maximumNumber: the amax of its non-NaN elements, Triton's ``tl.max``)
-    scale_floor  a dynamic or group scale's floor, one of ``dynamic_quant.SCALE_FLOORS``: None or
-             "1/512q" (1 / (512 q), vLLM's) or "eps32" (float32's machine epsilon)
+    scale_floor  a dynamic or group scale's floor (``dynamic_quant.read_floor``): None or "1/512q"
+             (1 / (512 q), vLLM's) or "eps32" (float32's machine epsilon), or a value: "amax:a" (the
+             amax floored at a, vLLM's and SGLang's Triton group quants' a = 1e-10) or "a" (the scale
+             floored at a), a in its one spelling, Python's repr of float(a)
     tail     a per-group op's tail rule, one of ``dynamic_quant.TAILS``: None or "none" (the row a
              multiple of the group, else a ValueError naming the group) or "partial" (any row: the
              last group shorter, with its own scale; the group kind's divisor check is then not
@@ -95,7 +97,7 @@ import numpy as np
 import torch
 
 from . import validate as v
-from .dynamic_quant import NAN_POLICIES, QDTYPES, SCALE_FLOORS, SCALE_FORMATS, TAILS
+from .dynamic_quant import NAN_POLICIES, QDTYPES, SCALE_FLOORS, SCALE_FORMATS, TAILS, read_floor
 from .formats import to_float64
 from .fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS, GLOBAL_SCALES
 
@@ -194,11 +196,24 @@ def _norm_group(d, arg) -> int | None:
     return size
 
 
-def _contract_kind(name: str, values: tuple[str, ...]) -> Kind:
-    """A contract choice (module docstring): None (the default, ``values[0]``) or one of ``values``;
-    sampled and drawn as None, set by a kernel's declared domain alone."""
-    return Kind(name, check=lambda op, arg_name, value, x: value is None or v.one_of(op, arg_name, value, values),
+def _contract_kind(name: str, values: tuple[str, ...], check=None) -> Kind:
+    """A contract choice (module docstring): None (the default, ``values[0]``) or one of ``values``
+    (or, given ``check``, any value it accepts); sampled and drawn as None, set by a kernel's declared
+    domain alone."""
+    check = check or (lambda op, arg_name, value: v.one_of(op, arg_name, value, values))
+    return Kind(name, check=lambda op, arg_name, value, x: value is None or check(op, arg_name, value),
                 sample=lambda normal, rows, width: None, draw=lambda d, arg: None, shape=None, may_be_none=True)
+
+
+def _floor(op: str, name: str, value) -> None:
+    """A scale_floor in its one spelling (``dynamic_quant.read_floor``), else the one-line ValueError."""
+    try:
+        spelt = read_floor(value)
+    except ValueError:
+        spelt = None
+    if spelt != value:
+        v.expected(op, name, f"one of {', '.join(map(repr, SCALE_FLOORS))}, 'amax:A' or 'A' (A a positive number "
+                            f"as Python's repr of a float)", repr(value))
 
 
 def _scalar_check(check: Callable) -> Callable:
@@ -269,6 +284,6 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          sample=lambda normal, rows, width: False,
          draw=lambda d, arg: d.choose([False, True], arg.name), shape=None),
     _contract_kind("nan", NAN_POLICIES),
-    _contract_kind("scale_floor", SCALE_FLOORS),
+    _contract_kind("scale_floor", SCALE_FLOORS, _floor),
     _contract_kind("tail", TAILS),
 )}

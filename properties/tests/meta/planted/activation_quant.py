@@ -14,7 +14,8 @@ from ._helpers import _tailed_groups
 __all__ = ["sdq_product_in_bf16", "sdq_scale_ignores_ub", "sdq_no_scale_floor", "sdq_scale_from_gate",
            "sgq_gate_up_interleaved", "sgq_product_in_bf16", "sgq_scale_from_gate", "sgq_no_scale_floor",
            "sdq_sglang_order", "sgq_sglang_order", "sgq_tail_partial", "sgqm_scratch_in_padding",
-           "sgqm_packed_token_offsets", "sgqm_scale_over_expert", "sgqm_padding_left_unwritten"]
+           "sgqm_packed_token_offsets", "sgqm_scale_over_expert", "sgqm_padding_left_unwritten", "sgq_vllm_amax_floor",
+           "sgqm_sglang_amax_floor"]
 
 
 # ------------------------------------------------------------------ silu_and_mul_dynamic_quant / _group_quant bugs
@@ -202,3 +203,49 @@ def sgqm_padding_left_unwritten(x, counts, group, scale_format, layout):
         if c:
             flat_y[e, :c], flat_s[e, :c] = _sgq(flat_x[e, :c], group, scale_format, "row_major")
     return y, scales_in(scales, layout)
+
+
+# ------------------------------------------------------------------ the libraries' amax floor (amax_floor=1e-10)
+def _amax_floored(v, group, scale_format, amax_floor):
+    """(y, scales (..., G), row-major) of rows v (the compute format) as vLLM's
+    ``per_token_group_quant_fp8`` and SGLang's ``silu_and_mul_masked_post_quant_fwd`` compute them:
+    per group, scale = max(amax, amax_floor) / 448 in float32 (the floor a float32 constant), rounded
+    up to a power of two for "ue8m0"; y = e4m3(v / scale)."""
+    n = v.shape[-1]
+    g = v.unflatten(-1, (n // group, group))
+    amax = g.abs().amax(-1).float()
+    scales = torch.maximum(amax, torch.tensor(amax_floor, dtype=torch.float32)) / 448.0
+    scales = pow2_up(scales) if scale_format == "ue8m0" else scales
+    return to_e4m3(g / scales[..., None].to(g.dtype)).flatten(-2), scales
+
+
+@correct("silu_and_mul_group_quant")
+def sgq_vllm_amax_floor(x, group, scale_format, layout):
+    """vLLM's silu_and_mul (silu(gate) * up in float32, rounded once to x's dtype) then its
+    ``per_token_group_quant_fp8`` (``_amax_floored``: the amax floored at 1e-10), declared
+    (amax_floor=1e-10): certified so, rejected by extremes without it (an all-zero group's scale
+    is 1e-10 / 448, not 1 / (512 * 448); ``test_library_rules``)."""
+    v, _ = _silu_mul(x)
+    y, scales = _amax_floored(up(v.to(x.dtype), x), group, scale_format, 1e-10)
+    return y, scales_in(scales, layout)
+
+
+sgq_vllm_amax_floor.normcert_domain = "amax_floor=1e-10"
+
+
+@correct("silu_and_mul_group_quant_masked")
+def sgqm_sglang_amax_floor(x, counts, group, scale_format, layout):
+    """SGLang's ``silu_and_mul_masked_post_quant_fwd``: per expert, its first counts[e] rows in SGLang's
+    order (``_silu_mul_sglang``), quantised with the amax floored at 1e-10 (``_amax_floored``); the
+    rows past counts[e] left as torch.empty leaves them (never written). Declared amax_floor=1e-10."""
+    n = x.shape[-1] // 2
+    y = torch.empty(x.shape[:-1] + (n,), dtype=torch.float8_e4m3fn)
+    scales = torch.empty(x.shape[:-1] + (n // group,), dtype=torch.float32)
+    flat_x, flat_y, flat_s = x.reshape(-1, *x.shape[-2:]), y.view(-1, *y.shape[-2:]), scales.view(-1, *scales.shape[-2:])
+    for e, c in enumerate(counts.reshape(-1).tolist()):
+        if c:
+            flat_y[e, :c], flat_s[e, :c] = _amax_floored(_silu_mul_sglang(flat_x[e, :c]), group, scale_format, 1e-10)
+    return y, scales_in(scales, layout)
+
+
+sgqm_sglang_amax_floor.normcert_domain = "amax_floor=1e-10"

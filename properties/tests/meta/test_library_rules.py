@@ -1,0 +1,98 @@
+"""The quantisation rules real libraries ship, as contract choices (issue 47, FP8 / int8 half).
+
+* the amax floor as a declared value: ``amax_floor=1e-10`` (vLLM's ``per_token_group_quant_fp8`` and
+  ``_silu_mul_fp8_quant_deep_gemm``, SGLang's ``silu_and_mul_masked_post_quant_fwd``: scale =
+  max(amax, 1e-10) / 448) and ``scale_floor=F`` (a number), the named floors still read; the oracle's
+  floor is the declared one and the certificate names it;
+* planted kernels with vLLM's and SGLang's rule certified under the declaration, rejected without it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from .... import oracle
+from ....impls import UsageError, make
+from ....oracle.dynamic_quant import EPS32, MIN_SCALE, floor, read_floor
+from ...declared.domain import Domain, DomainError, parse
+from ...families import BY_NAME
+from ...harness.measure import PropertyFailure
+from ...harness.session import Session
+from ...run import runner
+
+from . import planted
+
+F32 = torch.float32
+
+
+@pytest.fixture
+def session(tmp_path):
+    return Session(failures_dir=str(tmp_path))
+
+
+def _impl(op, fn, declared=True):
+    impl = make(op, fn.__name__, "plugin", fn, target=f"normcert.properties.tests.meta.planted:{fn.__name__}")
+    return impl if declared else dataclasses.replace(impl, domain=Domain())
+
+
+# ------------------------------------------------------------------ the floor's spellings
+def test_the_floor_is_read_in_one_spelling_and_is_the_declared_value():
+    assert read_floor("1e-10") == "1e-10" and read_floor("amax:1.0E-10") == "amax:1e-10"
+    assert read_floor("eps32") == "eps32" and read_floor("1/512q") == "1/512q"
+    for bad in ("0", "-1", "inf", "nan", "amax:", "1e-50", "tiny"):
+        with pytest.raises(ValueError, match=r"^expected 1/512q or eps32, a positive number or amax:NUMBER"):
+            read_floor(bad)
+    a32 = float(np.float32(1e-10))
+    assert floor("float8_e4m3fn", "amax:1e-10") == a32 / 448 and floor("int8", "amax:1e-10") == a32 / 127
+    assert floor("int8", "0.25") == 0.25 and floor("int8", None) == MIN_SCALE / 127 and floor("int8", "eps32") == EPS32
+    assert floor("float8_e4m3fn", "amax:" + repr(1 / 512)) == floor("float8_e4m3fn", "1/512q")  # the default, so stated
+
+
+def test_the_oracle_floors_an_all_zero_group_at_the_declared_value():
+    x = torch.zeros(2, 32, dtype=torch.float64)
+    args = {"x": x, "group": 8, "scale_format": "float32", "layout": "row_major"}
+    assert (oracle.forward("silu_and_mul_group_quant", **args)[1] == MIN_SCALE / 448).all()
+    amax = oracle.forward("silu_and_mul_group_quant", **args, scale_floor="amax:1e-10")[1]
+    assert (amax == float(np.float32(1e-10)) / 448).all()
+    dq = {"x": torch.zeros(2, 8, dtype=torch.float64), "weight": torch.ones(8, dtype=torch.float64), "eps": 1e-6,
+          "qdtype": "int8", "scale_ub": None}
+    assert (oracle.forward("rms_norm_dynamic_quant", **dq, scale_floor="0.5")[1] == 0.5).all()
+    with pytest.raises(ValueError, match=r"^rms_norm_dynamic_quant: scale_floor must be one of '1/512q', 'eps32', "
+                                         r"'amax:A' or 'A' .*got '1e-10x'$"):
+        oracle.forward("rms_norm_dynamic_quant", **dq, scale_floor="1e-10x")
+
+
+def test_the_domain_keys_read_say_back_and_refuse_in_one_line():
+    d = parse("amax_floor=1e-10")
+    assert d.choices() == {"scale_floor": "amax:1e-10"} and d.describe() == "amax_floor=1e-10"
+    assert d.spec() == "amax_floor=1e-10" and parse(d.spec()) == d
+    n = parse("scale_floor=2.5e-7")
+    assert n.choices() == {"scale_floor": "2.5e-07"} and n.describe() == "scale_floor=2.5e-07" and parse(n.spec()) == n
+    assert parse("scale_floor=eps32").scale_floor == "eps32"  # the old spellings
+    with pytest.raises(DomainError, match=r"^--domain: amax_floor='eps32': expected a positive number \(e.g. 1e-10\)$"):
+        parse("amax_floor=eps32")
+    with pytest.raises(DomainError, match=r"^--domain: scale_floor='-1': expected one of 1/512q, eps32 or a positive"):
+        parse("scale_floor=-1")
+    with pytest.raises(DomainError, match=r"^--domain: scale_floor and amax_floor given together"):
+        parse("scale_floor=eps32 amax_floor=1e-10")
+    with pytest.raises(UsageError, match=r"domain: amax_floor=1e-10: rms_norm_fp4_quant has no scale_floor choice"):
+        make("rms_norm_fp4_quant", "k", "plugin", lambda *a: a, domain="amax_floor=1e-10")
+
+
+# ------------------------------------------------------------------ the libraries' kernels, planted
+@pytest.mark.parametrize("op, fn", [
+    ("silu_and_mul_group_quant", planted.sgq_vllm_amax_floor),
+    ("silu_and_mul_group_quant_masked", planted.sgqm_sglang_amax_floor),
+], ids=["vllm", "sglang_masked"])
+def test_the_libraries_amax_floor_is_certified_declared_and_rejected_undeclared(session, op, fn):
+    """scale = max(amax, 1e-10) / 448: certified under amax_floor=1e-10; without it, an all-zero
+    group's scale 2.2e-13 is not 1 / (512 * 448) and extremes rejects it."""
+    with pytest.raises(PropertyFailure, match=r"extremes fails.*scales"):
+        runner.run_family(session, BY_NAME["extremes"], _impl(op, fn, declared=False), F32, max_examples=10,
+                          shrink=False)
+    for family in ("extremes", "accuracy"):
+        res = runner.run_family(session, BY_NAME[family], _impl(op, fn), F32, max_examples=10)
+        assert res.outcome == "pass", (family, res.message)
