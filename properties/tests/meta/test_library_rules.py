@@ -4,7 +4,9 @@
   ``_silu_mul_fp8_quant_deep_gemm``, SGLang's ``silu_and_mul_masked_post_quant_fwd``: scale =
   max(amax, 1e-10) / 448) and ``scale_floor=F`` (a number), the named floors still read; the oracle's
   floor is the declared one and the certificate names it;
-* planted kernels with vLLM's and SGLang's rule certified under the declaration, rejected without it.
+* planted kernels with vLLM's and SGLang's rule certified under the declaration, rejected without it;
+* --bitwise determinism compares only the rows an op's contract claims: a masked kernel leaving its
+  padding rows as torch.empty leaves them (different bits on each call) is not rejected.
 """
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ import torch
 from .... import oracle
 from ....impls import UsageError, make
 from ....oracle.dynamic_quant import EPS32, MIN_SCALE, floor, read_floor
+from ....oracle.formats import bits
 from ...declared.domain import Domain, DomainError, parse
 from ...families import BY_NAME
+from ...families.bitwise import claimed
 from ...harness.measure import PropertyFailure
 from ...harness.session import Session
 from ...run import runner
@@ -96,3 +100,16 @@ def test_the_libraries_amax_floor_is_certified_declared_and_rejected_undeclared(
     for family in ("extremes", "accuracy"):
         res = runner.run_family(session, BY_NAME[family], _impl(op, fn), F32, max_examples=10)
         assert res.outcome == "pass", (family, res.message)
+
+
+def test_determinism_compares_only_the_rows_the_contract_claims(session):
+    """The masked kernel leaves the rows past counts[e] unwritten (random bits on each call): its
+    claimed rows are deterministic, and so is its verdict; a row-wise op with no mask compares all."""
+    impl = _impl("silu_and_mul_group_quant_masked", planted.sgqm_sglang_amax_floor)
+    res = runner.run_family(dataclasses.replace(session, bitwise=True), BY_NAME["determinism"], impl, F32,
+                            max_examples=10)
+    assert res.outcome == "pass", res.message
+    valid = torch.tensor([[True, False], [False, False]])
+    t = torch.arange(8.0).reshape(2, 2, 2)
+    assert claimed(t, valid).tolist() == bits(t[0, 0]).tolist() and claimed(t, None).numel() == 8
+    assert claimed(torch.ones(3), valid).numel() == 3  # not of the main tensor's rows: all of it

@@ -3,6 +3,9 @@ silu_and_mul_group_quant (a scale per group) and silu_and_mul_group_quant_masked
 rows, padded): planted bugs and correct variants.  silu_and_mul to FP4 is in ``fp4``."""
 from __future__ import annotations
 
+import math
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -233,14 +236,25 @@ def sgq_vllm_amax_floor(x, group, scale_format, layout):
 sgq_vllm_amax_floor.normcert_domain = "amax_floor=1e-10"
 
 
+def _uninitialised(shape, dtype):
+    """A tensor of ``shape`` holding os.urandom's bytes, new on each call (torch's own generator is
+    seeded alike before each call of a kernel): memory as torch.empty may hand it back."""
+    size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    if not size:  # frombuffer refuses an empty buffer
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(os.urandom(size)), dtype=torch.uint8).view(dtype).reshape(shape)
+
+
 @correct("silu_and_mul_group_quant_masked")
 def sgqm_sglang_amax_floor(x, counts, group, scale_format, layout):
     """SGLang's ``silu_and_mul_masked_post_quant_fwd``: per expert, its first counts[e] rows in SGLang's
     order (``_silu_mul_sglang``), quantised with the amax floored at 1e-10 (``_amax_floored``); the
-    rows past counts[e] left as torch.empty leaves them (never written). Declared amax_floor=1e-10."""
+    rows past counts[e] never written, left as torch.empty leaves them: whatever memory it hands back,
+    here fresh bits from the OS on each call (``_uninitialised``: so that --bitwise determinism sees
+    two calls differ there, ``test_library_rules``).  Declared amax_floor=1e-10."""
     n = x.shape[-1] // 2
-    y = torch.empty(x.shape[:-1] + (n,), dtype=torch.float8_e4m3fn)
-    scales = torch.empty(x.shape[:-1] + (n // group,), dtype=torch.float32)
+    y = _uninitialised(x.shape[:-1] + (n,), torch.float8_e4m3fn)
+    scales = _uninitialised(x.shape[:-1] + (n // group,), torch.float32)
     flat_x, flat_y, flat_s = x.reshape(-1, *x.shape[-2:]), y.view(-1, *y.shape[-2:]), scales.view(-1, *scales.shape[-2:])
     for e, c in enumerate(counts.reshape(-1).tolist()):
         if c:
