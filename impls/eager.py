@@ -152,9 +152,12 @@ def group_scales(peak, scale_format, q, round_up=pow2_up):
 
 def scales_in(scales, layout):
     """A (..., groups) tensor of scales laid out as ``layout`` says: contiguous ("row_major"), or
-    groups first in memory ("column_major": a (groups, ...) buffer seen through movedim)."""
+    groups first in memory ("column_major": a (groups, ...) buffer seen through movedim), or each
+    matrix of the last two dims groups first ("mn_major": (..., groups, tokens) seen transposed)."""
     if layout == "row_major":
         return scales.contiguous()
+    if layout == "mn_major":
+        return scales.transpose(-1, -2).contiguous().transpose(-1, -2)
     return scales.movedim(-1, 0).contiguous().movedim(0, -1)
 
 

@@ -77,8 +77,10 @@ sets them (``properties.declared.domain``, ``properties.search.fitting``); the o
              (Mamba-2's ``RMSNormGated(group_size=...)``).  Drawn as None or n / k, alike, for the
              group counts k > 1 of GROUP_COUNTS that divide n; where none does, None or n (given)
     layout   the memory layout of a per-group scale output, one of SCALE_LAYOUTS: "row_major" (a
-             contiguous (rows, groups) tensor) or "column_major" (the same shape, stored groups first,
-             as DeepGEMM reads it)
+             contiguous (rows, groups) tensor), "column_major" (the same shape, stored groups first)
+             or "mn_major" (each matrix of the last two dims stored groups first: (E, T, G) with strides
+             (T G, 1, T), DeepGEMM's masked MoE scales; column_major where the scales are 2-D).  Drawn
+             from DRAWN_LAYOUTS: "mn_major" only where a kernel's domain declares it (``layouts=``)
     block_format  an FP4 block format, one of ``fp4.BLOCK_FORMATS``: "nvfp4" (block 16, E4M3 block
              scales) or "mxfp4" (block 32, UE8M0 block scales); its block must divide the row length
              (the op's ``width_multiple`` makes both divide every row drawn)
@@ -106,7 +108,8 @@ LAYERS = (1, 6, 12, 24, 100)  # DeepNorm depths drawn: alpha = (2N)^(1/4)
 SCALE_UBS = (None, None, 0.5, 2.0, 16.0, 1000.0)
 GROUPS = (32, 64, 128)  # DeepSeek's 1 x 128, vLLM's per-block 64 / 128, OCP MX's 32
 GROUP_COUNTS = (1, 2, 4, 8)  # a gated norm's groups per row: Codestral Mamba and Nemotron-H run 8
-SCALE_LAYOUTS = ("row_major", "column_major")  # a dynamic scale's bound: none, or below to far above a row's peak
+SCALE_LAYOUTS = ("row_major", "column_major", "mn_major")
+DRAWN_LAYOUTS = SCALE_LAYOUTS[:2]  # mn_major: only for a kernel that declares it (a domain's layouts=)
 
 
 class Drawing(Protocol):
@@ -270,7 +273,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          draw=lambda d, arg: d.choose(list(SCALE_FORMATS), arg.name), shape=None),
     Kind("layout", check=lambda op, name, value, x: v.one_of(op, name, value, SCALE_LAYOUTS),
          sample=lambda normal, rows, width: "row_major",
-         draw=lambda d, arg: d.choose(list(SCALE_LAYOUTS), arg.name), shape=None),
+         draw=lambda d, arg: d.choose(list(DRAWN_LAYOUTS), arg.name), shape=None),
     Kind("block_format", check=lambda op, name, value, x: v.block_format(op, name, value, _row(x), BLOCK_FORMATS),
          sample=lambda normal, rows, width: "nvfp4",
          draw=lambda d, arg: d.choose(list(BLOCK_FORMATS), arg.name), shape=None),

@@ -62,6 +62,14 @@ was certified.
                               floor A / q (vLLM's per_token_group_quant_fp8 and SGLang's masked
                               silu_and_mul quant: amax_floor=1e-10); A is taken as the float32 the
                               kernel holds it in.  Not with scale_floor=
+    groups=128                the group sizes (argument kind "group") the kernel supports, some of
+                              32,64,128 (vLLM's per_token_group_quant_fp8 asserts 128): a case drawn
+                              with another is fitted to one of these
+    layouts=mn_major          the scale layouts (kinds "layout", "block_layout") the kernel writes, some
+                              of row_major,column_major,mn_major (DeepGEMM's masked MoE scales, drawn
+                              only where declared) and linear,swizzled: a case is fitted to one of them
+    block_formats=nvfp4       the FP4 block formats (kind "block_format") the kernel supports, some of
+                              nvfp4,mxfp4: a case drawn with another is fitted to one of these
     tail=none|partial         a per-group quant's tail rule (a contract choice, argument kind "tail"):
                               none (the default) requires rows a multiple of the group; partial
                               admits a last group shorter than the group, with its own scale from
@@ -91,6 +99,8 @@ from dataclasses import dataclass, fields, replace
 from ...oracle import OPS
 from ...oracle.dynamic_quant import NAN_POLICIES, SCALE_FLOORS, TAILS, read_floor
 from ...oracle.formats import DTYPE_NAMES
+from ...oracle.fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS
+from ...oracle.kinds import GROUPS, SCALE_LAYOUTS
 
 MANY_ROWS = 65537
 """The most rows a drawn case has: the search's "many" bucket, past 2**16 rows (grid and block-count
@@ -106,7 +116,9 @@ narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to
 [gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
 
 KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
-        "unsupported", "capturable", "nan", "scale_floor", "tail", "amax_floor")
+        "unsupported", "capturable", "nan", "scale_floor", "tail", "amax_floor", "groups", "layouts", "block_formats")
+ARG_KEYS = {"groups": ("group",), "layouts": ("layout", "block_layout"), "block_formats": ("block_format",)}
+"""The keys restricting an argument's drawn values to some of its kind's: key -> the argument kinds."""
 CONTRACT = {"nan": NAN_POLICIES, "scale_floor": SCALE_FLOORS, "tail": TAILS}  # the contract choices: key = the argument kind it sets, and its values
 RANKS = (2, 3, 4)
 
@@ -134,6 +146,17 @@ class Domain:
     scale_floor: str | None = None  # "1/512q" | "eps32" | a number's repr: a dynamic scale's floor (a contract choice)
     tail: str | None = None  # "none" | "partial": a per-group quant's last group (a contract choice)
     amax_floor: str | None = None  # a number's repr: the same choice as the amax's floor (kind "scale_floor")
+    groups: tuple[int, ...] | None = None  # the group sizes supported (kind "group")
+    layouts: tuple[str, ...] | None = None  # the scale layouts written (kinds "layout", "block_layout")
+    block_formats: tuple[str, ...] | None = None  # the FP4 block formats supported (kind "block_format")
+
+    def allowed(self, kind: str) -> tuple | None:
+        """The values of argument kind ``kind`` the domain admits (``ARG_KEYS``), None for all drawn."""
+        for key, kinds in ARG_KEYS.items():
+            values = getattr(self, key)
+            if kind in kinds and values is not None:
+                return tuple(v for v in values if v in ARG_VALUES[kind]) or None
+        return None
 
     def choices(self) -> dict[str, str]:
         """The contract choices declared (``CONTRACT``): argument kind -> its value (an amax_floor A
@@ -196,6 +219,9 @@ class Domain:
         if self.capturable is not None:
             parts.append("capturable=yes (a failed CUDA-graph capture fails; captured on a GPU only)" if self.capturable
                          else "capturable=no (never captured in a CUDA graph)")
+        words = {"groups": "group sizes", "layouts": "scale layouts", "block_formats": "block formats"}
+        parts += [f"{words[key]} {', '.join(map(str, getattr(self, key)))}" for key in ARG_KEYS
+                  if getattr(self, key) is not None]
         parts += [said(key, value) for key, value in self.choices().items()]
         return "; ".join(parts)
 
@@ -233,6 +259,21 @@ def check_op(domain: Domain, rec, where: str) -> None:
     check_size(domain, rec, MANY_ROWS, where)
     check_flags(domain, rec, where)
     check_contract(domain, rec, where)
+    check_args(domain, rec, where)
+
+
+def check_args(domain: Domain, rec, where: str) -> None:
+    """DomainError unless every key of ``ARG_KEYS`` the domain gives names values of an argument op
+    record ``rec`` takes (groups=128 for an op with a group, layouts= one of its layout kind's)."""
+    kinds = {a.kind for a in rec.args}
+    for key, of in ARG_KEYS.items():
+        values = getattr(domain, key)
+        if values is None:
+            continue
+        ours = [v for kind in of if kind in kinds for v in ARG_VALUES[kind]]
+        if not any(v in ours for v in values):
+            raise DomainError(f"{where}: {key}={','.join(map(str, values))}: {rec.name} takes no such argument value "
+                              f"(its values: {', '.join(map(str, ours)) or 'none'})")
 
 
 def check_fits(domain: Domain, rec, where: str) -> None:
@@ -444,7 +485,23 @@ def _floor(amax: bool):
     return read
 
 
+def _some(values):
+    """Some of ``values``, comma-separated (or a list of them), kept in their order there."""
+    def read(where, key, value):
+        names = _names(value)
+        bad = [n for n in names if n not in map(str, values)]
+        if bad or not names:
+            raise DomainError(f"{where}: {key}={value!r}: expected some of {', '.join(map(str, values))}, "
+                              f"comma-separated")
+        return tuple(v for v in values if str(v) in names)
+    return read
+
+
+ARG_VALUES = {"group": GROUPS, "layout": SCALE_LAYOUTS, "block_layout": BLOCK_LAYOUTS, "block_format": tuple(BLOCK_FORMATS)}
+
+
 _READ = {"dtypes": _dtypes, "params": _choice("same", "float32"), "residual": _choice("same", "float32"),
          "max_width": _positive, "width_multiple": _positive, "contiguous": _choice("last", "all"), "ranks": _ranks, "weightless": _yes_no,
          "flags": _flags, "unsupported": _option_names, "capturable": _yes_no, **{key: _choice(*values) for key, values in CONTRACT.items()},
-         "scale_floor": _floor(amax=False), "amax_floor": _floor(amax=True)}
+         "scale_floor": _floor(amax=False), "amax_floor": _floor(amax=True), "groups": _some(GROUPS),
+         "layouts": _some(SCALE_LAYOUTS + BLOCK_LAYOUTS), "block_formats": _some(tuple(BLOCK_FORMATS))}

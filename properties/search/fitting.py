@@ -24,6 +24,10 @@ wasted on what the kernel never claimed:
               groups is the same tensors normalised over whole rows, an equally valid input
     flags     a flag argument the domain fixes (``flags=NAME:yes|no``) set to that value: the
               case is then the op's other form on the same tensors, an equally valid input
+    values    an argument whose kind the domain restricts (``groups=``, ``layouts=``,
+              ``block_formats=``: ``domain.ARG_KEYS``) set, where drawn outside them, to one of them
+              (the k-th drawn value of the kind to the (k mod m)-th of the m allowed): the same
+              tensors with a group size, scale layout or block format the kernel supports
     contract  a contract choice the domain declares (``nan=``, ``scale_floor=``, ``tail=``: ``domain.CONTRACT``)
               set on the op's argument of that kind (drawn as None, the default): the same input, judged by
               the oracle under the kernel's declared semantics
@@ -44,7 +48,7 @@ import math
 
 import torch
 
-from ..declared.domain import Domain
+from ..declared.domain import ARG_VALUES, Domain
 from ...oracle.kinds import KINDS
 from ...oracle.validate import stream_dtypes
 
@@ -71,6 +75,15 @@ def fit(case: Case, domain: Domain) -> Case:
     if fixed:
         case = case.copy(scalars={**case.scalars, **dict(fixed)})
         changed += [f"{name} -> {value}" for name, value in fixed]
+    moved = {}
+    for a in rec.args:
+        allowed = domain.allowed(a.kind)
+        value = case.scalars.get(a.name)
+        if allowed and value is not None and value not in allowed:
+            moved[a.name] = allowed[_position(a.kind, value) % len(allowed)]
+    if moved:
+        case = case.copy(scalars={**case.scalars, **moved})
+        changed += [f"{name} -> {value}" for name, value in moved.items()]
     declared = domain.choices()
     chosen = {a.name: declared[a.kind] for a in rec.args
               if a.kind in declared and case.scalars.get(a.name) != declared[a.kind]}
@@ -139,6 +152,12 @@ def fit(case: Case, domain: Domain) -> Case:
 
 
 PARTIAL_EVERY = 4  # under tail=partial, one fitted case in this many keeps its whole groups
+
+
+def _position(kind: str, value) -> int:
+    """value's index among its kind's values (``domain.allowed``'s order): 0 where it is not one."""
+    values = list(ARG_VALUES[kind])
+    return values.index(value) if value in values else 0
 
 
 def _partial_width(case: Case, n: int) -> int:

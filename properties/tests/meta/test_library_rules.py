@@ -5,6 +5,9 @@
   max(amax, 1e-10) / 448) and ``scale_floor=F`` (a number), the named floors still read; the oracle's
   floor is the declared one and the certificate names it;
 * planted kernels with vLLM's and SGLang's rule certified under the declaration, rejected without it;
+* the group sizes, scale layouts and block formats a kernel supports, as domain keys (``groups=``,
+  ``layouts=``, ``block_formats=``): a case is fitted to one of them; DeepGEMM's masked scale layout
+  (E, T, G) with strides (T G, 1, T) is ``layouts=mn_major``, drawn only where declared;
 * --bitwise determinism compares only the rows an op's contract claims: a masked kernel leaving its
   padding rows as torch.empty leaves them (different bits on each call) is not rejected.
 """
@@ -26,6 +29,8 @@ from ...families.bitwise import claimed
 from ...harness.measure import PropertyFailure
 from ...harness.session import Session
 from ...run import runner
+from ...search.case import Case
+from ...search.fitting import fit
 
 from . import planted
 
@@ -98,6 +103,39 @@ def test_the_libraries_amax_floor_is_certified_declared_and_rejected_undeclared(
         runner.run_family(session, BY_NAME["extremes"], _impl(op, fn, declared=False), F32, max_examples=10,
                           shrink=False)
     for family in ("extremes", "accuracy"):
+        res = runner.run_family(session, BY_NAME[family], _impl(op, fn), F32, max_examples=10)
+        assert res.outcome == "pass", (family, res.message)
+
+
+# ------------------------------------------------------------------ groups, layouts, block formats
+def test_the_argument_keys_read_fit_and_refuse_in_one_line():
+    d = parse("groups=128 layouts=mn_major block_formats=nvfp4")
+    assert d.describe() == "group sizes 128; scale layouts mn_major; block formats nvfp4" and parse(d.spec()) == d
+    assert (d.allowed("group"), d.allowed("layout"), d.allowed("block_layout")) == ((128,), ("mn_major",), None)
+    case = Case("silu_and_mul_group_quant_masked", {"x": torch.randn(2, 3, 256), "counts": torch.tensor([1, 3])},
+                {"group": 64, "scale_format": "float32", "layout": "column_major"})
+    fitted = fit(case, parse("groups=128 layouts=mn_major"))
+    assert (fitted.scalars["group"], fitted.scalars["layout"]) == (128, "mn_major")
+    assert fitted.notes["fitted"] == "group -> 128; layout -> mn_major"
+    assert fit(case, parse("layouts=row_major,column_major")).scalars["layout"] == "column_major"  # kept
+    with pytest.raises(DomainError, match=r"^--domain: groups='48': expected some of 32, 64, 128, comma-separated$"):
+        parse("groups=48")
+    with pytest.raises(UsageError, match=r"domain: block_formats=nvfp4: silu_and_mul_group_quant takes no such "
+                                         r"argument value \(its values: none\)$"):
+        make("silu_and_mul_group_quant", "k", "plugin", lambda *a: a, domain="block_formats=nvfp4")
+
+
+def test_deepgemms_masked_layout_is_certified_declared_and_rejected_undeclared(session):
+    """vLLM's DeepGEMM masked kernel writes its scales (E, T, G) with strides (T G, 1, T), which is not
+    column_major where E > 1: certified under layouts=mn_major, the contract call rejecting it
+    undeclared (asked for row_major / column_major scales)."""
+    op, fn = "silu_and_mul_group_quant_masked", planted.sgqm_deepgemm_mn_major
+    two = fn(torch.randn(2, 3, 512), torch.tensor([2, 3]), 128, "float32", "mn_major")[1]
+    assert two.stride() == (6, 1, 3) and not two.movedim(-1, 0).is_contiguous()
+    with pytest.raises(PropertyFailure, match=r"fails.*strides"):
+        runner.run_family(session, BY_NAME["accuracy"], _impl(op, fn, declared=False), F32, max_examples=10,
+                          shrink=False)
+    for family in ("accuracy", "extremes"):
         res = runner.run_family(session, BY_NAME[family], _impl(op, fn), F32, max_examples=10)
         assert res.outcome == "pass", (family, res.message)
 
