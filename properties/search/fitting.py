@@ -164,7 +164,8 @@ def _partial_width(case: Case, n: int) -> int:
     """The row length n of a case of a per-group op cut for tail=partial (module docstring): its output
     row m (n, or n / 2 for a [gate | up] op) less 1 to group - 1 elements, spun from the case's
     seed, so that m mod group != 0 where group divides m; n itself for one seed in PARTIAL_EVERY, a
-    group of 1 or a row of one element."""
+    group of 1, a row of one element, or a row the group does not divide: a case fitted already (the
+    batches batch invariance refits) is not cut again, so fitting is idempotent."""
     rec = case.record
     group = next((case.scalars.get(a.name) for a in rec.args if a.kind == "group"), None)
     try:
@@ -172,7 +173,7 @@ def _partial_width(case: Case, n: int) -> int:
     except ValueError:
         spin = 1
     m = n // 2 if rec.halves else n
-    if not group or group < 2 or m <= 1 or spin % PARTIAL_EVERY == 0:
+    if not group or group < 2 or m <= 1 or m % group or spin % PARTIAL_EVERY == 0:
         return n
     cut = min(1 + spin // PARTIAL_EVERY % (group - 1), m - 1)
     return (m - cut) * (2 if rec.halves else 1)

@@ -151,3 +151,40 @@ def test_determinism_compares_only_the_rows_the_contract_claims(session):
     t = torch.arange(8.0).reshape(2, 2, 2)
     assert claimed(t, valid).tolist() == bits(t[0, 0]).tolist() and claimed(t, None).numel() == 8
     assert claimed(torch.ones(3), valid).numel() == 3  # not of the main tensor's rows: all of it
+
+
+# ------------------------------------------------------------------ the registry's group kernels: tail=partial
+def test_fitting_under_tail_partial_is_idempotent():
+    """Batch invariance refits its batches (``bitwise.check_batch_invariance``): a row cut short of a whole
+    group once is not cut again (it was, 100 -> 99 -> 98, and the batch's rows did not match the case's)."""
+    d = parse("tail=partial")
+    for seed in range(8):
+        case = Case("rms_norm_group_quant", {"x": torch.randn(3, 128), "weight": torch.ones(128)},
+                    {"eps": 1e-6, "group": 32, "scale_format": "float32", "layout": "row_major"},
+                    notes={"seed": str(seed)})
+        once = fit(case, d)
+        assert fit(once, d).main.shape == once.main.shape, seed
+
+
+@pytest.mark.parametrize("op, target", [
+    ("rms_norm_group_quant", "normcert.impls.triton_group_quant:rms_norm_group_quant"),
+    ("silu_and_mul_group_quant", "normcert.impls.triton_swiglu_quant:silu_and_mul_group_quant"),
+])
+def test_the_registry_triton_group_kernels_support_tail_partial(op, target):
+    """A row of 100 outputs, groups of 32: four groups, the last of 4 elements with its own scale, as
+    the oracle's tail=partial (the kernels declare it): every scale within its error-model bound."""
+    pytest.importorskip("triton")
+    from ....impls import registry  # noqa: PLC0415
+    impl = next(i for i in registry() if i.op == op and i.name == "triton")
+    assert impl.domain.tail == "partial" and impl.domain.nan == "propagate"
+    compiled = [i for i in registry() if i.op == op and i.name == "compiled"]
+    assert all(i.domain.tail == "none" for i in compiled)  # said: whole groups only
+    torch.manual_seed(0)
+    x = torch.randn(2, 200 if op.startswith("silu") else 100)
+    extra = {} if op.startswith("silu") else {"weight": torch.ones(100), "eps": 1e-6}
+    args = {"x": x, **extra, "group": 32, "scale_format": "float32", "layout": "row_major"}
+    y, scales = impl.fn(**args)
+    full = {**args, "tail": "partial", "nan": None, "scale_floor": None}
+    exact = oracle.forward(op, **full)
+    bound = oracle.OPS[op].forward_bound(full, tuple(exact))[1]  # the error model's, float32 rows
+    assert scales.shape == (2, 4) and (np.abs(scales.double().numpy() - exact[1]) <= bound).all()
