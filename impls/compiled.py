@@ -55,9 +55,9 @@ the eager kernels take float64."""
 
 def domain(op: str) -> str:
     """The compiled kernel's declared domain: ``QUANTISED_DOMAIN`` where an output is quantised, and
-    tail=none for a per-group op (said, not left to the default): the eager code it compiles splits a
-    row into whole groups (``eager.quantise_groups``), and a partial tail would be one more
-    recompilation for every row length."""
+    tail=none for a per-group op (said, not left to the default): the eager code it compiles takes a
+    partial tail (``eager.quantise_groups``), but under tail=partial every row length drawn would be
+    one more compilation, and the compiled code is not checked on one."""
     base = QUANTISED_DOMAIN if any(o.quantised for o in OPS[op].outs) else DOMAIN
     return base + (" tail=none" if any(a.kind == "tail" for a in OPS[op].args) else "")
 

@@ -164,15 +164,19 @@ def scales_in(scales, layout):
 def quantise_groups(op, v, group, scale_format, layout):
     """(y, scales) of rows v (in the compute format): per group of ``group`` elements of a row,
     scale = max(amax |v| / 448, 1 / (512 * 448)) (rounded up to a power of two for "ue8m0"), stored
-    in float32 and laid out as ``layout`` says; y = e4m3(v / the stored scale).  The arguments are
-    checked by their kinds."""
-    for name, value in (("group", group), ("scale_format", scale_format), ("layout", layout)):
+    in float32 and laid out as ``layout`` says; y = e4m3(v / the stored scale).  A row the group does
+    not divide has ceil(n / group) groups, the last of the n mod group elements left (tail=partial):
+    the row is padded with zeros to whole groups (a zero never raises an amax) and y cut back to n.
+    The arguments are checked by their kinds (the group against no row: any row length)."""
+    KINDS["group"].check(op, "group", group, None)
+    for name, value in (("scale_format", scale_format), ("layout", layout)):
         KINDS[name].check(op, name, value, v)
     n = v.shape[-1]
-    g = v.unflatten(-1, (n // group, group))
+    count = -(-n // group)
+    g = torch.nn.functional.pad(v, (0, count * group - n)).unflatten(-1, (count, group))
     scales = group_scales(g.abs().amax(-1), scale_format, qmax("float8_e4m3fn"))
-    y = to_e4m3(g / scales[..., None].to(v.dtype)).flatten(-2)
-    return y, scales_in(scales, layout)
+    y = to_e4m3(g / scales[..., None].to(v.dtype)).flatten(-2)[..., :n]
+    return y.contiguous(), scales_in(scales, layout)
 
 
 def rms_norm_group_quant(x, weight, eps, group, scale_format, layout):

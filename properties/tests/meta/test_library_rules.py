@@ -188,3 +188,20 @@ def test_the_registry_triton_group_kernels_support_tail_partial(op, target):
     exact = oracle.forward(op, **full)
     bound = oracle.OPS[op].forward_bound(full, tuple(exact))[1]  # the error model's, float32 rows
     assert scales.shape == (2, 4) and (np.abs(scales.double().numpy() - exact[1]) <= bound).all()
+
+
+def test_the_eager_group_kernels_take_a_partial_tail():
+    """The eager kernels (the unfused reference of the fusion family) take a row the group does not
+    divide, as the oracle's tail=partial: 100 = 3 x 32 + 4, every scale within its bound, y of n."""
+    from ....impls import eager  # noqa: PLC0415
+    torch.manual_seed(0)
+    args = {"x": torch.randn(2, 100), "weight": torch.ones(100), "eps": 1e-6, "group": 32, "scale_format": "ue8m0",
+            "layout": "column_major"}
+    y, scales = eager.rms_norm_group_quant(**args)
+    full = {**args, "tail": "partial", "nan": None, "scale_floor": None}
+    exact = oracle.forward("rms_norm_group_quant", **full)
+    bound = oracle.OPS["rms_norm_group_quant"].forward_bound(full, tuple(exact))[1]
+    from ....oracle.formats import UE8M0  # noqa: PLC0415
+    low, high = UE8M0.round(exact[1] - bound), UE8M0.round(exact[1] + bound)
+    got = scales.double().numpy()
+    assert y.shape == (2, 100) and scales.shape == (2, 4) and ((low <= got) & (got <= high)).all()
