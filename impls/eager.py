@@ -380,6 +380,8 @@ def gelu_and_mul(x, approximate):
     return geglu(gate, value, approximate)
 
 
+PARTIAL = "tail=partial"  # the group quants take a last group shorter than the group (``quantise_groups``)
+
 IMPLS = [
     make("rms_norm", "eager", "eager", rms_norm),
     make("gemma_rms_norm", "eager", "eager", gemma_rms_norm),
@@ -389,8 +391,8 @@ IMPLS = [
     make("add_rms_norm_fp8", "eager", "eager", add_rms_norm_fp8),
     make("rms_norm_dynamic_quant", "eager", "eager", rms_norm_dynamic_quant),
     make("add_rms_norm_dynamic_quant", "eager", "eager", add_rms_norm_dynamic_quant),
-    make("rms_norm_group_quant", "eager", "eager", rms_norm_group_quant),
-    make("add_rms_norm_group_quant", "eager", "eager", add_rms_norm_group_quant),
+    make("rms_norm_group_quant", "eager", "eager", rms_norm_group_quant, domain=PARTIAL),
+    make("add_rms_norm_group_quant", "eager", "eager", add_rms_norm_group_quant, domain=PARTIAL),
     make("rms_norm_fp4_quant", "eager", "eager", rms_norm_fp4_quant),
     make("add_rms_norm_fp4_quant", "eager", "eager", add_rms_norm_fp4_quant),
     make("silu_and_mul_fp4_quant", "eager", "eager", silu_and_mul_fp4_quant),
@@ -401,8 +403,8 @@ IMPLS = [
     make("swiglu", "eager", "eager", swiglu),
     make("silu_and_mul", "eager", "eager", silu_and_mul),
     make("silu_and_mul_dynamic_quant", "eager", "eager", silu_and_mul_dynamic_quant),
-    make("silu_and_mul_group_quant", "eager", "eager", silu_and_mul_group_quant),
-    make("silu_and_mul_group_quant_masked", "eager", "eager", silu_and_mul_group_quant_masked),
+    make("silu_and_mul_group_quant", "eager", "eager", silu_and_mul_group_quant, domain=PARTIAL),
+    make("silu_and_mul_group_quant_masked", "eager", "eager", silu_and_mul_group_quant_masked, domain=PARTIAL),
     make("geglu", "eager", "eager", geglu),
     make("gelu_and_mul", "eager", "eager", gelu_and_mul),
 ]

@@ -150,10 +150,14 @@ class Domain:
     layouts: tuple[str, ...] | None = None  # the scale layouts written (kinds "layout", "block_layout")
     block_formats: tuple[str, ...] | None = None  # the FP4 block formats supported (kind "block_format")
 
+    def arg_values(self) -> dict:
+        """The values each key of ``ARG_KEYS`` admits (None: every drawn one)."""
+        return {"groups": self.groups, "layouts": self.layouts, "block_formats": self.block_formats}
+
     def allowed(self, kind: str) -> tuple | None:
         """The values of argument kind ``kind`` the domain admits (``ARG_KEYS``), None for all drawn."""
         for key, kinds in ARG_KEYS.items():
-            values = getattr(self, key)
+            values = self.arg_values()[key]
             if kind in kinds and values is not None:
                 return tuple(v for v in values if v in ARG_VALUES[kind]) or None
         return None
@@ -220,8 +224,8 @@ class Domain:
             parts.append("capturable=yes (a failed CUDA-graph capture fails; captured on a GPU only)" if self.capturable
                          else "capturable=no (never captured in a CUDA graph)")
         words = {"groups": "group sizes", "layouts": "scale layouts", "block_formats": "block formats"}
-        parts += [f"{words[key]} {', '.join(map(str, getattr(self, key)))}" for key in ARG_KEYS
-                  if getattr(self, key) is not None]
+        parts += [f"{words[key]} {', '.join(map(str, values))}" for key, values in self.arg_values().items()
+                  if values is not None]
         parts += [said(key, value) for key, value in self.choices().items()]
         return "; ".join(parts)
 
@@ -267,7 +271,7 @@ def check_args(domain: Domain, rec, where: str) -> None:
     record ``rec`` takes (groups=128 for an op with a group, layouts= one of its layout kind's)."""
     kinds = {a.kind for a in rec.args}
     for key, of in ARG_KEYS.items():
-        values = getattr(domain, key)
+        values = domain.arg_values()[key]
         if values is None:
             continue
         ours = [v for kind in of if kind in kinds for v in ARG_VALUES[kind]]

@@ -192,8 +192,10 @@ def test_the_registry_triton_group_kernels_support_tail_partial(op, target):
 
 def test_the_eager_group_kernels_take_a_partial_tail():
     """The eager kernels (the unfused reference of the fusion family) take a row the group does not
-    divide, as the oracle's tail=partial: 100 = 3 x 32 + 4, every scale within its bound, y of n."""
-    from ....impls import eager  # noqa: PLC0415
+    divide and declare it, as the oracle's tail=partial: 100 = 3 x 32 + 4, every scale within its
+    bound, y of n."""
+    from ....impls import eager, registry  # noqa: PLC0415
+    assert all(i.domain.tail == "partial" for i in registry() if i.backend == "eager" and "group_quant" in i.op)
     torch.manual_seed(0)
     args = {"x": torch.randn(2, 100), "weight": torch.ones(100), "eps": 1e-6, "group": 32, "scale_format": "ue8m0",
             "layout": "column_major"}
