@@ -54,8 +54,12 @@ the eager kernels take float64."""
 
 
 def domain(op: str) -> str:
-    """The compiled kernel's declared domain: ``QUANTISED_DOMAIN`` where an output is quantised."""
-    return QUANTISED_DOMAIN if any(o.quantised for o in OPS[op].outs) else DOMAIN
+    """The compiled kernel's declared domain: ``QUANTISED_DOMAIN`` where an output is quantised, and
+    tail=none for a per-group op (said, not left to the default): the eager code it compiles takes a
+    partial tail (``eager.quantise_groups``), but under tail=partial every row length drawn would be
+    one more compilation, and the compiled code is not checked on one."""
+    base = QUANTISED_DOMAIN if any(o.quantised for o in OPS[op].outs) else DOMAIN
+    return base + (" tail=none" if any(a.kind == "tail" for a in OPS[op].args) else "")
 
 
 IMPLS = [make(op, "compiled", "compiled", fn, target=f"normcert.impls.compiled:{op}", domain=domain(op),

@@ -152,24 +152,31 @@ def group_scales(peak, scale_format, q, round_up=pow2_up):
 
 def scales_in(scales, layout):
     """A (..., groups) tensor of scales laid out as ``layout`` says: contiguous ("row_major"), or
-    groups first in memory ("column_major": a (groups, ...) buffer seen through movedim)."""
+    groups first in memory ("column_major": a (groups, ...) buffer seen through movedim), or each
+    matrix of the last two dims groups first ("mn_major": (..., groups, tokens) seen transposed)."""
     if layout == "row_major":
         return scales.contiguous()
+    if layout == "mn_major":
+        return scales.transpose(-1, -2).contiguous().transpose(-1, -2)
     return scales.movedim(-1, 0).contiguous().movedim(0, -1)
 
 
 def quantise_groups(op, v, group, scale_format, layout):
     """(y, scales) of rows v (in the compute format): per group of ``group`` elements of a row,
     scale = max(amax |v| / 448, 1 / (512 * 448)) (rounded up to a power of two for "ue8m0"), stored
-    in float32 and laid out as ``layout`` says; y = e4m3(v / the stored scale).  The arguments are
-    checked by their kinds."""
-    for name, value in (("group", group), ("scale_format", scale_format), ("layout", layout)):
+    in float32 and laid out as ``layout`` says; y = e4m3(v / the stored scale).  A row the group does
+    not divide has ceil(n / group) groups, the last of the n mod group elements left (tail=partial):
+    the row is padded with zeros to whole groups (a zero never raises an amax) and y cut back to n.
+    The arguments are checked by their kinds (the group against no row: any row length)."""
+    KINDS["group"].check(op, "group", group, None)
+    for name, value in (("scale_format", scale_format), ("layout", layout)):
         KINDS[name].check(op, name, value, v)
     n = v.shape[-1]
-    g = v.unflatten(-1, (n // group, group))
+    count = -(-n // group)
+    g = torch.nn.functional.pad(v, (0, count * group - n)).unflatten(-1, (count, group))
     scales = group_scales(g.abs().amax(-1), scale_format, qmax("float8_e4m3fn"))
-    y = to_e4m3(g / scales[..., None].to(v.dtype)).flatten(-2)
-    return y, scales_in(scales, layout)
+    y = to_e4m3(g / scales[..., None].to(v.dtype)).flatten(-2)[..., :n]
+    return y.contiguous(), scales_in(scales, layout)
 
 
 def rms_norm_group_quant(x, weight, eps, group, scale_format, layout):
@@ -373,6 +380,8 @@ def gelu_and_mul(x, approximate):
     return geglu(gate, value, approximate)
 
 
+PARTIAL = "tail=partial"  # the group quants take a last group shorter than the group (``quantise_groups``)
+
 IMPLS = [
     make("rms_norm", "eager", "eager", rms_norm),
     make("gemma_rms_norm", "eager", "eager", gemma_rms_norm),
@@ -382,8 +391,8 @@ IMPLS = [
     make("add_rms_norm_fp8", "eager", "eager", add_rms_norm_fp8),
     make("rms_norm_dynamic_quant", "eager", "eager", rms_norm_dynamic_quant),
     make("add_rms_norm_dynamic_quant", "eager", "eager", add_rms_norm_dynamic_quant),
-    make("rms_norm_group_quant", "eager", "eager", rms_norm_group_quant),
-    make("add_rms_norm_group_quant", "eager", "eager", add_rms_norm_group_quant),
+    make("rms_norm_group_quant", "eager", "eager", rms_norm_group_quant, domain=PARTIAL),
+    make("add_rms_norm_group_quant", "eager", "eager", add_rms_norm_group_quant, domain=PARTIAL),
     make("rms_norm_fp4_quant", "eager", "eager", rms_norm_fp4_quant),
     make("add_rms_norm_fp4_quant", "eager", "eager", add_rms_norm_fp4_quant),
     make("silu_and_mul_fp4_quant", "eager", "eager", silu_and_mul_fp4_quant),
@@ -394,8 +403,8 @@ IMPLS = [
     make("swiglu", "eager", "eager", swiglu),
     make("silu_and_mul", "eager", "eager", silu_and_mul),
     make("silu_and_mul_dynamic_quant", "eager", "eager", silu_and_mul_dynamic_quant),
-    make("silu_and_mul_group_quant", "eager", "eager", silu_and_mul_group_quant),
-    make("silu_and_mul_group_quant_masked", "eager", "eager", silu_and_mul_group_quant_masked),
+    make("silu_and_mul_group_quant", "eager", "eager", silu_and_mul_group_quant, domain=PARTIAL),
+    make("silu_and_mul_group_quant_masked", "eager", "eager", silu_and_mul_group_quant_masked, domain=PARTIAL),
     make("geglu", "eager", "eager", geglu),
     make("gelu_and_mul", "eager", "eager", gelu_and_mul),
 ]

@@ -134,7 +134,7 @@ def add_rms_norm_dynamic_quant(x, residual, weight, eps, qdtype, scale_ub):
     return _forward(x, residual, weight, eps, qdtype, scale_ub)
 
 
-_NO_FLOAT64 = "dtypes=float32,float16,bfloat16"  # see check_args
+_NO_FLOAT64 = "dtypes=float32,float16,bfloat16 nan=propagate scale_floor=1/512q"  # see check_args; NaNs counted
 
 IMPLS = [
     make("rms_norm_dynamic_quant", "triton", "triton", rms_norm_dynamic_quant, devices=("cpu", "cuda"),

@@ -18,6 +18,13 @@ time as a (BLOCK_R, BLOCK_G, GROUP) tile, each group's peak a reduction over the
 (a NaN in a group makes its scale NaN: counted, as a max may drop it).  y is v divided by the
 *stored* scale, as the check expects.  The scales are written through their strides: (rows, groups)
 contiguous, or groups first ("column_major").  float64 x is not supported (no single-rounding float64 -> e4m3 conversion on a GPU).
+
+A row need not be a multiple of the group (declared ``tail=partial``): it has ceil(n / group) groups,
+the last one's columns past n masked off (loaded as 0, which never raises a peak; not stored), so
+its scale is of its own elements' peak, as ``oracle.dynamic_quant`` says.
+
+Declared choices (``properties.declared.domain``): nan=propagate (the NaN count, as tl.max drops a
+NaN), the default scale floor 1 / (512 * 448), tail=partial.
 """
 from __future__ import annotations
 
@@ -59,6 +66,15 @@ def refuse_unsupported(op, x, group) -> None:
         raise NotImplementedError(f"{op}: float64 input (no single-rounding float64 -> float8_e4m3fn conversion)")
     if group & (group - 1):
         raise NotImplementedError(f"{op}: group {group} is not a power of two (a tile's width)")
+
+
+def check_group_args(op, x, group, scale_format, layout) -> None:
+    """The one-line errors of bad arguments (the group a positive integer: any row, tail=partial; its
+    rows ``x``), then ``refuse_unsupported``."""
+    KINDS["group"].check(op, "group", group, None)
+    for name, value in (("scale_format", scale_format), ("layout", layout)):
+        KINDS[name].check(op, name, value, x)
+    refuse_unsupported(op, x, group)
 
 
 def scales_buffer(lead, groups, rows, layout, device):
@@ -112,20 +128,18 @@ def _group_quant_kernel(
 
 
 def _forward(op, x, residual, weight, eps, group, scale_format, layout):
-    for name, value in (("group", group), ("scale_format", scale_format), ("layout", layout)):
-        KINDS[name].check(op, name, value, x)
-    refuse_unsupported(op, x, group)
+    check_group_args(op, x, group, scale_format, layout)
     n = x.shape[-1]
     acc, acc_t = compute_dtype(x.dtype)
     x2 = as_rows(x, n)
     r2 = x2 if residual is None else as_rows(residual, n)
-    rows, groups = x2.shape[0], n // group
+    rows, groups = x2.shape[0], -(-n // group)  # a partial last group where group does not divide n
     lead = tuple(x.shape[:-1])
     y = torch.empty((rows, n), dtype=torch.float8_e4m3fn, device=x.device)
     res = None if residual is None else torch.empty((rows, n), dtype=residual.dtype, device=x.device)
     scales, ssr, ssg = scales_buffer(lead, groups, rows, layout, x.device)
     if rows * n:
-        block_r, block_n = tile(n)  # block_n >= group: n is a multiple of it
+        block_r, block_n = tile(n)
         block_g = block_groups(block_r, groups, group)
         q = qmax("float8_e4m3fn")
         _group_quant_kernel[(triton.cdiv(rows, block_r),)](
@@ -145,7 +159,7 @@ def add_rms_norm_group_quant(x, residual, weight, eps, group, scale_format, layo
     return _forward("add_rms_norm_group_quant", x, residual, weight, eps, group, scale_format, layout)
 
 
-_NO_FLOAT64 = "dtypes=float32,float16,bfloat16"  # see _forward
+_NO_FLOAT64 = "dtypes=float32,float16,bfloat16 nan=propagate scale_floor=1/512q tail=partial"  # see _forward
 
 IMPLS = [
     make("rms_norm_group_quant", "triton", "triton", rms_norm_group_quant, devices=("cpu", "cuda"), domain=_NO_FLOAT64),

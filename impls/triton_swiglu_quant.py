@@ -22,6 +22,11 @@ Masked: row r of x's rows flattened is token r mod T of expert r // T, valid whe
 below counts[expert]; the loads and stores of other rows are masked off, so the kernel neither reads
 them nor writes their outputs (left as ``torch.empty`` leaves them: the contract does not read
 them).  float64 x is not supported (no single-rounding float64 -> e4m3 conversion on a GPU).
+
+Per group, H need not be a multiple of the group (declared ``tail=partial``): ceil(H / group) groups,
+the last one's columns past H masked off (loaded as 0: silu(0) 0 = 0 never raises a peak; not
+stored).  Declared choices (``properties.declared.domain``): nan=propagate (NaNs counted, as tl.max
+drops them) and the default floor 1 / (512 q) for every kernel here, tail=partial for the group ones.
 """
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ from ..oracle.kinds import KINDS
 
 from . import make
 from .triton_dynamic_quant import check_args, quantised, row_scale, track_peak
-from .triton_group_quant import block_groups, refuse_unsupported, scales_buffer, store_quantised
+from .triton_group_quant import block_groups, check_group_args, scales_buffer, store_quantised
 from .triton_norms import as_rows, compute_dtype, div_rn, scalar, tile, tile_ptrs
 from .triton_swiglu import sigmoids
 
@@ -102,12 +107,10 @@ def _forward(op, x, counts, group, scale_format, layout):
     if counts is not None:
         KINDS["counts"].check(op, "counts", counts, x)
     h = x.shape[-1] // 2
-    for name, value in (("group", group), ("scale_format", scale_format), ("layout", layout)):
-        KINDS[name].check(op, name, value, x[..., :h])
-    refuse_unsupported(op, x, group)
+    check_group_args(op, x[..., :h], group, scale_format, layout)
     acc, _ = compute_dtype(x.dtype)
     x2 = as_rows(x, x.shape[-1])
-    rows, groups = x2.shape[0], h // group
+    rows, groups = x2.shape[0], -(-h // group)  # a partial last group where group does not divide h
     lead = tuple(x.shape[:-1])
     y = torch.empty((rows, h), dtype=torch.float8_e4m3fn, device=x.device)
     scales, ssr, ssg = scales_buffer(lead, groups, rows, layout, x.device)
@@ -150,13 +153,14 @@ def silu_and_mul_group_quant_masked(x, counts, group, scale_format, layout):
     return _forward("silu_and_mul_group_quant_masked", x, counts, group, scale_format, layout)
 
 
-_NO_FLOAT64 = "dtypes=float32,float16,bfloat16"  # see _forward and check_args
+_NO_FLOAT64 = "dtypes=float32,float16,bfloat16 nan=propagate scale_floor=1/512q"  # see _forward and check_args
+_GROUPS = _NO_FLOAT64 + " tail=partial"  # module docstring
 
 IMPLS = [
     make("silu_and_mul_dynamic_quant", "triton", "triton", silu_and_mul_dynamic_quant, devices=("cpu", "cuda"),
          domain=_NO_FLOAT64),
     make("silu_and_mul_group_quant", "triton", "triton", silu_and_mul_group_quant, devices=("cpu", "cuda"),
-         domain=_NO_FLOAT64),
+         domain=_GROUPS),
     make("silu_and_mul_group_quant_masked", "triton", "triton", silu_and_mul_group_quant_masked,
-         devices=("cpu", "cuda"), domain=_NO_FLOAT64),
+         devices=("cpu", "cuda"), domain=_GROUPS),
 ]

@@ -29,14 +29,23 @@ at +-448, ``formats.E4M3``) or "int8" (q = 127; Q rounds to the nearest integer,
 saturates to [-128, 127], ``formats.INT8``).  scale_ub: None (no bound) or a positive finite float:
 rows whose amax passes it saturate.  The floor F keeps an all-zero row's scale positive: its y is
 0, not 0 / 0.  F is a contract choice the kernel declares (argument kind "scale_floor",
-``SCALE_FLOORS``, set by its domain's ``scale_floor=``, never passed to it; ``floor``):
+``SCALE_FLOORS``, set by its domain's ``scale_floor=`` or ``amax_floor=``, never passed to it;
+``floor``, ``read_floor``):
 
     "1/512q" (the default, None)  F = MIN_SCALE / q, vLLM's ``min_scaling_factor``: 1 / (448 * 512)
-             for float8, 1 / (127 * 512) for int8
+             for float8, 1 / (127 * 512) for int8 (the amax floor a = 1/512 below)
     "eps32"  F = 2**-23, float32's machine epsilon, whatever q (the floor some int8 paths clamp to)
+    "amax:a" (domain ``amax_floor=a``)  F = f32(a) / q: the amax floored before the division,
+             scale = max(A, a) / q, as vLLM's ``per_token_group_quant_fp8`` and
+             ``_silu_mul_fp8_quant_deep_gemm`` and SGLang's ``silu_and_mul_masked_post_quant_fwd``
+             compute it with a = 1e-10 (vLLM: "minimum to avoid dividing zero"); max(A, a) / q =
+             max(A / q, a / q) exactly, so it is this formula with F = a / q
+    "a"      (domain ``scale_floor=a``, a number)  F = f32(a): the scale itself floored at a
 
-Each is exact (a power of two, or its quotient by q rounded once to float64 like the rest of the
-scale), so the bounds (``bounds_quant``) hold for either unchanged: the floor is 1-Lipschitz.  The
+f32(a) is the positive finite a rounded once to float32, the constant as a kernel holds it (a Triton
+literal, a C float): the floor's own rounding is no error of the kernel's.  Each F is one float64
+number (a power of two, or MIN_SCALE or f32(a) over q rounded once to float64 like the rest of the
+scale), so the bounds (``bounds_quant``) hold for every F unchanged: max(., F) is 1-Lipschitz.  The
 scales are float32, one per row (x.shape[:-1]), as vLLM and SGLang return them.
 
 NaN policy, a contract choice the kernel declares (argument kind "nan", ``NAN_POLICIES``; never passed
@@ -63,6 +72,8 @@ inference ops.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -72,7 +83,7 @@ from .sums import row_peak
 QDTYPES = {"float8_e4m3fn": torch.float8_e4m3fn, "int8": torch.int8}
 MIN_SCALE = 1 / 512  # times 1 / q: the floor of a row's scale
 NAN_POLICIES = ("propagate", "ignore")  # an amax that keeps a NaN, or drops it (maximumNumber)
-SCALE_FLOORS = ("1/512q", "eps32")  # the scale's floor: MIN_SCALE / q, or float32's machine epsilon
+SCALE_FLOORS = ("1/512q", "eps32")  # the named floors: MIN_SCALE / q, float32's epsilon (a value: read_floor)
 EPS32 = float(torch.finfo(torch.float32).eps)  # 2**-23
 SCALE_FORMATS = ("float32", "ue8m0")  # a group's scale as computed, or rounded up to a power of two
 TAILS = ("none", "partial")  # rows a multiple of the group, or a last group shorter, with its own scale
@@ -83,9 +94,34 @@ def qmax(qdtype: str) -> float:
     return fmt(QDTYPES[qdtype]).max
 
 
+def read_floor(value) -> str:
+    """A scale_floor choice in its one spelling (module docstring): a name of ``SCALE_FLOORS``, or
+    "amax:a" or "a" for a positive finite number a whose float32 rounding is positive, a written as
+    Python's repr of float(a); ValueError saying what was expected otherwise."""
+    if value in SCALE_FLOORS:
+        return value
+    text = str(value)
+    prefix = "amax:" if text.startswith("amax:") else ""
+    try:
+        a = float(text[len(prefix):])
+    except ValueError:
+        a = math.nan
+    if not (math.isfinite(a) and np.float32(a) > 0):
+        raise ValueError(f"expected {' or '.join(SCALE_FLOORS)}, a positive number or amax:NUMBER (a number no "
+                         f"smaller than float32's least subnormal), got {text!r}")
+    return prefix + repr(a)
+
+
 def floor(qdtype: str, scale_floor: str | None) -> float:
-    """The scale's floor F under the declared ``scale_floor`` (``SCALE_FLOORS``; None: the default)."""
-    return EPS32 if scale_floor == "eps32" else MIN_SCALE / qmax(qdtype)
+    """The scale's floor F under the declared ``scale_floor`` (``read_floor``; None: the default):
+    MIN_SCALE / q, 2**-23, f32(a) / q ("amax:a") or f32(a) ("a")."""
+    if scale_floor is None or scale_floor == "1/512q":
+        return MIN_SCALE / qmax(qdtype)
+    if scale_floor == "eps32":
+        return EPS32
+    rule = read_floor(scale_floor)
+    a = float(np.float32(float(rule.removeprefix("amax:"))))
+    return a / qmax(qdtype) if rule.startswith("amax:") else a
 
 
 def scales(peak: np.ndarray, qdtype: str, scale_ub: float | None, scale_floor: str | None = None) -> np.ndarray:

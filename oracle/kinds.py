@@ -55,8 +55,10 @@ sets them (``properties.declared.domain``, ``properties.search.fitting``); the o
     nan      the NaN policy of every amax an op takes, one of ``dynamic_quant.NAN_POLICIES``:
              None or "propagate" (a NaN in a row, group or block makes its scale NaN) or "ignore"
              (IEEE maximumNumber: the amax of its non-NaN elements, Triton's ``tl.max``)
-    scale_floor  a dynamic or group scale's floor, one of ``dynamic_quant.SCALE_FLOORS``: None or
-             "1/512q" (1 / (512 q), vLLM's) or "eps32" (float32's machine epsilon)
+    scale_floor  a dynamic or group scale's floor (``dynamic_quant.read_floor``): None or "1/512q"
+             (1 / (512 q), vLLM's) or "eps32" (float32's machine epsilon), or a value: "amax:a" (the
+             amax floored at a, vLLM's and SGLang's Triton group quants' a = 1e-10) or "a" (the scale
+             floored at a), a in its one spelling, Python's repr of float(a)
     tail     a per-group op's tail rule, one of ``dynamic_quant.TAILS``: None or "none" (the row a
              multiple of the group, else a ValueError naming the group) or "partial" (any row: the
              last group shorter, with its own scale; the group kind's divisor check is then not
@@ -75,8 +77,10 @@ sets them (``properties.declared.domain``, ``properties.search.fitting``); the o
              (Mamba-2's ``RMSNormGated(group_size=...)``).  Drawn as None or n / k, alike, for the
              group counts k > 1 of GROUP_COUNTS that divide n; where none does, None or n (given)
     layout   the memory layout of a per-group scale output, one of SCALE_LAYOUTS: "row_major" (a
-             contiguous (rows, groups) tensor) or "column_major" (the same shape, stored groups first,
-             as DeepGEMM reads it)
+             contiguous (rows, groups) tensor), "column_major" (the same shape, stored groups first)
+             or "mn_major" (each matrix of the last two dims stored groups first: (E, T, G) with strides
+             (T G, 1, T), DeepGEMM's masked MoE scales; column_major where the scales are 2-D).  Drawn
+             from DRAWN_LAYOUTS: "mn_major" only where a kernel's domain declares it (``layouts=``)
     block_format  an FP4 block format, one of ``fp4.BLOCK_FORMATS``: "nvfp4" (block 16, E4M3 block
              scales) or "mxfp4" (block 32, UE8M0 block scales); its block must divide the row length
              (the op's ``width_multiple`` makes both divide every row drawn)
@@ -95,7 +99,7 @@ import numpy as np
 import torch
 
 from . import validate as v
-from .dynamic_quant import NAN_POLICIES, QDTYPES, SCALE_FLOORS, SCALE_FORMATS, TAILS
+from .dynamic_quant import NAN_POLICIES, QDTYPES, SCALE_FLOORS, SCALE_FORMATS, TAILS, read_floor
 from .formats import to_float64
 from .fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS, GLOBAL_SCALES
 
@@ -104,7 +108,8 @@ LAYERS = (1, 6, 12, 24, 100)  # DeepNorm depths drawn: alpha = (2N)^(1/4)
 SCALE_UBS = (None, None, 0.5, 2.0, 16.0, 1000.0)
 GROUPS = (32, 64, 128)  # DeepSeek's 1 x 128, vLLM's per-block 64 / 128, OCP MX's 32
 GROUP_COUNTS = (1, 2, 4, 8)  # a gated norm's groups per row: Codestral Mamba and Nemotron-H run 8
-SCALE_LAYOUTS = ("row_major", "column_major")  # a dynamic scale's bound: none, or below to far above a row's peak
+SCALE_LAYOUTS = ("row_major", "column_major", "mn_major")
+DRAWN_LAYOUTS = SCALE_LAYOUTS[:2]  # mn_major: only for a kernel that declares it (a domain's layouts=)
 
 
 class Drawing(Protocol):
@@ -194,11 +199,24 @@ def _norm_group(d, arg) -> int | None:
     return size
 
 
-def _contract_kind(name: str, values: tuple[str, ...]) -> Kind:
-    """A contract choice (module docstring): None (the default, ``values[0]``) or one of ``values``;
-    sampled and drawn as None, set by a kernel's declared domain alone."""
-    return Kind(name, check=lambda op, arg_name, value, x: value is None or v.one_of(op, arg_name, value, values),
+def _contract_kind(name: str, values: tuple[str, ...], check=None) -> Kind:
+    """A contract choice (module docstring): None (the default, ``values[0]``) or one of ``values``
+    (or, given ``check``, any value it accepts); sampled and drawn as None, set by a kernel's declared
+    domain alone."""
+    check = check or (lambda op, arg_name, value: v.one_of(op, arg_name, value, values))
+    return Kind(name, check=lambda op, arg_name, value, x: value is None or check(op, arg_name, value),
                 sample=lambda normal, rows, width: None, draw=lambda d, arg: None, shape=None, may_be_none=True)
+
+
+def _floor(op: str, name: str, value) -> None:
+    """A scale_floor in its one spelling (``dynamic_quant.read_floor``), else the one-line ValueError."""
+    try:
+        spelt = read_floor(value)
+    except ValueError:
+        spelt = None
+    if spelt != value:
+        v.expected(op, name, f"one of {', '.join(map(repr, SCALE_FLOORS))}, 'amax:A' or 'A' (A a positive number "
+                            f"as Python's repr of a float)", repr(value))
 
 
 def _scalar_check(check: Callable) -> Callable:
@@ -255,7 +273,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          draw=lambda d, arg: d.choose(list(SCALE_FORMATS), arg.name), shape=None),
     Kind("layout", check=lambda op, name, value, x: v.one_of(op, name, value, SCALE_LAYOUTS),
          sample=lambda normal, rows, width: "row_major",
-         draw=lambda d, arg: d.choose(list(SCALE_LAYOUTS), arg.name), shape=None),
+         draw=lambda d, arg: d.choose(list(DRAWN_LAYOUTS), arg.name), shape=None),
     Kind("block_format", check=lambda op, name, value, x: v.block_format(op, name, value, _row(x), BLOCK_FORMATS),
          sample=lambda normal, rows, width: "nvfp4",
          draw=lambda d, arg: d.choose(list(BLOCK_FORMATS), arg.name), shape=None),
@@ -269,6 +287,6 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          sample=lambda normal, rows, width: False,
          draw=lambda d, arg: d.choose([False, True], arg.name), shape=None),
     _contract_kind("nan", NAN_POLICIES),
-    _contract_kind("scale_floor", SCALE_FLOORS),
+    _contract_kind("scale_floor", SCALE_FLOORS, _floor),
     _contract_kind("tail", TAILS),
 )}

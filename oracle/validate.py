@@ -109,6 +109,11 @@ def square(op, name, t, n, x_dtype):
         _fail(op, name, f"of shape ({n}, {n})", tuple(t.shape))
 
 
+def expected(op, name, what, got):
+    """The one-line ValueError of an argument that is not ``what``."""
+    _fail(op, name, what, got)
+
+
 def one_of(op, name, v, choices):
     if not isinstance(v, str) or v not in choices:
         _fail(op, name, "one of " + ", ".join(repr(c) for c in choices), repr(v))

@@ -53,10 +53,23 @@ was certified.
                               the non-NaN elements (IEEE maximumNumber, Triton's tl.max).  Only an
                               op that takes an amax (the dynamic, group and FP4 quants) has one: on
                               another op the key is an error (checked when the kernel is registered)
-    scale_floor=1/512q|eps32  the floor of a dynamic or group scale (a contract choice, argument kind
-                              "scale_floor"): 1/(512 q) (the default, vLLM's min_scaling_factor) or
-                              float32's machine epsilon 2**-23 (some int8 paths); only the dynamic and
+    scale_floor=1/512q|eps32|F  the floor of a dynamic or group scale (a contract choice, argument kind
+                              "scale_floor", ``oracle.dynamic_quant``): 1/(512 q) (the default, vLLM's
+                              min_scaling_factor), float32's machine epsilon 2**-23 (some int8 paths),
+                              or a positive number F: scale = max(amax / q, F); only the dynamic and
                               group quants have one (FP4's block scale has none)
+    amax_floor=A              the same choice stated on the amax: scale = max(amax, A) / q, i.e. the
+                              floor A / q (vLLM's per_token_group_quant_fp8 and SGLang's masked
+                              silu_and_mul quant: amax_floor=1e-10); A is taken as the float32 the
+                              kernel holds it in.  Not with scale_floor=
+    groups=128                the group sizes (argument kind "group") the kernel supports, some of
+                              32,64,128 (vLLM's per_token_group_quant_fp8 asserts 128): a case drawn
+                              with another is fitted to one of these
+    layouts=mn_major          the scale layouts (kinds "layout", "block_layout") the kernel writes, some
+                              of row_major,column_major,mn_major (DeepGEMM's masked MoE scales, drawn
+                              only where declared) and linear,swizzled: a case is fitted to one of them
+    block_formats=nvfp4       the FP4 block formats (kind "block_format") the kernel supports, some of
+                              nvfp4,mxfp4: a case drawn with another is fitted to one of these
     tail=none|partial         a per-group quant's tail rule (a contract choice, argument kind "tail"):
                               none (the default) requires rows a multiple of the group; partial
                               admits a last group shorter than the group, with its own scale from
@@ -84,8 +97,10 @@ import math
 from dataclasses import dataclass, fields, replace
 
 from ...oracle import OPS
-from ...oracle.dynamic_quant import NAN_POLICIES, SCALE_FLOORS, TAILS
+from ...oracle.dynamic_quant import NAN_POLICIES, SCALE_FLOORS, TAILS, read_floor
 from ...oracle.formats import DTYPE_NAMES
+from ...oracle.fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS
+from ...oracle.kinds import GROUPS, SCALE_LAYOUTS
 
 MANY_ROWS = 65537
 """The most rows a drawn case has: the search's "many" bucket, past 2**16 rows (grid and block-count
@@ -101,7 +116,9 @@ narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to
 [gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
 
 KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
-        "unsupported", "capturable", "nan", "scale_floor", "tail")
+        "unsupported", "capturable", "nan", "scale_floor", "tail", "amax_floor", "groups", "layouts", "block_formats")
+ARG_KEYS = {"groups": ("group",), "layouts": ("layout", "block_layout"), "block_formats": ("block_format",)}
+"""The keys restricting an argument's drawn values to some of its kind's: key -> the argument kinds."""
 CONTRACT = {"nan": NAN_POLICIES, "scale_floor": SCALE_FLOORS, "tail": TAILS}  # the contract choices: key = the argument kind it sets, and its values
 RANKS = (2, 3, 4)
 
@@ -126,12 +143,30 @@ class Domain:
     unsupported: tuple[str, ...] | None = None  # the op's options the kernel does not take, sorted
     capturable: bool | None = None  # a CUDA-graph capture that fails: gates (yes), not tried (no), noted (None)
     nan: str | None = None  # "propagate" | "ignore": the amax's NaN policy (a contract choice)
-    scale_floor: str | None = None  # "1/512q" | "eps32": a dynamic scale's floor (a contract choice)
+    scale_floor: str | None = None  # "1/512q" | "eps32" | a number's repr: a dynamic scale's floor (a contract choice)
     tail: str | None = None  # "none" | "partial": a per-group quant's last group (a contract choice)
+    amax_floor: str | None = None  # a number's repr: the same choice as the amax's floor (kind "scale_floor")
+    groups: tuple[int, ...] | None = None  # the group sizes supported (kind "group")
+    layouts: tuple[str, ...] | None = None  # the scale layouts written (kinds "layout", "block_layout")
+    block_formats: tuple[str, ...] | None = None  # the FP4 block formats supported (kind "block_format")
+
+    def arg_values(self) -> dict:
+        """The values each key of ``ARG_KEYS`` admits (None: every drawn one)."""
+        return {"groups": self.groups, "layouts": self.layouts, "block_formats": self.block_formats}
+
+    def allowed(self, kind: str) -> tuple | None:
+        """The values of argument kind ``kind`` the domain admits (``ARG_KEYS``), None for all drawn."""
+        for key, kinds in ARG_KEYS.items():
+            values = self.arg_values()[key]
+            if kind in kinds and values is not None:
+                return tuple(v for v in values if v in ARG_VALUES[kind]) or None
+        return None
 
     def choices(self) -> dict[str, str]:
-        """The contract choices declared (``CONTRACT``): argument kind -> its value."""
-        every = {"nan": self.nan, "scale_floor": self.scale_floor, "tail": self.tail}
+        """The contract choices declared (``CONTRACT``): argument kind -> its value (an amax_floor A
+        as the scale_floor "amax:A", ``oracle.dynamic_quant.read_floor``)."""
+        floor = "amax:" + self.amax_floor if self.amax_floor is not None else self.scale_floor
+        every = {"nan": self.nan, "scale_floor": floor, "tail": self.tail}
         return {key: value for key, value in every.items() if value is not None}
 
     @property
@@ -188,7 +223,10 @@ class Domain:
         if self.capturable is not None:
             parts.append("capturable=yes (a failed CUDA-graph capture fails; captured on a GPU only)" if self.capturable
                          else "capturable=no (never captured in a CUDA graph)")
-        parts += [f"{key}={value}" for key, value in self.choices().items()]
+        words = {"groups": "group sizes", "layouts": "scale layouts", "block_formats": "block formats"}
+        parts += [f"{words[key]} {', '.join(map(str, values))}" for key, values in self.arg_values().items()
+                  if values is not None]
+        parts += [said(key, value) for key, value in self.choices().items()]
         return "; ".join(parts)
 
     def spec(self) -> str:
@@ -208,6 +246,11 @@ class Domain:
         return " ".join(items)
 
 
+def said(key: str, value: str) -> str:
+    """A contract choice as a domain declares it: KEY=VALUE, a scale_floor "amax:A" as amax_floor=A."""
+    return f"amax_floor={value[5:]}" if key == "scale_floor" and value.startswith("amax:") else f"{key}={value}"
+
+
 def check_op(domain: Domain, rec, where: str) -> None:
     """DomainError unless ``domain`` is one a kernel of op record ``rec`` can be checked on: some row
     of the op lies in it (``check_fits``), its largest fitted case fits (``check_size``, on the
@@ -220,6 +263,21 @@ def check_op(domain: Domain, rec, where: str) -> None:
     check_size(domain, rec, MANY_ROWS, where)
     check_flags(domain, rec, where)
     check_contract(domain, rec, where)
+    check_args(domain, rec, where)
+
+
+def check_args(domain: Domain, rec, where: str) -> None:
+    """DomainError unless every key of ``ARG_KEYS`` the domain gives names values of an argument op
+    record ``rec`` takes (groups=128 for an op with a group, layouts= one of its layout kind's)."""
+    kinds = {a.kind for a in rec.args}
+    for key, of in ARG_KEYS.items():
+        values = domain.arg_values()[key]
+        if values is None:
+            continue
+        ours = [v for kind in of if kind in kinds for v in ARG_VALUES[kind]]
+        if not any(v in ours for v in values):
+            raise DomainError(f"{where}: {key}={','.join(map(str, values))}: {rec.name} takes no such argument value "
+                              f"(its values: {', '.join(map(str, ours)) or 'none'})")
 
 
 def check_fits(domain: Domain, rec, where: str) -> None:
@@ -290,7 +348,7 @@ def check_contract(domain: Domain, rec, where: str) -> None:
     for key, value in domain.choices().items():
         if key not in kinds:
             makes = [name for name, op in OPS.items() if any(a.kind == key for a in op.args)]
-            raise DomainError(f"{where}: {key}={value}: {rec.name} has no {key} choice to declare (the ops "
+            raise DomainError(f"{where}: {said(key, value)}: {rec.name} has no {key} choice to declare (the ops "
                               f"that have one: {', '.join(makes)})")
 
 
@@ -325,6 +383,8 @@ def parse(spec, where: str = "--domain") -> Domain:
     if unknown:
         raise DomainError(f"{where}: unknown key {unknown[0]!r}, expected one of {', '.join(KEYS)}")
     kw = {k: _READ[k](where, k, v) for k, v in items.items()}
+    if "scale_floor" in kw and "amax_floor" in kw:
+        raise DomainError(f"{where}: scale_floor and amax_floor given together: they state one floor, give one")
     domain = Domain(**kw)
     step = domain.width_multiple
     if domain.max_width is not None and domain.max_width < step:
@@ -415,6 +475,37 @@ def _flags(where, key, value) -> tuple[tuple[str, bool], ...]:
     return tuple(sorted(read.items()))
 
 
+def _floor(amax: bool):
+    """A scale floor: a name of SCALE_FLOORS or a number (only a number for amax_floor), as its repr."""
+    def read(where, key, value):
+        try:
+            spelt = read_floor(str(value))
+        except ValueError:
+            spelt = None
+        if spelt is None or spelt.startswith("amax:") or (amax and spelt in SCALE_FLOORS):
+            raise DomainError(f"{where}: {key}={value!r}: expected " + ("a positive number (e.g. 1e-10)" if amax else
+                              f"one of {', '.join(SCALE_FLOORS)} or a positive number (e.g. 1e-10)"))
+        return spelt
+    return read
+
+
+def _some(values):
+    """Some of ``values``, comma-separated (or a list of them), kept in their order there."""
+    def read(where, key, value):
+        names = _names(value)
+        bad = [n for n in names if n not in map(str, values)]
+        if bad or not names:
+            raise DomainError(f"{where}: {key}={value!r}: expected some of {', '.join(map(str, values))}, "
+                              f"comma-separated")
+        return tuple(v for v in values if str(v) in names)
+    return read
+
+
+ARG_VALUES = {"group": GROUPS, "layout": SCALE_LAYOUTS, "block_layout": BLOCK_LAYOUTS, "block_format": tuple(BLOCK_FORMATS)}
+
+
 _READ = {"dtypes": _dtypes, "params": _choice("same", "float32"), "residual": _choice("same", "float32"),
          "max_width": _positive, "width_multiple": _positive, "contiguous": _choice("last", "all"), "ranks": _ranks, "weightless": _yes_no,
-         "flags": _flags, "unsupported": _option_names, "capturable": _yes_no, **{key: _choice(*values) for key, values in CONTRACT.items()}}
+         "flags": _flags, "unsupported": _option_names, "capturable": _yes_no, **{key: _choice(*values) for key, values in CONTRACT.items()},
+         "scale_floor": _floor(amax=False), "amax_floor": _floor(amax=True), "groups": _some(GROUPS),
+         "layouts": _some(SCALE_LAYOUTS + BLOCK_LAYOUTS), "block_formats": _some(tuple(BLOCK_FORMATS))}

@@ -52,6 +52,17 @@ environment lists what was corrected.  The gaps (Triton 3.7.1):
     (a kernel that rounds with ``rint`` and clamps first, as normcert's do, never sees the difference;
     one that relies on the saturation would be wrongly rejected without it).
 
+``tl.maximum with NaN``
+    ``tl.maximum`` and ``tl.minimum`` by default (``propagate_nan=NONE``) are IEEE 754-2008 maxNum /
+    minNum (PTX ``max.f32``): where one operand is NaN the result is the other.  The interpreter
+    computes both forms with numpy's ``maximum`` / ``minimum``, which keep the NaN, so a kernel whose
+    scale is ``tl.maximum(amax / q, floor)`` gets NaN on CPU and the floor on a GPU (a ``nan=ignore``
+    kernel would be rejected on CPU only).  ``tl.max`` / ``tl.min`` need nothing: the interpreter
+    reduces them with ``np.nanmax`` / ``np.nanmin``, as a GPU.  The probe
+    (``interpreter_probes.maxnum_mismatches``) takes both forms on NaN pairs.  Correction:
+    ``_correct_maxnum`` computes the default form with numpy's ``fmax`` / ``fmin`` (maxNum /
+    minNum); ``propagate_nan=ALL`` keeps ``maximum`` / ``minimum``.
+
 ``fp4 stores`` (no gap on Triton 3.7.1)
     normcert's FP4 kernels (``triton_fp4``) store E2M1 codes formed by float32 comparisons and a
     sign bit read through a bitcast, packed as int32 and stored to uint8, and UE8M0 scales rounded
@@ -104,6 +115,7 @@ def install() -> list[str]:
                                  ("bfloat16", probes.bfloat16_probe, interpreter_bf16.install),
                                  ("float8_e4m3fn", probes.float8_probe, interpreter_fp8.install),
                                  ("int8", probes.int8_probe, _correct_int8),
+                                 ("tl.maximum with NaN", probes.maxnum_probe, _correct_maxnum),
                                  ("fp4 stores", probes.fp4_probe, None)):
         if not _runs(probe):
             if correct is not None:
@@ -203,6 +215,17 @@ def _correct_int8() -> None:
         return interpreter.TensorHandle(ints.astype(target), dst_type.scalar)
 
     builder.create_fp_to_si = create_fp_to_si
+
+
+def _correct_maxnum() -> None:
+    """tl.maximum / tl.minimum's default form (maxnumf / minnumf) as maxNum / minNum: np.fmax / np.fmin
+    drop a NaN operand, as a GPU's max.f32 does (through ``binary_op``, so bfloat16's correction
+    still rounds as a GPU)."""
+    from triton.runtime import interpreter  # noqa: PLC0415
+
+    builder = interpreter.InterpreterBuilder
+    builder.create_maxnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmax)
+    builder.create_minnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmin)
 
 
 class _Globals:

@@ -258,6 +258,47 @@ def int8_probe() -> bool:
 
 
 @triton.jit
+def _max_min_nan(a, b, out, n, BLOCK: tl.constexpr):
+    """tl.maximum / tl.minimum of a and b: by default (maxNum / minNum, NaN dropped) and with
+    propagate_nan=ALL (NaN kept), in four rows of out."""
+    i = tl.arange(0, BLOCK)
+    m = i < n
+    x, y = tl.load(a + i, mask=m), tl.load(b + i, mask=m)
+    tl.store(out + i, tl.maximum(x, y), mask=m)
+    tl.store(out + n + i, tl.minimum(x, y), mask=m)
+    tl.store(out + 2 * n + i, tl.maximum(x, y, propagate_nan=tl.PropagateNan.ALL), mask=m)
+    tl.store(out + 3 * n + i, tl.minimum(x, y, propagate_nan=tl.PropagateNan.ALL), mask=m)
+
+
+MAXNUM_PAIRS = ((float("nan"), 1e-10), (2.0, float("nan")), (float("nan"), float("nan")), (3.0, -1.0),
+                (float("nan"), float("-inf")))
+
+
+def maxnum_mismatches(device: str = "cpu") -> list[str]:
+    """One line per way tl.maximum / tl.minimum differ from a GPU's on a NaN operand (empty: none):
+    by default they are IEEE 754-2008 maxNum / minNum (``max.f32``: the other operand where one is
+    NaN, NaN where both are), with propagate_nan=ALL NaN wherever an operand is (``max.NaN.f32``)."""
+
+    def comparing():
+        a = torch.tensor([p[0] for p in MAXNUM_PAIRS], dtype=torch.float32)
+        b = torch.tensor([p[1] for p in MAXNUM_PAIRS], dtype=torch.float32)
+        out = torch.empty(4 * a.numel(), dtype=torch.float32, device=device)
+        with np.errstate(invalid="ignore"):
+            _max_min_nan[(1,)](a.to(device), b.to(device), out, a.numel(), BLOCK=8)
+        got = out.cpu().reshape(4, -1)
+        wants = (torch.fmax(a, b), torch.fmin(a, b), torch.maximum(a, b), torch.minimum(a, b))
+        return [line for k, (what, want) in enumerate(zip(("tl.maximum", "tl.minimum", "tl.maximum(ALL)",
+                                                           "tl.minimum(ALL)"), wants))
+                for line in _differ(what, lambda j: f"{a[j].item()!r}, {b[j].item()!r}", got[k], want)]
+
+    return _check("tl.maximum with NaN", comparing)
+
+
+def maxnum_probe() -> bool:
+    return not maxnum_mismatches()
+
+
+@triton.jit
 def _fp4_codes_bytes(src, packed, exponents, n, BLOCK: tl.constexpr):
     """normcert's FP4 kernels' own stores (``triton_fp4``): the E2M1 codes of src's pairs packed
     into uint8 (element 2j low), and each src value's UE8M0 exponent byte."""

@@ -86,13 +86,15 @@ def expected_shapes(case: Case):
 def check_layouts(impl, case: Case, outs) -> None:
     """An output whose memory layout an argument declares (``record.Out.layout_arg``: a per-group
     scale a GEMM reads) is laid out so: "row_major" contiguous, "column_major" contiguous groups
-    first (its last dim outermost), as ``torch.empty(groups, rows).T`` is; an FP4 op's "linear" and
+    first (its last dim outermost), as ``torch.empty(groups, rows).T`` is, "mn_major" each matrix of
+    its last two dims so ((E, T, G) strides (T G, 1, T), as ``torch.empty(E, G, T).transpose(1, 2)``); an FP4 op's "linear" and
     "swizzled" scales contiguous (the swizzled tiles are the order of its memory, ``oracle.fp4``)."""
     for o, t in zip(case.record.outs, outs):
         if o.layout_arg is None:
             continue
         layout = case.scalars[o.layout_arg]
-        ok = t.movedim(-1, 0).is_contiguous() if layout == "column_major" else t.is_contiguous()
+        ok = {"column_major": lambda: t.movedim(-1, 0).is_contiguous(),
+              "mn_major": lambda: t.transpose(-1, -2).is_contiguous()}.get(layout, t.is_contiguous)()
         what = "contiguous" if layout in ("linear", "swizzled") else layout
         if not ok:
             raise ContractViolation(f"{impl.id} returned {o.name} with strides {tuple(t.stride())} for shape "

@@ -24,6 +24,10 @@ wasted on what the kernel never claimed:
               groups is the same tensors normalised over whole rows, an equally valid input
     flags     a flag argument the domain fixes (``flags=NAME:yes|no``) set to that value: the
               case is then the op's other form on the same tensors, an equally valid input
+    values    an argument whose kind the domain restricts (``groups=``, ``layouts=``,
+              ``block_formats=``: ``domain.ARG_KEYS``) set, where drawn outside them, to one of them
+              (the k-th drawn value of the kind to the (k mod m)-th of the m allowed): the same
+              tensors with a group size, scale layout or block format the kernel supports
     contract  a contract choice the domain declares (``nan=``, ``scale_floor=``, ``tail=``: ``domain.CONTRACT``)
               set on the op's argument of that kind (drawn as None, the default): the same input, judged by
               the oracle under the kernel's declared semantics
@@ -44,7 +48,7 @@ import math
 
 import torch
 
-from ..declared.domain import Domain
+from ..declared.domain import ARG_VALUES, Domain
 from ...oracle.kinds import KINDS
 from ...oracle.validate import stream_dtypes
 
@@ -71,6 +75,15 @@ def fit(case: Case, domain: Domain) -> Case:
     if fixed:
         case = case.copy(scalars={**case.scalars, **dict(fixed)})
         changed += [f"{name} -> {value}" for name, value in fixed]
+    moved = {}
+    for a in rec.args:
+        allowed = domain.allowed(a.kind)
+        value = case.scalars.get(a.name)
+        if allowed and value is not None and value not in allowed:
+            moved[a.name] = allowed[_position(a.kind, value) % len(allowed)]
+    if moved:
+        case = case.copy(scalars={**case.scalars, **moved})
+        changed += [f"{name} -> {value}" for name, value in moved.items()]
     declared = domain.choices()
     chosen = {a.name: declared[a.kind] for a in rec.args
               if a.kind in declared and case.scalars.get(a.name) != declared[a.kind]}
@@ -141,11 +154,18 @@ def fit(case: Case, domain: Domain) -> Case:
 PARTIAL_EVERY = 4  # under tail=partial, one fitted case in this many keeps its whole groups
 
 
+def _position(kind: str, value) -> int:
+    """value's index among its kind's values (``domain.allowed``'s order): 0 where it is not one."""
+    values = list(ARG_VALUES[kind])
+    return values.index(value) if value in values else 0
+
+
 def _partial_width(case: Case, n: int) -> int:
     """The row length n of a case of a per-group op cut for tail=partial (module docstring): its output
     row m (n, or n / 2 for a [gate | up] op) less 1 to group - 1 elements, spun from the case's
     seed, so that m mod group != 0 where group divides m; n itself for one seed in PARTIAL_EVERY, a
-    group of 1 or a row of one element."""
+    group of 1, a row of one element, or a row the group does not divide: a case fitted already (the
+    batches batch invariance refits) is not cut again, so fitting is idempotent."""
     rec = case.record
     group = next((case.scalars.get(a.name) for a in rec.args if a.kind == "group"), None)
     try:
@@ -153,7 +173,7 @@ def _partial_width(case: Case, n: int) -> int:
     except ValueError:
         spin = 1
     m = n // 2 if rec.halves else n
-    if not group or group < 2 or m <= 1 or spin % PARTIAL_EVERY == 0:
+    if not group or group < 2 or m <= 1 or m % group or spin % PARTIAL_EVERY == 0:
         return n
     cut = min(1 + spin // PARTIAL_EVERY % (group - 1), m - 1)
     return (m - cut) * (2 if rec.halves else 1)

@@ -28,15 +28,15 @@ from ..harness import probes  # noqa: E402
 from ..run import runner
 from ..families import BY_NAME  # noqa: E402
 
-GAPS = ["float scalars", "libdevice", "bfloat16", "float8_e4m3fn", "int8"]
+GAPS = ["float scalars", "libdevice", "bfloat16", "float8_e4m3fn", "int8", "tl.maximum with NaN"]
 
 CHECK = """
 import os, json
 os.environ["TRITON_INTERPRET"] = "1"
 from normcert.properties.harness import interpreter, interpreter_probes as p
-probes = (p.float_probe, p.libdevice_probe, p.bfloat16_probe, p.float8_probe, p.int8_probe)
+probes = (p.float_probe, p.libdevice_probe, p.bfloat16_probe, p.float8_probe, p.int8_probe, p.maxnum_probe)
 before = [interpreter._runs(f) for f in probes]
-listed = p.bfloat16_mismatches() + p.float8_mismatches() + p.int8_mismatches()
+listed = p.bfloat16_mismatches() + p.float8_mismatches() + p.int8_mismatches() + p.maxnum_mismatches()
 fp4 = p.fp4_mismatches()
 made = interpreter.install()
 after = [interpreter._runs(f) for f in probes]
@@ -56,7 +56,7 @@ def fresh_interpreter():
 
 def test_the_interpreters_gaps_and_their_corrections(fresh_interpreter):
     got = fresh_interpreter
-    assert (got["before"], got["made"], got["after"]) == ([False] * 5, GAPS, [True] * 5)
+    assert (got["before"], got["made"], got["after"]) == ([False] * 6, GAPS, [True] * 6)
 
 
 def test_the_fp4_stores_need_no_correction(fresh_interpreter):
@@ -70,7 +70,8 @@ def test_the_bfloat16_probe_lists_each_defect(fresh_interpreter):
     """The defects of the issue, each named by the probe on a bare interpreter (Triton 3.7.1)."""
     listed = "\n".join(fresh_interpreter["listed"])
     for what in ("bf16 → fp32", "fp32 → bf16", "bf16 + bf16", "bf16 × bf16", "bf16 < bf16", "get_bf16",
-                 "tl.dot(bf16, bf16)", "e4m3fn → fp32", "fp32 → e4m3fn", "fp32 → int8"):
+                 "tl.dot(bf16, bf16)", "e4m3fn → fp32", "fp32 → e4m3fn", "fp32 → int8",
+                 "tl.maximum: 3 of 5 differ", "tl.minimum: 3 of 5 differ"):
         assert what in listed, listed
 
 
@@ -90,6 +91,7 @@ def test_the_probe_kernels_on_the_device(normcert_session):
     assert interpreter_probes.bfloat16_mismatches(normcert_session.device) == []
     assert interpreter_probes.float8_mismatches(normcert_session.device) == []
     assert interpreter_probes.int8_mismatches(normcert_session.device) == []
+    assert interpreter_probes.maxnum_mismatches(normcert_session.device) == []
     assert interpreter_probes.fp4_mismatches(normcert_session.device) == []
 
 

@@ -473,16 +473,19 @@ GQ = dict(x=torch.ones(2, 128), weight=torch.ones(128), eps=1e-5, group=32, scal
     (dict(group=32.0), "group must be a positive integer, got 32.0"),
     (dict(group=48), "group must be a divisor of the row length 128, got 48"),
     (dict(scale_format="e8m0"), "scale_format must be one of 'float32', 'ue8m0', got 'e8m0'"),
-    (dict(layout="transposed"), "layout must be one of 'row_major', 'column_major', got 'transposed'"),
+    (dict(layout="transposed"), "layout must be one of 'row_major', 'column_major', 'mn_major', got 'transposed'"),
 ])
 def test_group_quant_bad_input_is_a_clear_value_error(change, message):
     """From the oracle and from each of normcert's own kernels of the op (on CPU: Triton under the
-    interpreter)."""
+    interpreter); a group that does not divide the row is no bad input to a kernel that declares
+    tail=partial (normcert's do: its last group is shorter)."""
     op, args = "rms_norm_group_quant", {**GQ, **change}
     with pytest.raises(ValueError, match=f"^{op}: {re.escape(message)}"):
         oracle.forward(op, **args)
     from ...impls import registry
     for impl in (i for i in registry() if i.op == op and i.backend in ("eager", "triton")):
+        if "divisor" in message and impl.domain.tail == "partial":
+            continue
         with pytest.raises(ValueError, match=f"^{op}: {re.escape(message)}"):
             oracle.OPS[op].call(impl.fn, args)
 

@@ -89,7 +89,8 @@ def test_nan_ignore_reaches_every_amax(op, extra):
 # ------------------------------------------------------------------ the domain key
 @pytest.mark.parametrize("key, value, bad, expected, op, first", [
     ("nan", "ignore", "drop", "propagate, ignore", "rms_norm", "rms_norm_dynamic_quant"),
-    ("scale_floor", "eps32", "eps", "1/512q, eps32", "rms_norm_fp4_quant", "rms_norm_dynamic_quant"),
+    ("scale_floor", "eps32", "eps", r"1/512q, eps32 or a positive number \(e.g. 1e-10\)", "rms_norm_fp4_quant",
+     "rms_norm_dynamic_quant"),
     ("tail", "partial", "full", "none, partial", "rms_norm_dynamic_quant", "rms_norm_group_quant"),
 ])
 def test_a_contract_key_is_read_said_back_and_refused_in_one_line(key, value, bad, expected, op, first):

@@ -3,6 +3,9 @@ silu_and_mul_group_quant (a scale per group) and silu_and_mul_group_quant_masked
 rows, padded): planted bugs and correct variants.  silu_and_mul to FP4 is in ``fp4``."""
 from __future__ import annotations
 
+import math
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -14,7 +17,8 @@ from ._helpers import _tailed_groups
 __all__ = ["sdq_product_in_bf16", "sdq_scale_ignores_ub", "sdq_no_scale_floor", "sdq_scale_from_gate",
            "sgq_gate_up_interleaved", "sgq_product_in_bf16", "sgq_scale_from_gate", "sgq_no_scale_floor",
            "sdq_sglang_order", "sgq_sglang_order", "sgq_tail_partial", "sgqm_scratch_in_padding",
-           "sgqm_packed_token_offsets", "sgqm_scale_over_expert", "sgqm_padding_left_unwritten"]
+           "sgqm_packed_token_offsets", "sgqm_scale_over_expert", "sgqm_padding_left_unwritten", "sgq_vllm_amax_floor",
+           "sgqm_sglang_amax_floor", "sgqm_deepgemm_mn_major"]
 
 
 # ------------------------------------------------------------------ silu_and_mul_dynamic_quant / _group_quant bugs
@@ -202,3 +206,81 @@ def sgqm_padding_left_unwritten(x, counts, group, scale_format, layout):
         if c:
             flat_y[e, :c], flat_s[e, :c] = _sgq(flat_x[e, :c], group, scale_format, "row_major")
     return y, scales_in(scales, layout)
+
+
+# ------------------------------------------------------------------ the libraries' amax floor (amax_floor=1e-10)
+def _amax_floored(v, group, scale_format, amax_floor):
+    """(y, scales (..., G), row-major) of rows v (the compute format) as vLLM's
+    ``per_token_group_quant_fp8`` and SGLang's ``silu_and_mul_masked_post_quant_fwd`` compute them:
+    per group, scale = max(amax, amax_floor) / 448 in the compute format (the floor a float32
+    constant), stored in float32 and rounded up to a power of two for "ue8m0"; y = e4m3(v / scale)."""
+    n = v.shape[-1]
+    g = v.unflatten(-1, (n // group, group))
+    amax = g.abs().amax(-1)
+    floor = torch.tensor(amax_floor, dtype=torch.float32).to(amax.dtype)
+    scales = (torch.maximum(amax, floor) / 448.0).float()
+    scales = pow2_up(scales) if scale_format == "ue8m0" else scales
+    return to_e4m3(g / scales[..., None].to(g.dtype)).flatten(-2), scales
+
+
+@correct("silu_and_mul_group_quant")
+def sgq_vllm_amax_floor(x, group, scale_format, layout):
+    """vLLM's silu_and_mul (silu(gate) * up in float32, rounded once to x's dtype) then its
+    ``per_token_group_quant_fp8`` (``_amax_floored``: the amax floored at 1e-10), declared
+    (amax_floor=1e-10): certified so, rejected by extremes without it (an all-zero group's scale
+    is 1e-10 / 448, not 1 / (512 * 448); ``test_library_rules``)."""
+    v, _ = _silu_mul(x)
+    y, scales = _amax_floored(up(v.to(x.dtype), x), group, scale_format, 1e-10)
+    return y, scales_in(scales, layout)
+
+
+sgq_vllm_amax_floor.normcert_domain = "amax_floor=1e-10"
+
+
+def _uninitialised(shape, dtype):
+    """A tensor of ``shape`` holding os.urandom's bytes, new on each call (torch's own generator is
+    seeded alike before each call of a kernel): memory as torch.empty may hand it back."""
+    size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    if not size:  # frombuffer refuses an empty buffer
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(os.urandom(size)), dtype=torch.uint8).view(dtype).reshape(shape)
+
+
+@correct("silu_and_mul_group_quant_masked")
+def sgqm_sglang_amax_floor(x, counts, group, scale_format, layout):
+    """SGLang's ``silu_and_mul_masked_post_quant_fwd``: per expert, its first counts[e] rows in SGLang's
+    order (``_silu_mul_sglang``), quantised with the amax floored at 1e-10 (``_amax_floored``); the
+    rows past counts[e] never written, left as torch.empty leaves them: whatever memory it hands back,
+    here fresh bits from the OS on each call (``_uninitialised``: so that --bitwise determinism sees
+    two calls differ there, ``test_library_rules``).  Declared amax_floor=1e-10."""
+    n = x.shape[-1] // 2
+    y = _uninitialised(x.shape[:-1] + (n,), torch.float8_e4m3fn)
+    scales = _uninitialised(x.shape[:-1] + (n // group,), torch.float32)
+    flat_x, flat_y, flat_s = x.reshape(-1, *x.shape[-2:]), y.view(-1, *y.shape[-2:]), scales.view(-1, *scales.shape[-2:])
+    for e, c in enumerate(counts.reshape(-1).tolist()):
+        if c:
+            flat_y[e, :c], flat_s[e, :c] = _amax_floored(_silu_mul_sglang(flat_x[e, :c]), group, scale_format, 1e-10)
+    return y, scales_in(scales, layout)
+
+
+sgqm_sglang_amax_floor.normcert_domain = "amax_floor=1e-10"
+
+
+@correct("silu_and_mul_group_quant_masked")
+def sgqm_deepgemm_mn_major(x, counts, group, scale_format, layout):
+    """vLLM's ``_silu_mul_fp8_quant_deep_gemm``: per expert, its first counts[e] rows, silu(gate) * up in
+    float32 (one rounding), groups of 128, the amax floored at 1e-10 (``_amax_floored``), and the
+    scales written in DeepGEMM's masked layout whatever ``layout`` asks: (E, T, G) with strides
+    (T G, 1, T), "mn_major".  Declared groups=128 layouts=mn_major amax_floor=1e-10: certified so;
+    undeclared it is asked for row_major and column_major scales it does not write, and rejected."""
+    n = x.shape[-1] // 2
+    y = torch.zeros(x.shape[:-1] + (n,), dtype=torch.float8_e4m3fn)
+    scales = torch.ones(x.shape[:-1] + (n // group,), dtype=torch.float32)
+    flat_x, flat_y, flat_s = x.reshape(-1, *x.shape[-2:]), y.view(-1, *y.shape[-2:]), scales.view(-1, *scales.shape[-2:])
+    for e, c in enumerate(counts.reshape(-1).tolist()):
+        if c:
+            flat_y[e, :c], flat_s[e, :c] = _amax_floored(_silu_mul(flat_x[e, :c])[0], group, scale_format, 1e-10)
+    return y, scales_in(scales, "mn_major")
+
+
+sgqm_deepgemm_mn_major.normcert_domain = "groups=128 layouts=mn_major amax_floor=1e-10"
