@@ -2,13 +2,17 @@
 
     normcert certify OP=MODULE:ATTR [...] [--agree OP=MODULE:ATTR OP=MODULE:ATTR] [--device cpu|cuda] [--profile dev|ci|thorough|large]
                      [--domain SPEC] [--compile] [--certificate PATH] [--seed N] [--bitwise] [--require-backward]
-                     [--kernel-timeout S] [-n N]
+                     [--kernel-timeout S] [-n N] [--shard K/N]
                      [-- PYTEST-ARGS...]
     normcert replay FILE [--impl OP=MODULE:ATTR ...] [--device cpu|cuda] [--kernel-timeout S]
     normcert list
     normcert schema
     normcert report CERT.json [-o REPORT.html]
     normcert compare A.json B.json [--format text|markdown|html] [-o PATH]
+    normcert merge A.json B.json ... -o C.json
+
+``certify --shard K/N`` runs the K-th of N shards of the run's checks and ``merge`` joins the shards'
+certificates into one, judged again (``properties.evidence.shards``, ``properties.presentation.merge_cli``);
 
 ``report`` draws a certificate as one HTML page that works offline (``properties.presentation.report``; ``certify
 --report PATH`` writes it after the run, from the certificate as judged here); ``compare`` lists the
@@ -52,7 +56,7 @@ NO_TESTS = 5  # pytest's exit status when it collected nothing
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="normcert", description="Certify numerical kernels against exact oracles.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{certify,replay,list,schema,report,compare}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{certify,replay,list,schema,report,compare,merge}")
     c = sub.add_parser("certify", help="certify kernels: OP=MODULE:ATTR ...")
     c.add_argument("impls", nargs="*", metavar="OP=MODULE:ATTR")
     c.add_argument("--agree", nargs=2, action="append", default=[], metavar=("OP=MODULE:ATTR", "OP=MODULE:ATTR"),
@@ -76,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="declare the scope: only these property families (repeatable); the certificate says so")
     c.add_argument("--dtype", action="append", default=[], metavar="DTYPE",
                    help="declare the scope: only these dtypes (repeatable); the certificate says so")
+    c.add_argument("--shard", metavar="K/N", help="run the K-th of N shards of the checks (normcert merge joins them)")
     r = sub.add_parser("replay", help="re-run one saved failing case")
     r.add_argument("file")
     r.add_argument("--impl", action="append", default=[], metavar="OP=MODULE:ATTR",
@@ -92,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("after", metavar="B.json")
     cmp.add_argument("--format", choices=("text", "markdown", "html"), default="text")
     cmp.add_argument("-o", dest="output", metavar="PATH", help="write here instead of standard output")
+    mrg = sub.add_parser("merge", help="join shard certificates (certify --shard K/N) into one")
+    mrg.add_argument("certificates", nargs="+", metavar="CERT.json")
+    mrg.add_argument("-o", dest="output", metavar="C.json", help="the merged certificate (required)")
     return p
 
 
@@ -119,6 +127,8 @@ def _pytest_args(a) -> list[str]:
             args.append("--normcert-compile")
         if a.workers:
             args += ["-n", a.workers]
+        if a.shard:
+            args += ["--normcert-shard", a.shard]
         args += [f"--normcert-property={p}" for p in a.property] + [f"--normcert-dtype={d}" for d in a.dtype]
         args += a.pytest_args
     else:
@@ -275,6 +285,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(json.dumps(schema(), indent=1))
         return 0
+    if a.command == "merge":
+        from normcert.properties.presentation.merge_cli import merge  # noqa: PLC0415 - no torch
+
+        return merge(a)
     if a.command in ("report", "compare"):
         from normcert.properties.presentation.report_cli import compare, report  # noqa: PLC0415 - no torch
 
@@ -283,6 +297,14 @@ def main(argv: list[str] | None = None) -> int:
         print("normcert certify: give the kernels to certify, OP=MODULE:ATTR ..., or --agree OP=MODULE:ATTR "
               "OP=MODULE:ATTR", file=sys.stderr)
         return USAGE
+    if a.command == "certify" and a.shard:
+        from normcert.properties.evidence.shards import parse  # noqa: PLC0415 - imports nothing heavy
+
+        try:
+            parse(a.shard)
+        except ValueError as e:
+            print(f"normcert certify: {e}", file=sys.stderr)
+            return USAGE
     if a.command == "certify" and a.workers and importlib.util.find_spec("xdist") is None:
         print(f"normcert certify: -n {a.workers} needs pytest-xdist, which is not installed here: "
               f"pip install pytest-xdist (or leave -n out)", file=sys.stderr)
@@ -333,7 +355,8 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
             print(f"normcert: {ending}", file=sys.stderr)
         held = final == 0 and status == 0 and not ending and run.get("replayed") == "pass"
         return 0 if held else (final or 1)
-    judged, disagreement = verdict.judge(run["results"], run["expected"], final, run["crashed"], run["run"])
+    judged, disagreement = verdict.judge(run["results"], run["expected"], final, run["crashed"], run["run"],
+                                         shard=run.get("shard"))
     disagreement = disagreement or run.get("disagreement", "")
     if ending or status != 0:
         judged = "not certified"
@@ -345,7 +368,7 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
         from normcert.properties.evidence.certificate import claimed, verdict_line  # noqa: PLC0415
 
         line = verdict_line(judged, claimed(run["domains"], run["results"]), run["scope"], run["run"],
-                            getattr(a, "profile", None))
+                            getattr(a, "profile", None), run.get("shard"))
         print("\nnormcert verdict: " + line)
         print("\n".join(verdict_table(run["results"])))
     if disagreement:
@@ -356,7 +379,7 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
         print("normcert: nothing was checked", file=sys.stderr)
     if certificate:
         _report(certificate, a.report)
-    if judged == "certified":
+    if judged in verdict.PASSED:  # a shard's "shard passed" too: merging its certificate judges the whole
         return 0
     return final if final not in (0, NO_TESTS) else 1
 
