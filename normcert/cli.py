@@ -4,7 +4,7 @@
                      [--domain SPEC] [--compile] [--certificate PATH] [--seed N] [--bitwise] [--require-backward]
                      [--kernel-timeout S] [-n N] [--shard K/N]
                      [-- PYTEST-ARGS...]
-    normcert replay FILE [--impl OP=MODULE:ATTR ...] [--device cpu|cuda] [--kernel-timeout S]
+    normcert replay FILE [--impl OP=MODULE:ATTR ...] [--device cpu|cuda] [--kernel-timeout S] [--export REPRO.py]
     normcert list
     normcert schema
     normcert report CERT.json [-o REPORT.html]
@@ -87,6 +87,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="the kernel to replay (and, for an agreement failure, the kernel it must agree with)")
     r.add_argument("--device", choices=("cpu", "cuda"))
     r.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result nor progress for this long is hung")
+    r.add_argument("--export", metavar="REPRO.py", help="write a standalone reproducer (torch, numpy and the kernel "
+                                                       "only) instead of replaying")
     sub.add_parser("list", help="the registry of implementations")
     sub.add_parser("schema", help="print the certificate's JSON Schema")
     rep = sub.add_parser("report", help="a certificate as one offline HTML page")
@@ -293,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         from normcert.properties.presentation.report_cli import compare, report  # noqa: PLC0415 - no torch
 
         return report(a) if a.command == "report" else compare(a)
+    if a.command == "replay" and a.export:
+        return _export(a)
     if a.command == "certify" and not (a.impls or a.agree):
         print("normcert certify: give the kernels to certify, OP=MODULE:ATTR ..., or --agree OP=MODULE:ATTR "
               "OP=MODULE:ATTR", file=sys.stderr)
@@ -382,6 +386,19 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
     if judged in verdict.PASSED:  # a shard's "shard passed" too: merging its certificate judges the whole
         return 0
     return final if final not in (0, NO_TESTS) else 1
+
+
+def _export(a) -> int:
+    """``replay FILE --export REPRO.py``: the reproducer (``properties.evidence.reproducer``)."""
+    from normcert.properties.evidence import reproducer  # noqa: PLC0415 - torch only for this command
+    from normcert.properties.evidence.replay import ReplayError  # noqa: PLC0415
+
+    try:
+        print(reproducer.export(a.file, a.export, a.impl))
+    except (ReplayError, reproducer.ExportError) as e:
+        print(f"normcert replay: {e}", file=sys.stderr)
+        return USAGE
+    return 0
 
 
 def _summarise(certificate: str) -> None:

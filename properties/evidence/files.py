@@ -26,6 +26,7 @@ MARKS = {
     "page": b"<!DOCTYPE html>\n<!-- normcert -->",  # the report and the compare page (report_templates/base.html)
     "compare text": b"normcert compare ",
     "compare markdown": b"### normcert compare ",
+    "reproducer": b"#!/usr/bin/env python3\n# normcert reproducer: ",  # replay --export (reproducer.TEMPLATE)
 }
 """How each kind of file normcert writes begins."""
 
