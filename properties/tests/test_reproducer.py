@@ -29,6 +29,7 @@ from ..evidence import reproducer
 from ..evidence.replay import save_failure
 from ..harness.measure import PropertyFailure, Worst, check_against_oracle
 from ..search.case import Case
+from ..search.context import AS_TESTED, Context
 from . import report_samples
 from .meta.planted.rms_norms import rms_no_upcast
 
@@ -67,17 +68,28 @@ def _planted(folder) -> None:
     (folder / "plantedkern.py").write_text("import torch\n\n\n" + "\n".join(body) + "\n")
 
 
-def _failure(folder, monkeypatch) -> str:
-    """The planted bug's accuracy failure on a float16 case, saved as normcert saves one; its path."""
+def _failure(folder, monkeypatch, spec: str = SPEC, context: Context = AS_TESTED) -> str:
+    """The kernel's accuracy failure on a float16 case called in ``context``'s grad mode, saved as
+    normcert saves one; its path."""
     monkeypatch.syspath_prepend(str(folder))
-    impl = impls.plugin(SPEC)
+    impl = impls.plugin(spec)
     values = np.linspace(-300, 300, 3 * 64).reshape(3, 64)  # x**2 past float16's range: the sum overflows
     x = torch.from_numpy(values).to(torch.float16)
     weight = torch.linspace(0.5, 1.5, 64, dtype=torch.float64).to(torch.float16)
-    case = Case("rms_norm", {"x": x, "weight": weight}, {"eps": 1e-6})
-    with pytest.raises(PropertyFailure):
+    case = Case("rms_norm", {"x": x, "weight": weight}, {"eps": 1e-6}, context=context)
+    with pytest.raises(PropertyFailure), torch.no_grad() if context.grad == "no_grad" else torch.enable_grad():
         check_against_oracle((impl.fn(x, weight, 1e-6),), case, Worst())
     return save_failure(impl, "accuracy", case, str(folder / "failures")).removeprefix("normcert replay ")
+
+
+def _replayed(replay: str, spec: str, folder) -> str:
+    """normcert replay's failure line for ``replay`` through the kernel ``spec``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    theirs = subprocess.run([sys.executable, "-m", "normcert", "replay", replay, "--impl", spec], cwd=folder,
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert theirs.returncode == 1, theirs.stdout[-3000:] + theirs.stderr[-2000:]
+    (line,) = {ln for ln in theirs.stdout.splitlines() if ln.startswith("accuracy still fails for ")}
+    return line
 
 
 def _blocked(script, folder, *args) -> subprocess.CompletedProcess:
@@ -95,11 +107,7 @@ def test_the_reproducer_of_a_planted_bug_runs_without_normcert_and_prints_its_fa
                                                                                           capsys):
     _planted(tmp_path)
     replay = _failure(tmp_path, monkeypatch)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    theirs = subprocess.run([sys.executable, "-m", "normcert", "replay", replay, "--impl", SPEC], cwd=tmp_path,
-                            env=env, capture_output=True, text=True, timeout=300)
-    assert theirs.returncode == 1, theirs.stdout[-3000:] + theirs.stderr[-2000:]
-    (line,) = {ln for ln in theirs.stdout.splitlines() if ln.startswith("accuracy still fails for ")}
+    line = _replayed(replay, SPEC, tmp_path)
     assert cli.main(["replay", replay, "--impl", SPEC, "--export", str(tmp_path / "repro.py")]) == 0
     assert "(the case inlined)" in capsys.readouterr().out
     text = (tmp_path / "repro.py").read_text()
@@ -118,6 +126,28 @@ def test_the_reproducer_of_a_planted_bug_runs_without_normcert_and_prints_its_fa
     held = _blocked(tmp_path / "repro.py", tmp_path)
     assert held.returncode == 0, held.stdout + held.stderr
     assert held.stdout.startswith("accuracy holds for rms_norm:plantedkern:rms_no_upcast on the ")
+
+
+MODAL = """import torch
+
+
+def rms_norm(x, weight, eps):
+    compute = torch.float32 if torch.is_grad_enabled() else x.dtype  # no_grad: no upcast
+    xf = x.to(compute)
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.to(compute)).to(x.dtype)
+"""
+"""A kernel wrong only under ``torch.no_grad()`` (an inference path of its own)."""
+
+
+def test_the_reproducer_calls_the_kernel_in_the_recorded_context(tmp_path, monkeypatch, capsys):
+    (tmp_path / "modal.py").write_text(MODAL)
+    spec = "rms_norm=modal:rms_norm"
+    replay = _failure(tmp_path, monkeypatch, spec, Context(grad="no_grad"))
+    line = _replayed(replay, spec, tmp_path)
+    assert "in context grad=no_grad: y[" in line
+    assert cli.main(["replay", replay, "--impl", spec, "--export", str(tmp_path / "repro.py")]) == 0
+    ran = _blocked(tmp_path / "repro.py", tmp_path)
+    assert ran.returncode == 1 and ran.stdout.strip() == line, ran.stdout + ran.stderr
 
 
 def test_the_export_writes_only_its_own_files_and_refuses_what_it_cannot_stand_for(tmp_path, monkeypatch, capsys):
