@@ -404,7 +404,8 @@ def write_incomplete(path: str, why: str) -> None:
     """The certificate of a run that has not finished (or ended without normcert's end-of-run step):
     written before any kernel code is imported, replaced by ``write`` when the run ends."""
     write_files(path, {"run": f"incomplete: {why}", "schema": SCHEMA, "verdict": "incomplete", "disagreement": "",
-                    "pytest_exit_status": None, "deselected": [], "crashed": [], "scope": {}, "not_run": [], "shard": None,
+                    "pytest_exit_status": None, "deselected": [], "crashed": [], "scope": {}, "not_run": [],
+                    "shard": None,
                     "config": {}, "environment": {"normcert": normcert.__version__}, "summary": {},
                     "implementations": {}, "results": []})
 

@@ -115,7 +115,8 @@ def merge(named: list[tuple[str, dict]], schema: str) -> dict:
     wrong = problems(named)
     certs = [c for _, c in sorted(named, key=lambda nc: (nc[1].get("shard") or {}).get("index", 0))]
     first = certs[0]
-    rows = sorted((r for c in certs for r in c.get("results", [])), key=lambda r: (r["impl"], r["property"], r["dtype"]))
+    rows = sorted((r for c in certs for r in c.get("results", [])),
+                  key=lambda r: (r["impl"], r["property"], r["dtype"]))
     expected = sorted({c for cert in certs for c in (cert.get("shard") or {}).get("checks", [])})
     done = {key(r) for r in rows}
     not_run = [c for c in expected if c not in done]

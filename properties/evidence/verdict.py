@@ -55,20 +55,22 @@ def judge(rows: list[dict], expected: list[str], pytest_status: int, crashed: li
         disagreement = (f"pytest reported success (exit status 0) but {len(bad)} result row(s) fail, e.g. {bad[0]}: "
                         f"something in the run (a plugin, an ini file, a conftest.py) changed its reports")
     vacuous = shard is not None and not expected  # a shard of fewer checks than shards: nothing of it to fail
-    certified = (bool(rows) or vacuous) and not bad and not missing and not crashed and state == "complete" and pytest_status == 0
+    certified = ((bool(rows) or vacuous) and not bad and not missing and not crashed and state == "complete"
+                 and pytest_status == 0)
     return (("shard passed" if shard else "certified") if certified else "not certified"), disagreement
 
 
 def rejudge(cert: dict) -> str:
     """The verdict of a certificate's own rows, by ``judge``: its result rows, its checks that did
-    not run (``not_run``: the expected checks without a row), its crashed workers, its run state and
+    not run (``not_run``: the expected checks without a row), a shard's own checks (``shard``), its crashed workers, its run state and
     pytest's exit status (absent from an incomplete certificate: not 0).  What a page built from a
     certificate shows, whatever the certificate's stored "verdict" says.  A run that never reached
     its end (``run`` "incomplete: ...") is "incomplete", the certificate's own word for it."""
     if str(cert.get("run", "")).startswith("incomplete"):
         return "incomplete"
     rows = cert.get("results") or []
-    expected = [key(r) for r in rows] + list(cert.get("not_run") or []) + list((cert.get("shard") or {}).get("checks", []))
+    shard = cert.get("shard") or {}
+    expected = [key(r) for r in rows] + list(cert.get("not_run") or []) + list(shard.get("checks", []))
     status = cert.get("pytest_exit_status")
     return judge(rows, expected, status if isinstance(status, int) else 1, cert.get("crashed") or [],
                  str(cert.get("run", "")), shard=cert.get("shard"))[0]

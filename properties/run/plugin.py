@@ -482,7 +482,7 @@ class Suite:
         replaying = bool(config.getoption("--normcert-replay"))
         plugged = _plugged(config)
         properties, dtypes = self.scope["properties"], self.scope["dtypes"]
-        mine = set(self.expected()) if self.shard and not replaying else None
+        mine, every = (set(self.expected()), set(self.checks)) if self.shard and not replaying else (None, None)
 
         def in_scope(item) -> bool:
             family = self.family(item)
@@ -499,7 +499,7 @@ class Suite:
             if (name == SUITE + ".test_replay") != replaying:
                 return False
             if not in_scope(item) or (mine is not None and not scope.in_shard(
-                    item, self.family(item), mine, set(self.checks), self.shard[0] == 1)):
+                    item, self.family(item), mine, every, self.shard[0] == 1)):
                 return False
             return replaying or not plugged or "impl" in getattr(item, "fixturenames", ())
 

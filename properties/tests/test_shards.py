@@ -21,7 +21,8 @@ import jsonschema
 import pytest
 
 from ..evidence import shards, verdict
-from ..evidence.certificate import SCHEMA, headline, schema, to_json
+from ..evidence.certificate import SCHEMA, badge, headline, schema, to_json
+from ..presentation import report
 from . import report_samples
 
 KERNEL = "rms_norm:example:rms_norm"
@@ -72,6 +73,9 @@ def test_a_shard_whose_checks_all_pass_is_not_certified():
         assert verdict.rejudge(hacked) == "shard passed"
         emptied = {**cert, "results": [], "not_run": []}  # its checks are named in its shard record
         assert verdict.rejudge(emptied) == "not certified"
+    page = report.render(cert)
+    assert '<div class="verdict shard-passed" id="verdict">' in page and "shard 3/3 passed: its " in page
+    assert badge(cert) == {"schemaVersion": 1, "label": "normcert", "message": "shard passed", "color": "blue"}
 
 
 def test_three_shards_merge_into_the_whole_runs_verdict_and_cells():
