@@ -70,12 +70,12 @@ def call_text(record, args: dict) -> str:
         seen.append((positional, keywords))
         return None
 
-    named = {k: _Name(k) for k in args}
+    named = {k: None if v is None else _Name(k) for k, v in args.items()}  # an option given as None is left out
     try:
         record.call(kernel, named)
     except Exception as e:  # noqa: BLE001 - a record that computes with its arguments: not traceable
         raise ExportError(f"{record.name}'s call does more than pass its arguments ({type(e).__name__})") from None
-    if len(seen) != 1 or not all(isinstance(v, _Name) for v in (*seen[0][0], *seen[0][1].values())):
+    if len(seen) != 1 or not all(v is None or isinstance(v, _Name) for v in (*seen[0][0], *seen[0][1].values())):
         raise ExportError(f"{record.name}'s call does more than pass its arguments along")
     positional, keywords = seen[0]
     return "kernel(" + ", ".join([repr(v) for v in positional] + [f"{k}={v!r}" for k, v in keywords.items()]) + ")"
@@ -172,7 +172,6 @@ failure line while the kernel still fails, 0 once the stored failing elements ar
 Optional argument: the replay file, where the case is not inlined.
 """
 import base64
-import contextlib
 import importlib
 import io
 import json

@@ -25,6 +25,7 @@ import torch
 from normcert import cli
 
 from ... import impls
+from ...oracle import OPS
 from ..evidence import reproducer
 from ..evidence.replay import save_failure
 from ..harness.measure import PropertyFailure, Worst, check_against_oracle
@@ -174,3 +175,19 @@ def test_the_export_writes_only_its_own_files_and_refuses_what_it_cannot_stand_f
         err = capsys.readouterr().err
         assert problem in err and err.count("\n") == 1, err
     assert not (tmp_path / "other.py").exists()
+
+
+def test_the_call_is_the_records_own_traced_by_name():
+    assert reproducer.call_text(OPS["rms_norm"], {"x": 1, "weight": 2, "eps": 3}) == \
+        "kernel(args['x'], args['weight'], args['eps'])"
+    gated = OPS["rms_norm_gated"]  # an option passed by keyword, and left out where the case gives None
+    given = {a.name: 1 for a in gated.args}
+    assert reproducer.call_text(gated, given).endswith(", group_size=args['group_size'])")
+    assert "group_size" not in reproducer.call_text(gated, {**given, "group_size": None})
+    for name, rec in OPS.items():  # every op: its arguments passed by name, each at most once, or refused in words
+        try:
+            text = reproducer.call_text(rec, {a.name: 1 for a in rec.args})
+        except reproducer.ExportError as e:
+            assert str(e).startswith(f"{name}'s call does more than pass its arguments")
+            continue
+        assert all(text.count(f"args[{a.name!r}]") <= 1 for a in rec.args) and text.count("args[") >= 1, text
