@@ -104,6 +104,7 @@ def _blocked(script, folder, *args) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+@pytest.mark.normcert_heavy  # normcert replay and five scripts in fresh processes, each importing torch: the heavy tier
 def test_the_reproducer_of_a_planted_bug_runs_without_normcert_and_prints_its_failure_line(tmp_path, monkeypatch,
                                                                                           capsys):
     _planted(tmp_path)
@@ -140,6 +141,7 @@ def rms_norm(x, weight, eps):
 """A kernel wrong only under ``torch.no_grad()`` (an inference path of its own)."""
 
 
+@pytest.mark.normcert_heavy  # normcert replay and the script in fresh processes: the heavy tier
 def test_the_reproducer_calls_the_kernel_in_the_recorded_context(tmp_path, monkeypatch, capsys):
     (tmp_path / "modal.py").write_text(MODAL)
     spec = "rms_norm=modal:rms_norm"
