@@ -260,7 +260,7 @@ def called(kernel, args):
         out = once()
     finally:
         torch.set_default_dtype(before)
-    outs = out if isinstance(out, tuple) else (out,)
+    outs = (out,) if len(S["outputs"]) == 1 else tuple(out)
     return outs[S["outputs"].index(S["output"])]
 
 
