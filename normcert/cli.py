@@ -8,7 +8,7 @@
     normcert list
     normcert schema
     normcert report CERT.json [-o REPORT.html]
-    normcert compare A.json B.json [--format text|markdown|html] [-o PATH]
+    normcert compare A.json B.json [--format text|markdown|html] [-o PATH] [--fail-on regression|any-change|never]
     normcert merge A.json B.json ... -o C.json
 
 ``certify --shard K/N`` runs the K-th of N shards of the run's checks and ``merge`` joins the shards'
@@ -99,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("after", metavar="B.json")
     cmp.add_argument("--format", choices=("text", "markdown", "html"), default="text")
     cmp.add_argument("-o", dest="output", metavar="PATH", help="write here instead of standard output")
+    cmp.add_argument("--fail-on", choices=("regression", "any-change", "never"), default="regression",
+                     help="what exits 1: a regression (a cell pass -> FAIL, or certified -> not; the default), "
+                          "any change (as diff does), or never")
     mrg = sub.add_parser("merge", help="join shard certificates (certify --shard K/N) into one")
     mrg.add_argument("certificates", nargs="+", metavar="CERT.json")
     mrg.add_argument("-o", dest="output", metavar="C.json", help="the merged certificate (required)")
@@ -313,12 +316,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"normcert certify: -n {a.workers} needs pytest-xdist, which is not installed here: "
               f"pip install pytest-xdist (or leave -n out)", file=sys.stderr)
         return USAGE
-    if a.command == "certify" and a.report:
-        from normcert.properties.presentation.report_cli import check_report  # noqa: PLC0415
+    if a.command == "certify":
+        from normcert.properties.presentation.report_cli import check_certify  # noqa: PLC0415
 
-        problem = check_report(a.report, a.certificate)
+        problem = check_certify(a.certificate, a.report)
         if problem:
-            print(f"normcert certify: --report {a.report}: {problem}", file=sys.stderr)
+            print(f"normcert certify: {problem}", file=sys.stderr)
             return USAGE
     # none of pytest's variables: PYTEST_ADDOPTS / PYTEST_PLUGINS would configure the run, and an
     # xdist worker's PYTEST_XDIST_WORKER (normcert run from a test) would make the child a worker

@@ -68,7 +68,7 @@ import pytest
 
 import normcert
 
-from .files import UnsafePath, foreign, regular_or_absent, write_atomic
+from .files import UnsafePath, why_not_writable, write_atomic
 from ..harness.run_settings import PROFILES
 from .verdict import DTYPE_ORDER
 
@@ -86,27 +86,23 @@ def schema() -> dict:
 
 
 def check_writable(path: str, flag: str = "--certificate") -> None:
-    """Fail early, in one line naming the option ``flag``, if the certificate (JSON, and .md beside
-    it) cannot be written."""
+    """Fail early, in one line naming the option ``flag``, if the certificate (JSON, and the Markdown
+    and badge beside it) may not be written (``files.why_not_writable``)."""
     if path.lower().endswith(".md"):
         raise pytest.UsageError(f"{flag} {path}: give the JSON path; the Markdown is written beside it as .md")
-    for target, _ in own_files(path):
-        if os.path.isdir(target):
-            raise pytest.UsageError(f"{flag} {path}: {target} is a folder, expected a file path")
-        if os.path.lexists(target) and (os.path.islink(target) or not os.path.isfile(target)):
-            raise pytest.UsageError(f"{flag} {path}: {target} exists and is not a regular file "
-                                    f"(a link, FIFO or device): expected a regular file or a new path")
+    problem = why_not_written(path)
+    if problem:
+        raise pytest.UsageError(f"{flag} {path}: {problem}")
+
+
+def why_not_written(path: str, taken: dict[str, str] | None = None) -> str:
+    """Why the certificate's three files may not be written at ``path`` ("" where they may), naming
+    the file refused; ``taken`` as for ``files.why_not_writable``."""
     for target, kind in own_files(path):
-        if foreign(target, kind):
-            what = {"markdown": "certificate (the Markdown is written beside the JSON)",
-                    "badge": "badge (the badge is written beside the JSON)"}.get(kind, kind)
-            raise pytest.UsageError(f"{flag} {path}: {target} exists and is not a normcert {what}: "
-                                    f"normcert replaces only files it wrote; choose another path")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise pytest.UsageError(f"{flag} {path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise pytest.UsageError(f"{flag} {path}: not writable")
+        problem = why_not_writable(target, kind, taken)
+        if problem:
+            return f"{target} {problem}"
+    return ""
 
 
 def check_failures_dir(path: str, flag: str = "--failures-dir") -> None:
@@ -308,11 +304,12 @@ def claimed(domains: dict[str, str], rows: list[dict]) -> dict[str, str]:
     ``dtypes=float32`` or raised NotImplementedError on the others; and so do the properties it was
     not certified on (``not-certified`` rows: a forward-only kernel's gradients)."""
     refused: dict[str, list[str]] = {}
-    for r in rows:
-        if r["outcome"] == "not-supported" and not str(r.get("message", "")).startswith(DECLARED_OUT):
-            dtypes = refused.setdefault(r["impl"], [])
-            if r["dtype"] not in dtypes:
-                dtypes.append(r["dtype"])
+    partly: dict[str, dict[str, list[str]]] = {}  # kernel -> dtype -> the properties it refused there
+    for (impl, dtype), props in _refusals(rows).items():
+        if props is None:
+            refused.setdefault(impl, []).append(dtype)
+        else:
+            partly.setdefault(impl, {})[dtype] = props
     uncertified: dict[str, list[str]] = {}
     for r in rows:
         prop = r.get("property", r.get("prop"))  # a certificate's row, or a run record's
@@ -322,12 +319,31 @@ def claimed(domains: dict[str, str], rows: list[dict]) -> dict[str, str]:
     for impl, dtypes in refused.items():
         words = "refuses (undeclared) dtypes " + ", ".join(d for d in DTYPE_ORDER if d in dtypes)
         out[impl] = f"{out[impl]}; {words}" if out.get(impl) else words
+    for impl, by in partly.items():
+        words = "; ".join(f"{', '.join(props)} refused (undeclared) in {d}" for d, props in
+                          sorted(by.items(), key=lambda kv: DTYPE_ORDER.index(kv[0]) if kv[0] in DTYPE_ORDER else 99))
+        out[impl] = f"{out[impl]}; {words}" if out.get(impl) else words
     for impl, props in uncertified.items():
         if props:
             words = f"{', '.join(props)} not certified (forward only, or not run here)"
             out[impl] = f"{out[impl]}; {words}" if out.get(impl) else words
     return out
 
+
+
+def _refusals(rows: list[dict]) -> dict[tuple[str, str], list[str] | None]:
+    """(kernel, dtype) -> None where every row of the kernel in that dtype is an undeclared refusal
+    (the kernel refuses the dtype), else the properties refused there while its other rows ran (a
+    gradcheck refused under no_grad beside float64 rows that passed); only pairs with a refusal."""
+    props: dict[tuple[str, str], list[str]] = {}
+    ran: set[tuple[str, str]] = set()
+    for r in rows:
+        key = (r["impl"], r["dtype"])
+        if r["outcome"] == "not-supported" and not str(r.get("message", "")).startswith(DECLARED_OUT):
+            props.setdefault(key, []).append(r.get("property", r.get("prop")))
+        elif r["outcome"] != "not-supported":
+            ran.add(key)
+    return {key: (sorted(set(p)) if key in ran else None) for key, p in props.items()}
 
 
 def verdict_line(verdict: str, domains: dict[str, str], scope: dict, state: str, profile: str | None = None,
@@ -410,6 +426,17 @@ def write_incomplete(path: str, why: str) -> None:
                     "implementations": {}, "results": []})
 
 
+def refused(path: str | None, why: str) -> pytest.UsageError:
+    """The usage error ``why`` that stopped a run before any check, its certificate at ``path`` (where
+    one was started) rewritten to say so: the run did not crash, it was refused (exit status 4)."""
+    if path:
+        try:
+            write_incomplete(path, f"refused before any check ran (a usage error, exit status 4): {why}")
+        except OSError:
+            pass  # the usage error is said on standard error all the same
+    return pytest.UsageError(why)
+
+
 def badge_path(path: str) -> str:
     """The shields.io endpoint file beside the certificate: ``c.json`` -> ``c.badge.json``."""
     return os.path.splitext(path)[0] + ".badge.json"
@@ -447,12 +474,22 @@ def step_summary(cert: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+SUMMARY = "GITHUB_STEP_SUMMARY"
+
+
+def summary_path() -> str:
+    """The CI job summary's path (``$GITHUB_STEP_SUMMARY``), "" where none is set."""
+    return os.environ.get(SUMMARY, "")
+
+
 def append_step_summary(cert: dict) -> None:
-    """Append ``step_summary`` to ``$GITHUB_STEP_SUMMARY`` where a CI job sets it (GitHub Actions)."""
-    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    """Append ``step_summary`` to ``$GITHUB_STEP_SUMMARY`` where a CI job sets it (GitHub Actions),
+    under ``files.why_not_writable`` (the command checked it before its run; a FIFO would block here)."""
+    target = summary_path()
     if target:
-        if not regular_or_absent(target):  # a FIFO would block the end of the run
-            raise UnsafePath(f"$GITHUB_STEP_SUMMARY={target} is not a regular file")
+        problem = why_not_writable(target, "job summary")
+        if problem:
+            raise UnsafePath(f"${SUMMARY}={target} {problem}")
         with open(target, "a") as f:
             f.write(step_summary(cert))
 
@@ -471,9 +508,9 @@ def write_files(path: str, cert: dict) -> None:
     """Write the JSON, the Markdown and the badge beside it (``files.write_atomic``: never through a
     link, never half-written); where any of the three holds something normcert did not write, none
     is written (OSError)."""
-    for target, kind in own_files(path):
-        if foreign(target, kind):
-            raise UnsafePath(f"{target} is not a normcert {kind}: not replaced")
+    problem = why_not_written(path)
+    if problem:
+        raise UnsafePath(f"{problem}: not replaced")
     texts = (to_json(cert), markdown(cert), json.dumps(badge(cert)) + "\n")
     for (target, _), text in zip(own_files(path), texts):
         write_atomic(target, text)

@@ -12,6 +12,13 @@ with its own mark (``MARKS``): a path that exists and does not begin so (a user'
 kernel's own source, a README) is somebody else's, and every command that writes refuses it before
 it runs.  ``regular_or_absent(path)``: what a command reads or appends to must be a regular file (a
 FIFO would block it forever).
+
+``why_not_writable(path, kind, taken)`` is the one rule for every path normcert writes (a
+certificate's JSON, Markdown and badge, the report, compare's output, the CI job summary, a replay
+file): a regular file or a new one in a writable folder, never an input of the same command nor
+another file the command writes, never somebody else's file (``foreign``; the job summary, which
+normcert appends to and does not own, excepted), never through a link.  Every writer asks it, and
+the commands ask it before their run.
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ MARKS = {
     "page": b"<!DOCTYPE html>\n<!-- normcert -->",  # the report and the compare page (report_templates/base.html)
     "compare text": b"normcert compare ",
     "compare markdown": b"### normcert compare ",
+    "replay": b"PK\x03\x04",  # a replay file is an .npz: a zip archive (replay.save_failure)
     "reproducer": b"#!/usr/bin/env python3\n# normcert reproducer: ",  # replay --export (reproducer.TEMPLATE)
 }
 """How each kind of file normcert writes begins."""
@@ -41,6 +49,39 @@ def foreign(path: str, kind: str) -> bool:
             return f.read(len(mark)) != mark
     except OSError:
         return True
+
+
+APPENDED = ("job summary",)
+"""Kinds normcert appends to and does not own (``$GITHUB_STEP_SUMMARY``): no mark is asked of them."""
+
+WHAT = {"markdown": "certificate (the Markdown is written beside the JSON)",
+        "badge": "badge (the badge is written beside the JSON)", "page": "page", "replay": "replay file"}
+"""How a refusal names each kind of file (the kind's own name where absent)."""
+
+
+def why_not_writable(path: str, kind: str, taken: dict[str, str] | None = None) -> str:
+    """Why normcert may not write a file of ``kind`` (``MARKS`` or ``APPENDED``) at ``path``, as a phrase
+    that follows the path ("" where it may).  Refused: a path that is (by ``os.path.realpath``) one of
+    ``taken`` (path -> what it is: an input of the same command, one of an input certificate's files,
+    another file the command writes), a folder, a link, FIFO or device, a file that is not normcert's
+    own of ``kind`` (``foreign``), a missing folder, or one not writable."""
+    real = os.path.realpath(path)
+    for named, what in (taken or {}).items():
+        if os.path.realpath(named) == real:
+            return f"is {named}, {what}: choose another path"
+    if os.path.isdir(path):
+        return "is a folder, expected a file path"
+    if not regular_or_absent(path):
+        return "exists and is not a regular file (a link, FIFO or device): expected a regular file or a new path"
+    if kind not in APPENDED and foreign(path, kind):
+        return (f"exists and is not a normcert {WHAT.get(kind, kind)}: normcert replaces only files it wrote; "
+                f"choose another path")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"folder {folder} does not exist"
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        return "is not writable"
+    return ""
 
 
 def regular_or_absent(path: str) -> bool:

@@ -17,11 +17,9 @@ their original strides (a sliced or transposed view stays one), on any device.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
-import re
 import shlex
 import zipfile
 
@@ -37,8 +35,10 @@ from ..families import CASE_CHECKS
 
 from ..search.case import MAX_ELEMENTS, Case, extent
 from ..search.context import AS_TESTED, TRAINING, Context, problem
+from . import replay_names as names
+from .bounded_json import TooDeep, loads
 from .certificate import finite_json, versions
-from .files import UnsafePath, write_atomic
+from .files import UnsafePath, why_not_writable, write_atomic
 
 FORMAT = "normcert-replay/1"
 _OTHER = {"bool": torch.bool, "int32": torch.int32, "int64": torch.int64}  # a mask; a masked op's counts
@@ -63,8 +63,8 @@ def save_failure(impl, prop: str, case: Case, directory: str, suffix: str = "") 
     why it was not saved (a tensor past MAX_ELEMENTS, which ``load`` would refuse: ``--profile
     large`` cases, made again from the run's seed).  Its name is the cell's (op, kernel, property,
     dtype, then ``suffix``: "-2" for a cell's second distinct failure) and the first hex digits of
-    the file's SHA-256: the same failure saves to the same file, and a later run's other failure
-    never replaces the file an older certificate names."""
+    the file's SHA-256 (``replay_names``): the same failure saves to the same file, and a later run's
+    other failure never replaces the file an older certificate names."""
     for k, t in case.tensors.items():
         if t is not None and extent(t) > MAX_ELEMENTS:
             return (f"not saved: {k} spans {extent(t)} elements, past the {MAX_ELEMENTS} of a replay file; "
@@ -89,16 +89,17 @@ def save_failure(impl, prop: str, case: Case, directory: str, suffix: str = "") 
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     archive = io.BytesIO()
     np.savez(archive, **arrays)
-    cell = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{impl.op}-{impl.name}-{prop}-{DTYPE_NAMES[case.dtype]}{suffix}")
-    path = os.path.join(directory, f"{cell}-{hashlib.sha256(archive.getvalue()).hexdigest()[:HASH_DIGITS]}.npz")
-    try:  # a fresh name and a rename: a link planted at the predictable name is never written through
+    path = os.path.join(directory, names.name(names.cell(impl.op, impl.name, prop, DTYPE_NAMES[case.dtype], suffix),
+                                              archive.getvalue()))
+    problem = why_not_writable(path, "replay")  # the rule of every file normcert writes
+    if problem:
+        return f"not saved: {path} {problem}"
+    try:  # a fresh name and a rename: a link planted at the name between the check and here is not written through
         write_atomic(path, archive.getvalue())
     except UnsafePath as e:
         return f"not saved: {e}"
     return f"normcert replay {shlex.quote(path)}"
 
-
-HASH_DIGITS = 10  # of the SHA-256 in a replay file's name: 40 bits, no clash between a folder's failures
 
 MAX_META_BYTES = 1 << 20
 _NPY_HEADER = 4096  # an .npy member is its raw bytes plus a header of at most this much
@@ -253,21 +254,23 @@ def load(path: str, device: str) -> tuple[dict, Case]:
     sizes are read from the zip directory and checked before a member is inflated (two members
     with one name are refused), and only the members the metadata names are read.  Once built,
     the case must fit the op's signature (``Op.check``: shapes, dtypes, rank) and each param its
-    kind (a row index below the case's rows).
+    kind (a row index below the case's rows).  A file named as ``save_failure`` names one must hash
+    to its name and be a failure of the op and property its name says (``replay_names.mismatch``).
     """
     sizes = _members(path)
     if sizes.get("meta", MAX_META_BYTES + 1) > MAX_META_BYTES:
         _fail(path, "missing or oversized metadata")
     try:
         with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(bytes(z["meta"]).decode())
+            try:
+                meta = loads(bytes(z["meta"]).decode())
+            except TooDeep as e:
+                _fail(path, f"metadata nested too deeply ({e})")
             _check_meta(path, meta)
             layout = {k: _tensor_meta(path, k, m, sizes) for k, m in meta["tensors"].items() if m is not None}
             raw = {k: z[f"t_{k}"] for k in layout}
     except ReplayError:
         raise
-    except RecursionError:
-        _fail(path, "metadata nested too deeply")
     except (OSError, ValueError, KeyError, UnicodeDecodeError, zipfile.BadZipFile, EOFError) as e:
         _fail(path, f"not a readable replay file ({type(e).__name__}: {_short(str(e))})")
     tensors = {k: None for k, m in meta["tensors"].items() if m is None}
@@ -281,4 +284,7 @@ def load(path: str, device: str) -> tuple[dict, Case]:
     case = Case(meta["op"], tensors, dict(meta["scalars"]), dict(meta["notes"]), dict(meta["params"]),
                 meta.get("config", ""), Context(**meta.get("context", tested(families.BY_NAME[meta["property"]]).as_dict())))
     _check_case(path, meta, case)
+    wrong = names.mismatch(path, names.digest(path), meta["op"], meta["property"])
+    if wrong:
+        _fail(path, f"not the failure its name says: {wrong}")
     return meta, case

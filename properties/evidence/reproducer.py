@@ -36,7 +36,7 @@ import re
 from ...oracle.formats import BY_NAME, fmt
 from .. import families
 from ..harness.calling import _rewritten, leaf_names
-from .files import foreign, refuse_unsafe, write_atomic
+from .files import why_not_writable, write_atomic
 from .replay import load, tested
 
 INLINE_BYTES = 256 * 1024
@@ -141,20 +141,11 @@ def export(replay: str, output: str, given: list[str]) -> str:
 
 
 def _check_output(output: str, replay: str) -> None:
-    if os.path.realpath(output) == os.path.realpath(replay):
-        raise ExportError(f"--export {output}: is the replay file itself: choose another path")
-    if os.path.isdir(output):
-        raise ExportError(f"--export {output}: is a folder, expected a file path")
-    try:
-        refuse_unsafe(output)
-    except OSError as e:
-        raise ExportError(f"--export {e}") from None
-    if foreign(output, "reproducer"):
-        raise ExportError(f"--export {output}: exists and is not a reproducer normcert wrote: normcert replaces "
-                          f"only its own files; choose another path")
-    folder = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise ExportError(f"--export {output}: folder {folder} does not exist or is not writable")
+    """ExportError unless ``output`` may take the reproducer (``files.why_not_writable``: never the
+    replay file, a folder, a link or somebody else's file)."""
+    problem = why_not_writable(output, "reproducer", {replay: "the replay file exported"})
+    if problem:
+        raise ExportError(f"--export {output}: {problem}")
 
 
 def _umask() -> int:

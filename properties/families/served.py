@@ -21,7 +21,7 @@ import torch
 
 from ..search.case import valid_positions
 from ..harness.measure import PropertyFailure, check_against_oracle
-from ..search.modes import applicable, calls
+from ..search.modes import applicable, calls, threads_of
 from ..harness.calling import trains
 from ..harness.sandbox import invoke
 from ..harness.probes import has_backward, inference_convention
@@ -64,7 +64,9 @@ def check_served(session, impl, case, worst):
                 if any(m.backward for m in modes) and _has_gradients(session, impl, case.dtype):
                     check_gradients(session, impl, case, worst, within=within, mode=name)
         except PropertyFailure as e:
-            raise PropertyFailure(f"called under {name}: {e}") from None
+            if threads_of(modes) is not None:  # the row records the threads of the call that failed
+                case.notes["threads"] = threads_of(modes)
+            raise PropertyFailure(f"called under {name}: {e}", units=e.units, ulps=e.ulps) from None
 
 
 @contextlib.contextmanager

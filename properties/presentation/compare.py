@@ -10,7 +10,9 @@ page in the report's style.
 Each certificate's verdict is judged again from its rows (``verdict.rejudge``), as the certify
 parent does; where that differs from the verdict it stores, the page says so.  B *regressed* from A
 (``regressions``) where A's rows certify and B's do not, or where a cell that did not fail in A
-(or was not there) fails in B (``verdict.FAILING``): ``normcert compare`` then exits 1.
+(or was not there) fails in B (``verdict.FAILING``): ``normcert compare`` then exits 1.  What counts
+is chosen with ``--fail-on`` (``FAIL_ON``, ``failures``), as ``diff`` exits 1 on any difference and
+``git diff --exit-code`` only when asked.
 """
 from __future__ import annotations
 
@@ -88,6 +90,25 @@ def regressions(a: dict, b: dict, found: list[Change]) -> list[str]:
         if c.after is not None and c.after[0] in FAILING and (c.before is None or c.before[0] not in FAILING):
             out.append(f"{c.kernel} {c.property} {c.dtype}: {_state(c.before)} -> {_state(c.after)}")
     return out
+
+
+FAIL_ON = ("regression", "any-change", "never")
+"""``normcert compare --fail-on``: exit 1 on a regression (the default), on any change (a cell, the
+judged verdict or a fact of the run: ``diff``'s rule), or never (the comparison is only shown)."""
+
+
+def failures(a: dict, b: dict, found: list[Change], fail_on: str) -> list[str]:
+    """What makes ``compare`` exit 1 under ``--fail-on fail_on`` (``FAIL_ON``), one phrase each; [] for none."""
+    if fail_on == "never":
+        return []
+    worse = regressions(a, b, found)
+    if fail_on == "regression":
+        return worse
+    judged = rejudge(a), rejudge(b)
+    other = [f"verdict {judged[0]} -> {judged[1]}"] if judged[0] != judged[1] else []
+    other += [f"{label} changed" for label, fact in FACTS if fact(a) != fact(b)]
+    other += [f"{c.kernel} {c.property} {c.dtype}: {_state(c.before)} -> {_state(c.after)}" for c in found]
+    return worse + [o for o in other if o not in worse]
 
 
 def verdicts(a_name: str, b_name: str, a: dict, b: dict) -> list[str]:

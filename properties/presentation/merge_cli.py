@@ -3,7 +3,7 @@ into one certificate, judged again by the evidence rule (``evidence.shards.merge
 
 Each input is read with ``report.load`` (held to the schema); bad input, a missing ``-o`` or an
 output that would replace an input, one of its files or a file normcert did not write
-(``report_cli.check_output``) is one line on standard error and exit status 4.  The merged
+(``certificate.why_not_written``, by ``files.why_not_writable``) is one line on standard error and exit status 4.  The merged
 certificate (JSON, Markdown, badge) is written whatever its verdict; the exit status is 0 where it
 is "certified", 1 otherwise, with each reason the shards do not make one run said on standard error.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 import sys
 
 from ..evidence import shards
-from ..evidence.certificate import SCHEMA, headline, own_files, write_files
+from ..evidence.certificate import SCHEMA, headline, outputs, why_not_written, write_files
 from .report import load
-from .report_cli import USAGE, check_output
+from .report_cli import USAGE
 
 
 def merge(a) -> int:
@@ -27,10 +27,9 @@ def merge(a) -> int:
             named.append((path, load(path)))
         except ValueError as e:
             return _usage(f"{path}: {e}")
-    for target, kind in own_files(a.output):
-        problem = check_output(target, kind, a.certificates)
-        if problem:
-            return _usage(f"-o {a.output}: {target} {problem}" if target != a.output else f"-o {a.output}: {problem}")
+    problem = why_not_written(a.output, {p: f"a file of the certificate {c}" for c in a.certificates for p in outputs(c)})
+    if problem:
+        return _usage(f"-o {a.output}: {problem}")
     cert = shards.merge(named, SCHEMA)
     try:
         write_files(a.output, cert)

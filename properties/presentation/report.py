@@ -23,7 +23,6 @@ page (``compare.html``) shares the style.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -31,9 +30,10 @@ import shlex
 
 import jinja2
 
+from ..evidence.bounded_json import loads
 from ..evidence.files import regular_or_absent
 from ..evidence.certificate import READABLE, SCHEMA, headline, schema
-from .report_replay import replay_view
+from .report_replay import Replays, replay_view
 from ..evidence.verdict import DTYPE_ORDER, rejudge
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "report_templates")
@@ -227,30 +227,57 @@ def replay_file(command: str) -> str:
     return words[2] if len(words) == 3 else ""
 
 
+CARDS_PER_ROW = 16
+"""The most cards one row gets (its first failure and the next of its ``failures``); the last card
+says how many more the row holds: a row of 20,000 failures is not 20,000 cards."""
+
+
 def distinct(r: dict) -> list[dict]:
-    """Each distinct failure of a row as a row of its own for a card: the row itself (its first
-    failure), then each further entry of its ``failures`` with that failure's message, case, replay
-    command, error / bound and ulps (None where it failed no measurement)."""
+    """Each distinct failure of a row as a row of its own for a card, at most ``CARDS_PER_ROW``: the
+    row itself (its first failure), then each further entry of its ``failures`` with that failure's
+    message, case, replay command, error / bound and ulps (None where it failed no measurement).
+    Every card's error / bound and ulps are its case's: the first card's are its failure entry's, and
+    the row's own (its worst over every example it ran, which may be another, unshrunk case's) are
+    its ``row_worst``."""
     failures = r.get("failures") or []
     n = len(failures)
     first = {**r, "of": f"failure 1 of {n}: {failures[0]['kind']}" if n > 1 else ""}
-    return [first] + [{**r, "message": f["message"], "worst_where": f["where"], "replay": f["replay"],
-                       "worst_units": f.get("worst_units"), "worst_ulps": f.get("worst_ulps"),
-                       "of": f"failure {j} of {n}: {f['kind']}"} for j, f in enumerate(failures[1:], 2)]
+    if failures:  # the figures of the case the card shows, not the row's worst over every example it ran
+        first.update(worst_units=failures[0].get("worst_units"), worst_ulps=failures[0].get("worst_ulps"),
+                     row_worst=(r["worst_units"], r["worst_ulps"]))
+    out = [first] + [{**r, "message": f["message"], "worst_where": f["where"], "replay": f["replay"],
+                      "worst_units": f.get("worst_units"), "worst_ulps": f.get("worst_ulps"),
+                      "of": f"failure {j} of {n}: {f['kind']}"}
+                     for j, f in enumerate(failures[1:CARDS_PER_ROW], 2)]
+    if n > len(out):
+        out[-1] = {**out[-1], "of": f"{out[-1]['of']}; the row's other {n - len(out)} failures are left out of this page "
+                                    f"(the certificate holds them)"}
+    return out
 
 
 def cards(cert: dict, ids: dict) -> list[dict]:
     """A card per distinct failure of each row in ``CARD_OUTCOMES`` (``distinct``), failing rows first
     (``ids``: (row index, failure index) -> the card's id), each with the fields its
-    ``worst_where`` names and the view of its replay file."""
+    ``worst_where`` names and the view of its replay file, checked against the row (each file read
+    once for the page: ``report_replay.Replays``)."""
     order = {o: k for k, o in enumerate(CARD_OUTCOMES)}
-    out = []
+    out, replays, rows = [], Replays(), {}
     for k, j in sorted(ids, key=lambda kj: (order[cert["results"][kj[0]]["outcome"]], kj)):
-        r = distinct(cert["results"][k])[j]
+        if k not in rows:
+            rows[k] = distinct(cert["results"][k])
+        r = rows[k][j]
         path = replay_file(r["replay"])
         out.append({"row": r, "id": ids[k, j], "fields": where_fields(r["worst_where"]),
-                    "replay": replay_view(path, r["worst_where"], r["message"]) if path else None})
+                    "replay": replay_view(path, r["worst_where"], r["message"], replays, cell(r)) if path else None})
     return out
+
+
+def cell(r: dict) -> tuple[str, str, str, str] | None:
+    """(op, property, kernel, dtype) of a row (its ``impl`` is "OP:KERNEL"); None for a row naming no op."""
+    if not r.get("op"):
+        return None
+    op, impl = str(r["op"]), str(r["impl"])
+    return op, r["property"], impl[len(op) + 1:] if impl.startswith(op + ":") else impl, r["dtype"]
 
 
 def detail_ids(cert: dict) -> tuple[dict, dict, dict]:
@@ -301,10 +328,10 @@ def load(path: str) -> dict:
         raise ValueError("is not a regular file (a FIFO, device or folder)")
     try:
         with open(path, encoding="utf-8") as f:
-            cert = json.load(f)
+            cert = loads(f.read())
     except OSError as e:
         raise ValueError(e.strerror or str(e)) from None
-    except (ValueError, RecursionError) as e:
+    except ValueError as e:
         raise ValueError(f"not JSON ({str(e)[:120]})") from None
     if not isinstance(cert, dict) or cert.get("schema") not in READABLE:
         found = cert.get("schema") if isinstance(cert, dict) else type(cert).__name__

@@ -3,51 +3,48 @@
 Each reads certificates with ``report.load`` (held to the schema) and never imports torch.  Bad
 input is one line on standard error naming the argument, and exit status 4 (``cli.USAGE``).  No
 output replaces an input, one of a certificate's own files (JSON, Markdown, badge), or a file
-normcert did not write (``files.foreign``).  ``compare`` exits 1 where B regressed from A
-(``compare.regressions``), so that CI can gate on it; 0 otherwise.
+normcert did not write: every path is held to ``files.why_not_writable``.  ``compare`` exits 1 where B regressed from A
+(``compare.regressions``; ``--fail-on`` chooses: ``compare.FAIL_ON``), so that CI can gate on it; 0 otherwise.
 """
 from __future__ import annotations
 
 import os
 import sys
 
-from ..evidence.certificate import outputs
-from ..evidence.files import foreign, write_atomic
+from jinja2 import UndefinedError
+
+from ..evidence.certificate import outputs, summary_path
+from ..evidence.files import why_not_writable, write_atomic
 from .report import load, render
 
 USAGE = 4
 
 
-def check_report(path: str, certificate: str | None) -> str:
-    """Why ``certify --report path`` cannot be written ("" if it can), checked before the run."""
-    if not certificate:
-        return "needs --certificate PATH (the report is drawn from the certificate)"
-    return check_output(path, "page", [certificate])
-
-
-def check_output(path: str, kind: str, inputs: list[str]) -> str:
-    """Why ``path`` cannot take an output file of ``kind`` (``files.MARKS``) ("" if it can): one of
-    the certificates ``inputs`` or their own files, a file normcert did not write, a folder, a link
-    or device, a folder that does not exist or is not writable."""
-    mine = {os.path.realpath(p): p for c in inputs for p in outputs(c)}
-    if os.path.realpath(path) in mine:
-        return f"is {mine[os.path.realpath(path)]}, a file of the certificate {_whose(path, inputs)}: choose another path"
-    if foreign(path, kind):
-        return "exists and is not a file normcert wrote: normcert replaces only its own files; choose another path"
-    if os.path.isdir(path):
-        return "is a folder, expected a file path"
-    if os.path.lexists(path) and (os.path.islink(path) or not os.path.isfile(path)):
-        return "exists and is not a regular file (a link, FIFO or device)"
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        return f"folder {folder} does not exist"
-    if not os.access(folder, os.W_OK):
-        return f"folder {folder} is not writable"
+def check_certify(certificate: str | None, report_path: str | None) -> str:
+    """Why ``certify`` may not write its outputs besides the certificate (which its run checks before
+    any kernel is imported), as "OPTION PATH: why" ("" where it may): the report (``--report``) and
+    the CI job summary (``$GITHUB_STEP_SUMMARY``, which a FIFO would block), each held to
+    ``files.why_not_writable`` with the command's other outputs taken."""
+    mine = {p: f"a file of the certificate {certificate}" for p in outputs(certificate)} if certificate else {}
+    summary = summary_path()
+    if report_path:
+        if not certificate:
+            return f"--report {report_path}: needs --certificate PATH (the report is drawn from the certificate)"
+        problem = why_not_writable(report_path, "page",
+                                   {**mine, **({summary: "the CI job summary ($GITHUB_STEP_SUMMARY)"} if summary else {})})
+        if problem:
+            return f"--report {report_path}: {problem}"
+    if summary:
+        problem = why_not_writable(summary, "job summary", {**mine, **({report_path: "the --report"} if report_path else {})})
+        if problem:
+            return f"$GITHUB_STEP_SUMMARY={summary}: {problem}"
     return ""
 
 
-def _whose(path: str, inputs: list[str]) -> str:
-    return next(c for c in inputs if os.path.realpath(path) in {os.path.realpath(p) for p in outputs(c)})
+def check_output(path: str, kind: str, inputs: list[str]) -> str:
+    """Why ``path`` cannot take an output file of ``kind`` (``files.MARKS``) ("" if it can): the rule
+    of ``files.why_not_writable``, each of the certificates ``inputs`` and its own files taken."""
+    return why_not_writable(path, kind, {p: f"a file of the certificate {c}" for c in inputs for p in outputs(c)})
 
 
 def _render(certificate: str) -> str:
@@ -55,8 +52,8 @@ def _render(certificate: str) -> str:
     cert = load(certificate)
     try:
         return render(cert)
-    except (KeyError, TypeError, AttributeError) as e:  # only where jsonschema is absent to hold it to the schema
-        raise ValueError(f"a malformed certificate ({type(e).__name__}: {e})") from None
+    except (KeyError, TypeError, AttributeError, UndefinedError) as e:  # only where jsonschema is absent to hold it
+        raise ValueError(f"a malformed certificate ({type(e).__name__}: {str(e)[:160]})") from None
 
 
 def write_report(certificate: str, path: str) -> str:
@@ -90,7 +87,8 @@ def report(a) -> int:
 
 
 def compare(a) -> int:
-    """``normcert compare A.json B.json [--format text|markdown|html] [-o PATH]``."""
+    """``normcert compare A.json B.json [--format text|markdown|html] [-o PATH] [--fail-on WHAT]``: exit 1
+    where ``compare.failures`` finds what ``--fail-on`` counts, 0 otherwise, 4 on bad input."""
     from . import compare as diff  # noqa: PLC0415
 
     certs = []
@@ -105,7 +103,7 @@ def compare(a) -> int:
         if problem:
             return _usage("compare", f"-o {a.output}: {problem}")
     found = diff.changes(*certs)
-    worse = diff.regressions(*certs, found)
+    worse = diff.failures(*certs, found, a.fail_on)
     if a.format == "html":
         page = diff.html(a.before, a.after, *certs, found)
     else:
@@ -118,7 +116,8 @@ def compare(a) -> int:
         except OSError as e:  # UnsafePath too: a link planted at the path
             return _usage("compare", f"-o {a.output}: {getattr(e, 'strerror', None) or e}")
     if worse:
-        print(f"normcert compare: {a.after} regressed from {a.before}: {worse[0]}"
+        how = "regressed from" if a.fail_on == "regression" else "changed from"
+        print(f"normcert compare: {a.after} {how} {a.before}: {worse[0]}"
               + (f" (and {len(worse) - 1} more)" if len(worse) > 1 else ""), file=sys.stderr)
         return 1
     return 0

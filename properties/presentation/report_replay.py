@@ -19,13 +19,15 @@ foreign or damaged gives a one-line reason instead, never an exception.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 import zipfile
 
 import numpy as np
+
+from ..evidence.bounded_json import loads
+from ..evidence.replay_names import digest, mismatch
 
 MAX_MEMBER_BYTES = 64 << 20
 """The largest member read (a replay file holds at most ``case.MAX_ELEMENTS`` elements a tensor)."""
@@ -52,22 +54,60 @@ def worst_index(*texts: str) -> tuple[str, tuple[int, ...]] | None:
     return None
 
 
-def _check(path: str) -> None:
-    """Refuse, before anything is inflated, a path that is not a plain .npz of sensible size."""
+MAX_FILE_BYTES = 16 * MAX_MEMBER_BYTES
+"""The largest replay file read whole (its bytes hashed: ``replay_names``)."""
+
+
+def _check(path: str) -> dict[str, int]:
+    """Refuse, before anything is inflated, a path that is not a plain .npz of sensible size; its
+    members' uncompressed sizes by name (without ".npy"), from the zip directory."""
     if not os.path.isfile(path):
         raise ValueError("no such file")
     if not zipfile.is_zipfile(path):
         raise ValueError("not a replay file (.npz)")
+    if os.path.getsize(path) > MAX_FILE_BYTES:
+        raise ValueError("larger than a replay file is")
     with zipfile.ZipFile(path) as zf:
         if any(i.file_size > MAX_MEMBER_BYTES for i in zf.infolist()):
             raise ValueError("a member is larger than a replay file holds")
+        return {i.filename.removesuffix(".npy"): i.file_size for i in zf.infolist()}
 
 
 def _meta(z) -> dict:
-    meta = json.loads(bytes(z["meta"]).decode())
+    meta = loads(bytes(z["meta"]).decode())
     if not isinstance(meta, dict) or not isinstance(meta.get("tensors"), dict):
         raise ValueError("no tensor metadata")
     return meta
+
+
+class Replays:
+    """The replay files one page reads: each file is checked, hashed and its metadata parsed once,
+    and each member read at most once, however many cards name it (a row of 20,000 failures naming
+    one file once re-read it per card); a card's view of a file is made once per (file, row, case)."""
+
+    def __init__(self):
+        self.files: dict[str, dict] = {}
+        self.views: dict[tuple, dict] = {}
+
+    def file(self, path: str) -> dict:
+        """{"sizes", "sha", "meta", "members": {}} of the file, or {"error"}: read on first use."""
+        if path not in self.files:
+            try:
+                sizes = _check(path)
+                sha = digest(path)
+                with np.load(path, allow_pickle=False) as z:
+                    self.files[path] = {"sizes": sizes, "sha": sha, "meta": _meta(z), "members": {}}
+            except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, EOFError) as e:
+                self.files[path] = {"error": f"the replay file could not be read ({type(e).__name__}: {str(e)[:120]})"}
+        return self.files[path]
+
+    def member(self, path: str, name: str) -> np.ndarray:
+        """Member ``name`` of the file (read once)."""
+        members = self.files[path]["members"]
+        if name not in members:
+            with np.load(path, allow_pickle=False) as z:
+                members[name] = z[name]
+        return members[name]
 
 
 def values(raw: np.ndarray, dtype: str) -> np.ndarray:
@@ -81,16 +121,28 @@ def values(raw: np.ndarray, dtype: str) -> np.ndarray:
     return raw[: raw.size // item * item].view(DTYPES[dtype]).astype(np.float64)
 
 
-def failing_row(meta: dict, z, index: tuple[int, ...]) -> tuple[str, tuple[int, ...], np.ndarray]:
-    """(tensor name, row index, values) of the first input whose shape holds ``index``'s row."""
+def _counts(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+
+
+def failing_row(meta: dict, sizes: dict[str, int], read, index: tuple[int, ...]) -> tuple[str, tuple[int, ...], np.ndarray]:
+    """(tensor name, row index, values) of the first input whose shape holds ``index``'s row; ``read(member)``
+    gives a member's array.  Each shape is checked against its member's stored size (``sizes``) before
+    anything is read or allocated: a row that a file's metadata says is 10^15 wide is refused here."""
     for name, m in meta["tensors"].items():
         if not m or len(m.get("shape", [])) != len(index) or m.get("dtype") not in (*DTYPES, "bfloat16"):
             continue
-        shape, stride, offset = m["shape"], m["stride"], m["offset"]
+        shape, stride, offset = m["shape"], m.get("stride"), m.get("offset")
+        if not (_counts(shape) and _counts(stride) and _counts([offset]) and len(stride) == len(shape)):
+            raise ValueError(f"tensor {name}: its shape, strides and offset are not counts that fit together")
         if any(i >= n for i, n in zip(index[:-1], shape[:-1])) or not shape[-1]:
             continue
-        flat = values(z[f"t_{name}"], m["dtype"])
         start = offset + sum(i * s for i, s in zip(index[:-1], stride[:-1]))
+        last = start + (shape[-1] - 1) * stride[-1]
+        stored = sizes.get(f"t_{name}", 0) // (2 if m["dtype"] == "bfloat16" else np.dtype(DTYPES[m["dtype"]]).itemsize)
+        if last >= stored:
+            raise ValueError(f"tensor {name}: its row reaches element {last}, past the {stored} its member stores")
+        flat = values(read(f"t_{name}"), m["dtype"])
         at = start + np.arange(shape[-1]) * stride[-1]
         if at[-1] >= flat.size:
             raise ValueError(f"tensor {name} is truncated")
@@ -212,28 +264,48 @@ def elements_view(elements) -> dict:
             "column": at[-1], "strip": strip, "over_shown": sum(over[:shown])}
 
 
-def replay_view(path: str, where: str, message: str) -> dict:
+def replay_view(path: str, where: str, message: str, replays: Replays | None = None,
+                cell: tuple[str, str, str, str] | None = None) -> dict:
     """The card's view of replay file ``path``: {"path", "error"} or {"path", "meta", "tensor", "row",
     "column", "strip", "near"} (``near``: the values around the worst column), with "elements"
-    (``elements_view``) or "elements_error" where the file keeps the failing output's elements."""
+    (``elements_view``) or "elements_error" where the file keeps the failing output's elements.
+    ``cell`` (op, property, kernel, dtype) is the row that names the file: a file that is not that
+    row's failure (``replay_names.mismatch``, or its metadata's op and property) is said, not drawn.
+    ``replays``: the page's files, each read once (``Replays``)."""
+    replays = replays if replays is not None else Replays()
+    key = (path, where, message, cell)
+    if key not in replays.views:
+        replays.views[key] = _view(path, where, message, replays, cell)
+    return replays.views[key]
+
+
+def _view(path: str, where: str, message: str, replays: Replays, cell) -> dict:
     view: dict = {"path": path, "error": ""}
+    read = replays.file(path)
+    if "error" in read:
+        return {**view, "error": read["error"]}
+    meta = read["meta"]
+    if cell is not None:
+        op, prop, kernel, dtype = cell
+        wrong = mismatch(path, read["sha"], op, prop, kernel, dtype)
+        if not wrong and (meta.get("op"), meta.get("property")) != (op, prop):
+            wrong = f"it holds a failure of {_plain(meta.get('op'))} {_plain(meta.get('property'))}, the row is {op} {prop}"
+        if wrong:
+            return {**view, "error": f"the replay file is not this row's failure: {wrong}; nothing of it is drawn"}
     try:
-        _check(path)
-        with np.load(path, allow_pickle=False) as z:
-            meta = _meta(z)
-            view["meta"] = {k: meta.get(k) for k in ("op", "property", "impl", "device", "scalars", "params", "config")}
-            view["tensors"] = [(k, m.get("dtype"), m.get("shape"), m.get("stride")) if m else (k, "None", "", "")
-                               for k, m in meta["tensors"].items()]
-            if "elements" in meta:
-                try:
-                    view["elements"] = elements_view(meta["elements"])
-                except (ValueError, TypeError, OverflowError) as e:
-                    view["elements_error"] = f"its per-element data could not be read ({str(e)[:120]})"
-            found = worst_index(where, message)
-            if found is None:
-                view["error"] = "the certificate row names no worst element, so no input row is drawn"
-                return view
-            name, row, data = failing_row(meta, z, found[1])
+        view["meta"] = {k: meta.get(k) for k in ("op", "property", "impl", "device", "scalars", "params", "config")}
+        view["tensors"] = [(k, m.get("dtype"), m.get("shape"), m.get("stride")) if m else (k, "None", "", "")
+                           for k, m in meta["tensors"].items()]
+        if "elements" in meta:
+            try:
+                view["elements"] = elements_view(meta["elements"])
+            except (ValueError, TypeError, OverflowError) as e:
+                view["elements_error"] = f"its per-element data could not be read ({str(e)[:120]})"
+        found = worst_index(where, message)
+        if found is None:
+            view["error"] = "the certificate row names no worst element, so no input row is drawn"
+            return view
+        name, row, data = failing_row(meta, read["sizes"], lambda member: replays.member(path, member), found[1])
     except (OSError, ValueError, KeyError, TypeError, AttributeError, zipfile.BadZipFile, EOFError) as e:
         view["error"] = f"the replay file could not be read ({type(e).__name__}: {str(e)[:120]})"
         return view
@@ -242,3 +314,7 @@ def replay_view(path: str, where: str, message: str) -> dict:
     view.update(tensor=name, row=row, column=column, output=found[0], strip=strip(data, column),
                 near=[(k, f"{data[k]:.6g}", k == column) for k in range(lo, hi)])
     return view
+
+
+def _plain(value) -> str:
+    return str(value)[:60]

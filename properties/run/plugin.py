@@ -442,8 +442,8 @@ class Suite:
                     self.session.forcing(self.session.replay_impl).select(case.config)
                 except ValueError as e:
                     raise impls.UsageError(f"{flag('replay')} {replay}: {e}") from None
-        except (impls.UsageError, ValueError) as e:
-            raise pytest.UsageError(str(e)) from None
+        except (impls.UsageError, ValueError) as e:  # the incomplete certificate says so, not "crashed or killed"
+            raise certificate.refused(self.certificate if self.controller else None, str(e)) from None
         self.session.eager = {i.op: i for i in registry if i.backend == "eager"}
         self.tier = "all" if plugins or replay else config.getoption("--normcert-tier")
         self.session.impls = plugins or tiered(registry, self.tier, device)

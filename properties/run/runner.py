@@ -78,7 +78,7 @@ class Result:
     replay: str = ""
     modes: str = AS_TESTED  # how the kernel was called (``modes``): the served family lists its modes, a
     #                         family that draws the calling context its counts (``context.ran``)
-    threads: int = 0  # torch's intra-op threads when the result was recorded (the served family sets its own)
+    threads: int = 0  # torch's intra-op threads when recorded; a failing served row: those of the call that failed
     calls: int = 0  # the calls in a row of the served family's long run (``families.long_run``); 0: none
     failures: list = field(default_factory=list)  # each distinct failure the search found (``Found.entry``):
     #                                               the first is the one message, worst_where and replay name
@@ -587,8 +587,7 @@ class _Search:
 
     def conclude(self, outcome: str, message: str, failed, seconds: float, judge) -> Result:
         """The run's result, judged and recorded; a failing case is saved as a replay file."""
-        worst, cover = self.worst, self.cover
-        domain = cover.domain
+        worst, cover, domain = self.worst, self.cover, self.cover.domain
         if worst.checked:
             domain += (f"; quantised outputs bit-exact (the exactly rounded value): "
                        f"{worst.exact} of {worst.checked} ({100 * worst.exact / worst.checked:.2f}%)")
@@ -601,6 +600,7 @@ class _Search:
         outcome, message = judge(outcome, message)
         drawn = BY_NAME[self.prop].contexts if self.prop in BY_NAME else ()
         how = {"modes": ran(cover.contexts, drawn)} if drawn and cover.contexts else {}
+        how.update({"threads": failed.notes["threads"]} if failed is not None and "threads" in failed.notes else {})
         return record(self.session, self.impl, self.prop, DTYPE_NAMES[self.dtype], outcome, message=message, **how,
                       examples=cover.examples, refused=cover.refused, domain=domain, seconds=seconds,
                       worst_units=worst.units, worst_ulps=worst.ulps, worst_where=where,

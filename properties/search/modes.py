@@ -109,6 +109,12 @@ MODES: tuple[Mode, ...] = (
 BY_NAME = {m.name: m for m in MODES}
 
 
+def threads_of(modes) -> int | None:
+    """The intra-op threads a call under ``modes`` (entered together) ran with, where one of them sets
+    them ("threads=N"); None where none does."""
+    return next((int(m.name.split("=")[1]) for m in modes if m.name.startswith("threads=")), None)
+
+
 def calls(device: str, dtype: torch.dtype, trains: bool) -> list[tuple[Mode, ...]]:
     """The calls the served family makes on each case: the applicable modes, a grad-off mode and a
     thread mode entered together in one call (no_grad with 1 thread, inference mode with N), the

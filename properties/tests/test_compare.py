@@ -57,3 +57,42 @@ def test_the_three_formats(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["compare", paths[0], str(tmp_path / "none.json")]) == cli.USAGE
     assert capsys.readouterr().err.startswith(f"normcert compare: {tmp_path / 'none.json'}: No such file")
+
+
+def _written(folder, name, cert) -> str:
+    path = str(folder / name)
+    with open(path, "w") as f:
+        json.dump(cert, f)
+    return path
+
+
+def test_fail_on_chooses_what_exits_1(tmp_path, capsys):
+    """``--fail-on regression`` (the default): a cell pass -> FAIL, or the rows no longer certifying;
+    ``any-change``: any cell, the judged verdict or a fact of the run, as ``diff`` does; ``never``: 0."""
+    before, after, _ = _pair()
+    fixed = copy.deepcopy(before)
+    fixed["results"][0]["worst_units"] = 0.1  # a number moved, nothing got worse
+    profile = copy.deepcopy(before)
+    profile["environment"]["profile"] = "dev"  # no cell changed, but what they were checked with did
+    a, worse, moved, dev = (_written(tmp_path, n, c) for n, c in
+                            (("a.json", before), ("b.json", after), ("c.json", fixed), ("d.json", profile)))
+    expected = {"regression": (1, 0, 0, 0), "any-change": (1, 1, 1, 0), "never": (0, 0, 0, 0)}
+    for fail_on, codes in expected.items():
+        got = tuple(cli.main(["compare", a, b, "--fail-on", fail_on]) for b in (worse, moved, dev, a))
+        assert got == codes, fail_on
+    capsys.readouterr()
+    assert cli.main(["compare", a, dev, "--fail-on", "any-change"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"normcert compare: {dev} changed from {a}: profile changed"]
+    assert tuple(compare.FAIL_ON) == cli._parser()._subparsers._group_actions[0].choices["compare"]._option_string_actions[
+        "--fail-on"].choices
+
+
+def test_fail_on_takes_only_its_words(tmp_path, capsys):
+    a = _written(tmp_path, "a.json", report_samples.certified())
+    try:
+        code = cli.main(["compare", a, a, "--fail-on", "sometimes"])
+    except SystemExit as e:  # argparse; ``cli.entry`` maps its 2 to normcert's usage status
+        code = cli.USAGE if e.code == 2 else e.code
+    assert code == cli.USAGE
+    assert "--fail-on: invalid choice: 'sometimes'" in capsys.readouterr().err

@@ -80,7 +80,7 @@ def test_an_output_over_a_file_normcert_did_not_write_is_refused(tmp_path, capsy
     theirs.write_text("<p>my notes</p>\n")
     args = ["report", a] if command == "report" else ["compare", a, a, "--format", "html"]
     assert cli.main([*args, "-o", str(theirs)]) == cli.USAGE
-    assert "not a file normcert wrote" in capsys.readouterr().err
+    assert "exists and is not a normcert page: normcert replaces only files it wrote" in capsys.readouterr().err
     assert theirs.read_text() == "<p>my notes</p>\n"
     mine = tmp_path / "mine.html"
     assert cli.main([*args, "-o", str(mine)]) == 0
@@ -181,7 +181,7 @@ def test_each_output_kind_begins_with_its_mark(tmp_path):
         assert cli.main(["compare", a, a, "--format", fmt, "-o", out]) == 0
         outputs[kind] = out
     assert cli.main(["report", a, "-o", str(tmp_path / "r.html")]) == 0
-    assert set(outputs) == set(files.MARKS)
+    assert set(outputs) == set(files.MARKS) - {"replay", "reproducer"}  # test_replay_files, test_reproducer
     for kind, out in [*outputs.items(), ("page", str(tmp_path / "r.html"))]:
         assert not files.foreign(out, kind), (kind, open(out).read(80))
     assert json.loads((tmp_path / "c.badge.json").read_text())["label"] == "normcert"
@@ -258,3 +258,15 @@ def test_the_headline_names_a_property_not_certified_from_a_run_record_s_rows_to
     for key in ("prop", "property"):
         rows = [{"impl": KERNEL, key: "gradients", "dtype": "float32", "outcome": "not-certified"}]
         assert certificate.claimed({KERNEL: ""}, rows) == {KERNEL: "gradients not certified (forward only, or not run here)"}
+
+
+def test_a_kernel_that_does_not_import_leaves_a_refused_certificate_not_a_crashed_one(tmp_path, capsys):
+    """An import failure is a usage error (exit 4): the incomplete certificate written before the
+    import says the run was refused and why, not "crashed or killed"."""
+    path = str(tmp_path / "c.json")
+    assert cli.main(["certify", "rms_norm=no_such_module_anywhere:f", "--certificate", path]) == cli.USAGE
+    with open(path) as f:
+        cert = json.load(f)
+    assert cert["verdict"] == "incomplete" and "crashed or killed" not in cert["run"]
+    assert cert["run"].startswith("incomplete: refused before any check ran (a usage error, exit status 4): ")
+    assert "no_such_module_anywhere" in cert["run"] and "\n" not in cert["run"]

@@ -28,6 +28,7 @@ import torch
 
 from ...impls import plugin
 from ..search.case import Case
+from ..evidence import files, replay_names
 from ..evidence.replay import ReplayError, load, save_failure
 
 
@@ -103,6 +104,34 @@ def _rewrite(path, meta_change=None, **members):
     np.savez_compressed(path, **arrays)
 
 
+def _stamped(path) -> str:
+    """``path`` renamed to the name ``save_failure`` gives its bytes now (a file rewritten by a test is
+    another file, written under its own name)."""
+    m = replay_names.STAMPED.match(os.path.basename(path))
+    with open(path, "rb") as f:
+        new = os.path.join(os.path.dirname(path), replay_names.name(m["cell"] + (m["nth"] or ""), f.read()))
+    os.replace(path, new)
+    return new
+
+
+def test_a_file_that_is_not_the_failure_its_name_says_is_refused(tmp_path):
+    """A row (and a replay command) names its file by a name that holds the failure's cell and its bytes'
+    hash: a file replaced after the run, or renamed to another cell's name, is refused in one line."""
+    path = _saved(tmp_path)
+    load(path, "cpu")
+    _rewrite(path, _set("notes", {"replaced": "after the run"}))
+    with pytest.raises(ReplayError, match="not the failure its name says: its bytes are not those it was saved with"):
+        load(path, "cpu")
+    path = _stamped(path)
+    load(path, "cpu")
+    elsewhere = path.replace("-gradients-", "-accuracy-")
+    os.replace(path, elsewhere)
+    with pytest.raises(ReplayError) as e:
+        load(elsewhere, "cpu")
+    assert "not the failure its name says: its name is the cell deep_norm-" in str(e.value)
+    assert "-accuracy-bfloat16" in str(e.value) and "not one of deep_norm gradients" in str(e.value)
+
+
 def _set(field, value):
     def change(meta):
         target = meta
@@ -159,6 +188,31 @@ def test_metadata_nested_too_deeply_is_one_line(tmp_path):
     np.savez(path, **arrays)
     with pytest.raises(ReplayError, match="metadata nested too deeply"):
         load(path, "cpu")
+
+
+def test_metadata_nested_below_the_recursion_limit_is_refused_too(tmp_path):
+    """Deep enough to be parsed (within Python's recursion limit), too deep for anything normcert writes:
+    refused before a check or a page walks it."""
+    path = _saved(tmp_path)
+    _rewrite(path, lambda meta: meta["notes"].update(deep=json.loads("[" * 500 + "]" * 500)))
+    with pytest.raises(ReplayError, match="metadata nested too deeply"):
+        load(path, "cpu")
+
+
+def test_a_replay_file_is_saved_under_the_rule_of_every_file_normcert_writes(tmp_path):
+    """Its name is content-hashed, yet somebody else's file at that name is not replaced
+    (``files.why_not_writable``), and normcert's own file there is (the same failure saved twice)."""
+    path = _saved(tmp_path)
+    assert not files.foreign(path, "replay")
+    assert shlex.split(save_failure(plugin("deep_norm=normcert.impls.eager:deep_norm"), "gradients",
+                                    _deep_norm_case(), directory=str(tmp_path)))[-1] == path
+    with open(path, "w") as f:
+        f.write("my notes\n")
+    said = save_failure(plugin("deep_norm=normcert.impls.eager:deep_norm"), "gradients", _deep_norm_case(),
+                        directory=str(tmp_path))
+    assert said == f"not saved: {path} exists and is not a normcert replay file: normcert replaces only files it " \
+                   f"wrote; choose another path"
+    assert open(path).read() == "my notes\n"
 
 
 def test_two_members_of_one_name_are_refused(tmp_path):
@@ -290,6 +344,7 @@ def test_a_planted_kernel_s_file_replays_by_its_name_before_the_house_move(tmp_p
     impl = plugin("rms_norm=normcert.properties.tests.meta.planted:rms_eps_outside_sqrt")
     path = shlex.split(save_failure(impl, "accuracy", case, directory=str(tmp_path / "saved")))[-1]
     _rewrite(path, _set("impl", f"rms_norm={named}:rms_eps_outside_sqrt"))
+    path = _stamped(path)  # as its writer named it then
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     r = _run("-m", "normcert", "replay", path, storage=tmp_path / "storage", cwd=elsewhere)

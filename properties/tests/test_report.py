@@ -199,7 +199,7 @@ def test_a_check_of_two_calls_shows_the_other_call_as_the_reference(tmp_path):
     html = report.render(report_samples.build(
         [report_samples.row("rms_norm:example:k", "contract", "float32", "fail", "inf", 1e4, message="y[0, 2]: got",
                             replay="normcert replay " + report_samples.write_replay(str(tmp_path), np.ones((2, 4)),
-                                                                                   case.elements))],
+                                                                                   case.elements, "contract"))],
         {"rms_norm:example:k": report_samples.impl("rms_norm")}, "not certified"))
     assert '<th class="num">got</th><th class="num">reference</th>' in html and "[2] got " in html and "got 1.05078101, reference 1.04978096" in html
 
@@ -233,3 +233,19 @@ def test_each_distinct_failure_of_a_cell_has_its_own_card_and_replay_command(tmp
     text = " ".join(page.card_text[second].split())
     assert other in text and first["replay"] not in text and "failure 2 of 2: rms_norm:example:k raised" in text
     assert "rms_norm(x: float32(0, 40)" in text and "error / bound- ulps-" in text  # its own case; nothing measured
+
+
+def test_a_card_s_figures_are_those_of_the_case_it_shows():
+    """The row's worst error / bound is over every example it ran (an unshrunk case's 1.67e9); the card
+    shows the shrunk case, so its figures are that case's failure entry's, and the row's are named as such."""
+    k = "rms_norm:example:k"
+    r = report_samples.row(k, "accuracy", "float32", "fail", 1.67e9, 4.4e12, message="y[0, 3]: got 2",
+                           where="y[0, 3]: rms_norm(x: float32(1, 8), seed=5)")
+    r["failures"] = [{"message": r["message"], "where": r["worst_where"], "kind": "y: past the bound",
+                      "replay": "not saved", "worst_units": 1.51e7, "worst_ulps": 3.2e9}]
+    cert = report_samples.build([r], {k: report_samples.impl("rms_norm")}, "not certified")
+    (card,) = report.cards(cert, report.detail_ids(cert)[2])
+    assert (card["row"]["worst_units"], card["row"]["worst_ulps"]) == (1.51e7, 3.2e9)
+    text = " ".join(Page(report.render(cert)).card_text[card["id"]].split())
+    assert "error / bound1.51e+07 (this case) ulps3.2e+09 (this case)" in text
+    assert "the row's worst1.67e+09 of the bound, 4.4e+12 ulps, over every example it ran" in text

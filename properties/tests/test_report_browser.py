@@ -2,7 +2,10 @@
 off, opens the page of a certified and of a failing certificate; no severe console message, a heat
 map cell per expected check with its outcome's class, each failure's card and replay command
 visible, a failing cell's link landing on its card with its input strip, its error / bound strip
-and its top-k table (the elements over the bound shaded; ulps apart on the ``--agree`` card), the sort script working; a screenshot of each
+and its top-k table (the elements over the bound shaded; ulps apart on the ``--agree`` card), the sort script working;
+the page of an incomplete certificate (a crashed run: its verdict and why, no traceback) and of a
+forged one ("certified" typed over failing rows: the rows' verdict, and a warning naming the stored
+one, above everything); a screenshot of each
 is saved in the test's tmp folder (and copied to $NORMCERT_REPORT_SCREENSHOTS where that is set).
 
 Skips, saying what is missing, where Chromium, chromedriver or Selenium is not installed
@@ -10,11 +13,14 @@ Skips, saying what is missing, where Chromium, chromedriver or Selenium is not i
 """
 from __future__ import annotations
 
+import copy
+import json
 import os
 import shutil
 
 import pytest
 
+from ..evidence import certificate
 from ..presentation import report
 from . import report_samples
 
@@ -120,3 +126,37 @@ def test_a_failing_report_in_chromium(browser, tmp_path):
     assert "<script>" in browser.find_element(By.CSS_SELECTOR, "table.heat").text  # shown as text, not run
     _no_console_errors(browser)
     _screenshot(browser, tmp_path, "failing")
+
+
+def test_an_incomplete_report_in_chromium(browser, tmp_path):
+    """A crashed run's certificate (``certificate.write_incomplete``): exactly when a report is wanted."""
+    path = str(tmp_path / "c.json")
+    certificate.write_incomplete(path, "the kernel's process exited with status -11 before normcert's end of run")
+    with open(path) as f:
+        cert = json.load(f)
+    cells, By = _open(browser, tmp_path, cert)
+    assert not cells
+    verdict = browser.find_element(By.ID, "verdict")
+    assert verdict.is_displayed() and verdict.get_attribute("class").split() == ["verdict", "incomplete"]
+    assert "exited with status -11" in verdict.text and "incomplete" in verdict.text
+    assert browser.title.startswith("normcert report: incomplete")
+    assert not browser.find_elements(By.ID, "stored-verdict")
+    _no_console_errors(browser)
+    _screenshot(browser, tmp_path, "incomplete")
+
+
+def test_a_forged_report_in_chromium(browser, tmp_path):
+    """"certified" typed over a certificate whose rows fail: the page is drawn from the rows, and the
+    first thing under the verdict says what the file claimed."""
+    forged = copy.deepcopy(report_samples.failing(str(tmp_path)))
+    forged["verdict"] = "certified"
+    cells, By = _open(browser, tmp_path, forged)
+    verdict = browser.find_element(By.ID, "verdict")
+    assert verdict.get_attribute("class").split() == ["verdict", "not-certified"]
+    warning = browser.find_element(By.ID, "stored-verdict")
+    assert warning.is_displayed() and warning.location["y"] > verdict.location["y"]
+    assert 'The certificate says "certified", but its rows say "not certified"' in warning.text
+    assert browser.title.startswith("normcert report: not certified")
+    assert cells["rms_norm:example:k|accuracy|float32"].get_attribute("class").split() == ["cell", "fail"]
+    _no_console_errors(browser)
+    _screenshot(browser, tmp_path, "forged")

@@ -26,7 +26,7 @@ from normcert import cli
 
 from ... import impls
 from ...oracle import OPS
-from ..evidence import reproducer
+from ..evidence import files, reproducer
 from ..evidence.replay import save_failure
 from ..harness.measure import PropertyFailure, Worst, check_against_oracle
 from ..search.case import Case
@@ -159,10 +159,11 @@ def test_the_export_writes_only_its_own_files_and_refuses_what_it_cannot_stand_f
     out = tmp_path / "repro.py"
     for _ in range(2):  # its own reproducer is replaced
         assert cli.main(["replay", replay, "--impl", SPEC, "--export", str(out)]) == 0
+        assert not files.foreign(str(out), "reproducer")  # it begins with its mark
     capsys.readouterr()
     kernel = (tmp_path / "plantedkern.py").read_text()
-    for target, problem in ((tmp_path / "plantedkern.py", "exists and is not a reproducer normcert wrote"),
-                            (replay, "is the replay file itself"), (tmp_path, "is a folder")):
+    for target, problem in ((tmp_path / "plantedkern.py", "exists and is not a normcert reproducer"),
+                            (replay, "the replay file exported: choose another path"), (tmp_path, "is a folder")):
         assert cli.main(["replay", replay, "--impl", SPEC, "--export", str(target)]) == cli.USAGE
         err = capsys.readouterr().err
         assert problem in err and err.count("\n") == 1, err

@@ -163,7 +163,7 @@ def test_merge_command_writes_by_the_rules_and_exits_by_the_verdict(tmp_path):
     (tmp_path / "notes.md").write_text("mine\n")
     for out, problem in (("s2.json", "is s2.json, a file of the certificate s2.json"),
                          ("s1.md", "is s1.md, a file of the certificate s1.json"),
-                         ("notes.json", "notes.md exists and is not a file normcert wrote")):
+                         ("notes.json", "notes.md exists and is not a normcert certificate")):
         refused = _normcert(["merge", *names, "-o", out], tmp_path)
         assert refused.returncode == 4 and problem in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1

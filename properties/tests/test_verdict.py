@@ -53,6 +53,18 @@ def test_undeclared_refusals_are_in_the_headline():
     assert declared["rms_norm:k"] == "dtypes float32, float16, bfloat16; refuses (undeclared) dtypes float16, bfloat16"
 
 
+def test_one_property_refused_in_a_dtype_whose_other_rows_ran_is_not_a_refused_dtype():
+    """gradcheck refusing (undeclared) under no_grad while every other float64 row passed: the kernel
+    does not refuse float64, and the headline says which property refused it."""
+    rows = [_row("pass", "float64"), _row("pass", "float32"),
+            _row("not-supported", "float64", "gradcheck", message="gradcheck refused under no_grad")]
+    claims = certificate.claimed({"rms_norm:k": ""}, rows)
+    assert claims == {"rms_norm:k": "gradcheck refused (undeclared) in float64"}
+    rows.append(_row("not-supported", "float16", message="refused the op's sample"))
+    assert certificate.claimed({"rms_norm:k": ""}, rows) == \
+        {"rms_norm:k": "refuses (undeclared) dtypes float16; gradcheck refused (undeclared) in float64"}
+
+
 def test_a_declared_property_that_cannot_run_here_is_expected():
     kernel = [i for i in registry() if i.op == "rms_norm" and i.backend == "eager"]
     want = families.expected(kernel, "cpu", False, "large", properties=["large"])

@@ -12,6 +12,7 @@ from ...run import runner
 from ...families import BY_NAME
 from ...harness.measure import PropertyFailure
 from ...harness.session import Session
+from ...search.modes import threads_n
 
 from . import planted_modes
 
@@ -46,6 +47,19 @@ def test_a_mode_bug_is_killed_on_every_seed(fn, session, request):
         with pytest.raises(PropertyFailure, match=SAYS[fn.__name__]):
             runner.run_family(mine, family, _impl(fn), F32, shrink=False)
         assert mine.results[-1].outcome == "fail"
+
+
+def test_a_served_failure_under_a_thread_mode_records_that_mode_s_threads(session, request):
+    """The multithreaded bug fails under "inference_mode + threads=N": its row says threads N, not the
+    1 thread the run (an xdist worker) has outside that call."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
+    with pytest.raises(PropertyFailure, match=r"called under inference_mode \+ threads=\d"):
+        runner.run_family(session, BY_NAME["served"], _impl(planted_modes.rms_wrong_multithreaded), F32, shrink=False)
+    result = session.results[-1]
+    assert result.outcome == "fail" and result.threads == threads_n() > 1
+    assert result.failures[0]["worst_units"] > 1  # the mode's failure keeps its measurement
 
 
 def test_the_twin_that_takes_every_fast_path_is_certified(session):
