@@ -2,13 +2,17 @@
 
     normcert certify OP=MODULE:ATTR [...] [--agree OP=MODULE:ATTR OP=MODULE:ATTR] [--device cpu|cuda] [--profile dev|ci|thorough|large]
                      [--domain SPEC] [--compile] [--certificate PATH] [--seed N] [--bitwise] [--require-backward]
-                     [--kernel-timeout S] [-n N]
+                     [--kernel-timeout S] [-n N] [--shard K/N]
                      [-- PYTEST-ARGS...]
-    normcert replay FILE [--impl OP=MODULE:ATTR ...] [--device cpu|cuda] [--kernel-timeout S]
+    normcert replay FILE [--impl OP=MODULE:ATTR ...] [--device cpu|cuda] [--kernel-timeout S] [--export REPRO.py]
     normcert list
     normcert schema
     normcert report CERT.json [-o REPORT.html]
     normcert compare A.json B.json [--format text|markdown|html] [-o PATH] [--fail-on regression|any-change|never]
+    normcert merge A.json B.json ... -o C.json
+
+``certify --shard K/N`` runs the K-th of N shards of the run's checks and ``merge`` joins the shards'
+certificates into one, judged again (``properties.evidence.shards``, ``properties.presentation.merge_cli``);
 
 ``report`` draws a certificate as one HTML page that works offline (``properties.presentation.report``; ``certify
 --report PATH`` writes it after the run, from the certificate as judged here); ``compare`` lists the
@@ -52,7 +56,7 @@ NO_TESTS = 5  # pytest's exit status when it collected nothing
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="normcert", description="Certify numerical kernels against exact oracles.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="{certify,replay,list,schema,report,compare}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{certify,replay,list,schema,report,compare,merge}")
     c = sub.add_parser("certify", help="certify kernels: OP=MODULE:ATTR ...")
     c.add_argument("impls", nargs="*", metavar="OP=MODULE:ATTR")
     c.add_argument("--agree", nargs=2, action="append", default=[], metavar=("OP=MODULE:ATTR", "OP=MODULE:ATTR"),
@@ -76,12 +80,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="declare the scope: only these property families (repeatable); the certificate says so")
     c.add_argument("--dtype", action="append", default=[], metavar="DTYPE",
                    help="declare the scope: only these dtypes (repeatable); the certificate says so")
+    c.add_argument("--shard", metavar="K/N", help="run the K-th of N shards of the checks (normcert merge joins them)")
     r = sub.add_parser("replay", help="re-run one saved failing case")
     r.add_argument("file")
     r.add_argument("--impl", action="append", default=[], metavar="OP=MODULE:ATTR",
                    help="the kernel to replay (and, for an agreement failure, the kernel it must agree with)")
     r.add_argument("--device", choices=("cpu", "cuda"))
     r.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result nor progress for this long is hung")
+    r.add_argument("--export", metavar="REPRO.py", help="write a standalone reproducer (torch, numpy and the kernel "
+                                                       "only) instead of replaying")
     sub.add_parser("list", help="the registry of implementations")
     sub.add_parser("schema", help="print the certificate's JSON Schema")
     rep = sub.add_parser("report", help="a certificate as one offline HTML page")
@@ -95,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("--fail-on", choices=("regression", "any-change", "never"), default="regression",
                      help="what exits 1: a regression (a cell pass -> FAIL, or certified -> not; the default), "
                           "any change (as diff does), or never")
+    mrg = sub.add_parser("merge", help="join shard certificates (certify --shard K/N) into one")
+    mrg.add_argument("certificates", nargs="+", metavar="CERT.json")
+    mrg.add_argument("-o", dest="output", metavar="C.json", help="the merged certificate (required)")
     return p
 
 
@@ -122,6 +132,8 @@ def _pytest_args(a) -> list[str]:
             args.append("--normcert-compile")
         if a.workers:
             args += ["-n", a.workers]
+        if a.shard:
+            args += ["--normcert-shard", a.shard]
         args += [f"--normcert-property={p}" for p in a.property] + [f"--normcert-dtype={d}" for d in a.dtype]
         args += a.pytest_args
     else:
@@ -278,14 +290,28 @@ def main(argv: list[str] | None = None) -> int:
 
         print(json.dumps(schema(), indent=1))
         return 0
+    if a.command == "merge":
+        from normcert.properties.presentation.merge_cli import merge  # noqa: PLC0415 - no torch
+
+        return merge(a)
     if a.command in ("report", "compare"):
         from normcert.properties.presentation.report_cli import compare, report  # noqa: PLC0415 - no torch
 
         return report(a) if a.command == "report" else compare(a)
+    if a.command == "replay" and a.export:
+        return _export(a)
     if a.command == "certify" and not (a.impls or a.agree):
         print("normcert certify: give the kernels to certify, OP=MODULE:ATTR ..., or --agree OP=MODULE:ATTR "
               "OP=MODULE:ATTR", file=sys.stderr)
         return USAGE
+    if a.command == "certify" and a.shard:
+        from normcert.properties.evidence.shards import parse  # noqa: PLC0415 - imports nothing heavy
+
+        try:
+            parse(a.shard)
+        except ValueError as e:
+            print(f"normcert certify: {e}", file=sys.stderr)
+            return USAGE
     if a.command == "certify" and a.workers and importlib.util.find_spec("xdist") is None:
         print(f"normcert certify: -n {a.workers} needs pytest-xdist, which is not installed here: "
               f"pip install pytest-xdist (or leave -n out)", file=sys.stderr)
@@ -336,7 +362,8 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
             print(f"normcert: {ending}", file=sys.stderr)
         held = final == 0 and status == 0 and not ending and run.get("replayed") == "pass"
         return 0 if held else (final or 1)
-    judged, disagreement = verdict.judge(run["results"], run["expected"], final, run["crashed"], run["run"])
+    judged, disagreement = verdict.judge(run["results"], run["expected"], final, run["crashed"], run["run"],
+                                         shard=run.get("shard"))
     disagreement = disagreement or run.get("disagreement", "")
     if ending or status != 0:
         judged = "not certified"
@@ -348,7 +375,7 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
         from normcert.properties.evidence.certificate import claimed, verdict_line  # noqa: PLC0415
 
         line = verdict_line(judged, claimed(run["domains"], run["results"]), run["scope"], run["run"],
-                            getattr(a, "profile", None))
+                            getattr(a, "profile", None), run.get("shard"))
         print("\nnormcert verdict: " + line)
         print("\n".join(verdict_table(run["results"])))
     if disagreement:
@@ -359,9 +386,22 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
         print("normcert: nothing was checked", file=sys.stderr)
     if certificate:
         _report(certificate, a.report)
-    if judged == "certified":
+    if judged in verdict.PASSED:  # a shard's "shard passed" too: merging its certificate judges the whole
         return 0
     return final if final not in (0, NO_TESTS) else 1
+
+
+def _export(a) -> int:
+    """``replay FILE --export REPRO.py``: the reproducer (``properties.evidence.reproducer``)."""
+    from normcert.properties.evidence import reproducer  # noqa: PLC0415 - torch only for this command
+    from normcert.properties.evidence.replay import ReplayError  # noqa: PLC0415
+
+    try:
+        print(reproducer.export(a.file, a.export, a.impl))
+    except (ReplayError, reproducer.ExportError) as e:
+        print(f"normcert replay: {e}", file=sys.stderr)
+        return USAGE
+    return 0
 
 
 def _summarise(certificate: str) -> None:

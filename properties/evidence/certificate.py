@@ -1,11 +1,15 @@
 """The certificate: what was checked, on what, and the worst error seen.
 
-JSON schema ``normcert-certificate/8`` (``normcert-certificate.schema.json`` beside this file, printed by
+JSON schema ``normcert-certificate/9`` (``normcert-certificate.schema.json`` beside this file, printed by
 ``normcert schema``; documented in docs/reference/certificate.md):
 
     {"run": "complete" | "incomplete: ..." | "interrupted" | "stopped early: ..." (always the first line),
-     "schema": "normcert-certificate/8",
-     "verdict": "certified" | "not certified" | "incomplete" (``verdict.judge``: from the result rows),
+     "schema": "normcert-certificate/9",
+     "verdict": "certified" | "not certified" | "incomplete" (``verdict.judge``: from the result rows)
+                | "shard passed" (a shard's run whose own checks all pass: never "certified"),
+     "shard": null, or {"index" K, "count" N, "checks" [its checks], "total" (the run's), "identity"
+              (SHA-256 of the run's checks)} for a run of ``--shard K/N`` (``shards``),
+     "merged_from": [{"file", "shard" "K/N"}] (``normcert merge``'s certificate only),
      "disagreement": "" or how pytest's exit status and the result rows disagree (a plugin changed reports),
      "pytest_exit_status": int or null, "deselected": [node ids], "crashed": [node ids],
      "scope": {"properties": [names] or "all", "dtypes": [names] or "all"} (the run's declared scope),
@@ -68,10 +72,11 @@ from .files import UnsafePath, why_not_writable, write_atomic
 from ..harness.run_settings import PROFILES
 from .verdict import DTYPE_ORDER
 
-SCHEMA = "normcert-certificate/8"
-READABLE = ("normcert-certificate/7", SCHEMA)
-"""The certificate formats ``normcert report`` and ``compare`` read: every /7 certificate is a /8 one
-but for its name (/8 added the outcome "not-run"), so both are held to this schema."""
+SCHEMA = "normcert-certificate/9"
+READABLE = ("normcert-certificate/7", "normcert-certificate/8", SCHEMA)
+"""The certificate formats ``normcert report`` and ``compare`` read: every /7 and /8 certificate is a
+/9 one but for its name (/8 added the outcome "not-run", /9 the optional ``shard`` and the verdict
+"shard passed"), so all are held to this schema."""
 
 
 def schema() -> dict:
@@ -93,7 +98,7 @@ def check_writable(path: str, flag: str = "--certificate") -> None:
 def why_not_written(path: str, taken: dict[str, str] | None = None) -> str:
     """Why the certificate's three files may not be written at ``path`` ("" where they may), naming
     the file refused; ``taken`` as for ``files.why_not_writable``."""
-    for target, kind in _files(path):
+    for target, kind in own_files(path):
         problem = why_not_writable(target, kind, taken)
         if problem:
             return f"{target} {problem}"
@@ -212,7 +217,7 @@ def build(session, results: list[dict], config, run: dict) -> dict:
     impls = implementations(session)
     return {"run": run["run"], "schema": SCHEMA, "verdict": run["verdict"], "disagreement": run["disagreement"],
             "pytest_exit_status": run["pytest_exit_status"], "deselected": run["deselected"],
-            "crashed": run["crashed"], "scope": run["scope"], "not_run": run["not_run"],
+            "crashed": run["crashed"], "scope": run["scope"], "not_run": run["not_run"], "shard": run.get("shard"),
             "config": {"inifile": str(config.inipath) if config.inipath else None, "rootdir": str(config.rootpath),
                        "args": list(config.invocation_params.args)},
             "environment": environment(session, config),
@@ -287,7 +292,7 @@ def headline(cert: dict) -> str:
     """The certificate's verdict in one line (``verdict_line``)."""
     domains = claimed({k: v.get("certified_on", "") for k, v in cert["implementations"].items()}, cert["results"])
     return verdict_line(cert["verdict"], domains, cert["scope"], cert["run"],
-                        cert.get("environment", {}).get("profile"))
+                        cert.get("environment", {}).get("profile"), cert.get("shard"))
 
 
 DECLARED_OUT = "outside its declared domain"  # the message of a dtype the kernel's domain leaves out (runner)
@@ -341,11 +346,17 @@ def _refusals(rows: list[dict]) -> dict[tuple[str, str], list[str] | None]:
     return {key: (sorted(set(p)) if key in ran else None) for key, p in props.items()}
 
 
-def verdict_line(verdict: str, domains: dict[str, str], scope: dict, state: str, profile: str | None = None) -> str:
+def verdict_line(verdict: str, domains: dict[str, str], scope: dict, state: str, profile: str | None = None,
+                 shard: dict | None = None) -> str:
     """The verdict in one line, as the certificate's first line and ``normcert certify``'s last say it:
     with the kernels' declared domains, the declared scope where the run was narrowed, a Hypothesis
-    profile with fewer examples than ``ci``'s, and the run's state where it did not complete."""
+    profile with fewer examples than ``ci``'s, the run's state where it did not complete, and, for a
+    shard's run (``shards.record``), which shard and that it is no certificate of the whole."""
     text = verdict + on_domains(domains)
+    if shard:
+        text = (f"shard {shard['index']}/{shard['count']} passed: its {len(shard['checks'])} of the run's "
+                f"{shard['total']} checks pass (not certified until merged with the other shards: normcert merge)"
+                if verdict == "shard passed" else f"{text} (shard {shard['index']}/{shard['count']})")
     narrowed = [f"{k} {', '.join(v)}" for k, v in scope.items() if v != "all"]
     if narrowed:
         text += f" (scope: {'; '.join(narrowed)})"
@@ -410,6 +421,7 @@ def write_incomplete(path: str, why: str) -> None:
     written before any kernel code is imported, replaced by ``write`` when the run ends."""
     write_files(path, {"run": f"incomplete: {why}", "schema": SCHEMA, "verdict": "incomplete", "disagreement": "",
                     "pytest_exit_status": None, "deselected": [], "crashed": [], "scope": {}, "not_run": [],
+                    "shard": None,
                     "config": {}, "environment": {"normcert": normcert.__version__}, "summary": {},
                     "implementations": {}, "results": []})
 
@@ -437,7 +449,7 @@ def badge(cert: dict) -> dict:
     "certified (narrowed)", yellow-green, where it does: the certificate's headline says how."""
     if cert["verdict"] == "certified" and headline(cert) != "certified":
         return {"schemaVersion": 1, "label": "normcert", "message": "certified (narrowed)", "color": "yellowgreen"}
-    colour = {"certified": "brightgreen", "incomplete": "lightgrey"}.get(cert["verdict"], "red")
+    colour = {"certified": "brightgreen", "incomplete": "lightgrey", "shard passed": "blue"}.get(cert["verdict"], "red")
     return {"schemaVersion": 1, "label": "normcert", "message": cert["verdict"], "color": colour}
 
 
@@ -482,14 +494,14 @@ def append_step_summary(cert: dict) -> None:
             f.write(step_summary(cert))
 
 
-def _files(path: str) -> tuple[tuple[str, str], ...]:
+def own_files(path: str) -> tuple[tuple[str, str], ...]:
     """The certificate's three files, each with its kind (``files.MARKS``): the JSON, the Markdown, the badge."""
     return ((path, "certificate"), (markdown_path(path), "markdown"), (badge_path(path), "badge"))
 
 
 def outputs(path: str) -> tuple[str, ...]:
     """Every file a certificate at ``path`` writes (another output must not be one of them)."""
-    return tuple(target for target, _ in _files(path))
+    return tuple(target for target, _ in own_files(path))
 
 
 def write_files(path: str, cert: dict) -> None:
@@ -500,7 +512,7 @@ def write_files(path: str, cert: dict) -> None:
     if problem:
         raise UnsafePath(f"{problem}: not replaced")
     texts = (to_json(cert), markdown(cert), json.dumps(badge(cert)) + "\n")
-    for (target, _), text in zip(_files(path), texts):
+    for (target, _), text in zip(own_files(path), texts):
         write_atomic(target, text)
 
 

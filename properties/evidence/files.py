@@ -34,6 +34,7 @@ MARKS = {
     "compare text": b"normcert compare ",
     "compare markdown": b"### normcert compare ",
     "replay": b"PK\x03\x04",  # a replay file is an .npz: a zip archive (replay.save_failure)
+    "reproducer": b"#!/usr/bin/env python3\n# normcert reproducer: ",  # replay --export (reproducer.TEMPLATE)
 }
 """How each kind of file normcert writes begins."""
 

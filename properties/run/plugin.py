@@ -24,6 +24,7 @@ certify`` takes the short forms):
     --normcert-meta-seeds K          global seeds each correct planted variant is certified under
     --normcert-property P   the run's declared scope: only these property families (repeatable)
     --normcert-dtype D      the run's declared scope: only these dtypes (repeatable)
+    --normcert-shard K/N    run the K-th of N shards of the scope's checks (``evidence.shards``)
     --hypothesis-profile dev|ci|thorough|large   (Hypothesis's own option; ci by default;
                             large: ci plus cases past 2**31 elements, on a GPU)
 
@@ -68,7 +69,9 @@ import hypothesis.core
 import pytest
 from hypothesis import settings
 
+from ..evidence import shards
 from ..harness.run_settings import KERNEL_TIMEOUT, PROFILES, RUN_RECORD
+from . import scope
 
 
 def flag(name: str) -> str:
@@ -123,6 +126,7 @@ def pytest_addoption(parser):
                      "the certificate states it")
     g.addoption("--normcert-dtype", action="append", default=[], metavar="DTYPE",
                 help="declare the run's scope: only these dtypes (repeatable, or comma-separated)")
+    g.addoption("--normcert-shard", metavar="K/N", help="run shard K of N of the checks (normcert merge joins them)")
 
 
 # ------------------------------------------------------------------ collection under installed names
@@ -255,15 +259,6 @@ def _torch_threads():
         import torch  # noqa: PLC0415
 
         torch.set_num_threads(1)
-
-
-def _scope(config, option: str, known) -> list[str] | None:
-    """The names given with ``option`` (repeatable, comma-separated), checked against ``known``; None: all."""
-    names = [n.strip() for v in config.getoption(option) for n in v.split(",") if n.strip()]
-    for n in names:
-        if n not in known:
-            raise pytest.UsageError(f"{option} {n}: unknown, expected one of {', '.join(known)}")
-    return sorted(set(names), key=list(known).index) or None
 
 
 def _agreeing(plugins: list, specs: list[str]) -> list:
@@ -411,8 +406,8 @@ class Suite:
         from ..families import BY_NAME  # noqa: PLC0415
 
         self.families = BY_NAME
-        self.scope = {"properties": _scope(config, "--normcert-property", BY_NAME),
-                      "dtypes": _scope(config, "--normcert-dtype", DTYPE_NAMES.values())}
+        self.scope = {"properties": scope.names(config, "--normcert-property", BY_NAME),
+                      "dtypes": scope.names(config, "--normcert-dtype", DTYPE_NAMES.values())}
         if self.certificate and self.controller:  # before any kernel's module is imported: replaced at the end
             certificate.write_incomplete(self.certificate, f"started {time.strftime('%Y-%m-%d %H:%M:%S')} and did "
                                                            f"not finish (crashed or killed)")
@@ -420,6 +415,8 @@ class Suite:
 
         self.session.interpreter = interpreter.install() if interpreter.active() else None
         try:
+            given = config.getoption("--normcert-shard")
+            self.shard, self.checks = (shards.parse(given, flag("shard")) if given else None), []
             plugins = [impls.plugin(s) for s in config.getoption("--normcert-impl")]
             plugins = _agreeing(plugins, config.getoption("--normcert-agree"))
             spec = config.getoption("--normcert-domain")
@@ -485,6 +482,7 @@ class Suite:
         replaying = bool(config.getoption("--normcert-replay"))
         plugged = _plugged(config)
         properties, dtypes = self.scope["properties"], self.scope["dtypes"]
+        mine, every = (set(self.expected()), set(self.checks)) if self.shard and not replaying else (None, None)
 
         def in_scope(item) -> bool:
             family = self.family(item)
@@ -500,7 +498,8 @@ class Suite:
                 return True
             if (name == SUITE + ".test_replay") != replaying:
                 return False
-            if not in_scope(item):
+            if not in_scope(item) or (mine is not None and not scope.in_shard(
+                    item, self.family(item), mine, every, self.shard[0] == 1)):
                 return False
             return replaying or not plugged or "impl" in getattr(item, "fixturenames", ())
 
@@ -579,12 +578,12 @@ class Suite:
         self.deselected.extend(item.nodeid for item in items)
 
     def expected(self) -> list[str]:
-        """Every check of the run's scope, "kernel id property dtype" (``families.expected``)."""
+        """Every check "kernel id property dtype" of the run's scope (``families.expected``), its shard's."""
         from .. import families  # noqa: PLC0415
 
         s = self.session
-        want = families.expected(s.impls, s.device, s.bitwise, s.profile, **self.scope)
-        return [" ".join(k) for k in sorted(want)]
+        self.checks = sorted(" ".join(k) for k in families.expected(s.impls, s.device, s.bitwise, s.profile, **self.scope))
+        return shards.assigned(self.checks, self.shard)
 
     @pytest.hookimpl(trylast=True)  # after every other plugin's and conftest.py's: the verdict is ours
     def pytest_sessionfinish(self, session, exitstatus):
@@ -612,17 +611,18 @@ class Suite:
         stopped = session.shouldstop or session.shouldfail  # -x, --maxfail: not every test ran
         state = "interrupted" if status == pytest.ExitCode.INTERRUPTED else (
             f"stopped early: {stopped}" if stopped else "complete")
-        judged, disagreement = verdict.judge(self.results, expected, status, self.crashed, state, certifying)
+        judged, disagreement = verdict.judge(self.results, expected, status, self.crashed, state, certifying, self.shard)
         if disagreement:
             report.write_line(f"normcert: not certified: {disagreement}", red=True)
-        self.failed_run = (judged != "certified" and certifying) or bool(disagreement) or (
+        self.failed_run = (judged not in verdict.PASSED and certifying) or bool(disagreement) or (
             replaying and self.replayed != "pass")
         if self.failed_run and status == 0:
             session.exitstatus = status = 1
         run = {"run": state, "verdict": judged, "disagreement": disagreement, "pytest_exit_status": status,
                "deselected": self.deselected, "crashed": self.crashed, "not_run": missing if certifying else [],
                "expected": expected, "scope": {k: v or "all" for k, v in self.scope.items()},
-               "domains": {i.id: i.domain.describe() for i in self.session.impls}, "replayed": self.replayed}
+               "domains": {i.id: i.domain.describe() for i in self.session.impls}, "replayed": self.replayed,
+               "shard": shards.record(self.shard, self.checks)}
         if self.certificate:
             try:
                 cert = certificate.write(self.certificate, self.session, self.results, session.config, run)

@@ -181,7 +181,7 @@ def test_each_output_kind_begins_with_its_mark(tmp_path):
         assert cli.main(["compare", a, a, "--format", fmt, "-o", out]) == 0
         outputs[kind] = out
     assert cli.main(["report", a, "-o", str(tmp_path / "r.html")]) == 0
-    assert set(outputs) == set(files.MARKS) - {"replay"}  # a replay file's: test_replay_files
+    assert set(outputs) == set(files.MARKS) - {"replay", "reproducer"}  # test_replay_files, test_reproducer
     for kind, out in [*outputs.items(), ("page", str(tmp_path / "r.html"))]:
         assert not files.foreign(out, kind), (kind, open(out).read(80))
     assert json.loads((tmp_path / "c.badge.json").read_text())["label"] == "normcert"

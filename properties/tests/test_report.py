@@ -16,6 +16,7 @@ from normcert import cli
 from ...oracle.assessment import TOP_K, WINDOW, worst_elements
 
 from ..presentation import report
+from ..evidence.certificate import SCHEMA
 from . import report_samples
 from ..harness.measure import PropertyFailure, Worst, check_pair
 from ..presentation.report_replay import elements_view
@@ -113,7 +114,7 @@ def test_normcert_report_writes_the_page_and_refuses_bad_input_in_one_line(tmp_p
     assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
     assert cli.main(["report", str(cert)]) == 0 and (tmp_path / "c.html").is_file()  # beside it by default
     bad = tmp_path / "bad.json"
-    for text, problem in (("{", "not JSON"), ('{"schema": "x"}', "not a normcert-certificate/8 certificate"),
+    for text, problem in (("{", "not JSON"), ('{"schema": "x"}', f"not a {SCHEMA} certificate"),
                           (json.dumps({**report_samples.certified(), "results": [{}]}), "does not fit the schema")):
         bad.write_text(text)
         capsys.readouterr()
