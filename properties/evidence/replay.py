@@ -36,7 +36,7 @@ from .. import families
 from ..families import CASE_CHECKS
 
 from ..search.case import MAX_ELEMENTS, Case, extent
-from ..search.context import AS_TESTED, TRAINING, Context, problem
+from ..search.context import AS_TESTED, TRAINING, Context, problem, stored
 from .certificate import finite_json, versions
 from .files import UnsafePath, write_atomic
 
@@ -278,7 +278,8 @@ def load(path: str, device: str) -> tuple[dict, Case]:
         flat = torch.from_numpy(data.copy()).view(dtype) if data.size else torch.empty(0, dtype=dtype)
         flat = flat.to(device)
         tensors[k] = torch.as_strided(flat, shape, stride, offset) if span else flat[:0].reshape(shape)
+    context = stored(meta.get("context", tested(families.BY_NAME[meta["property"]]).as_dict()))
     case = Case(meta["op"], tensors, dict(meta["scalars"]), dict(meta["notes"]), dict(meta["params"]),
-                meta.get("config", ""), Context(**meta.get("context", tested(families.BY_NAME[meta["property"]]).as_dict())))
+                meta.get("config", ""), Context(**context))
     _check_case(path, meta, case)
     return meta, case
