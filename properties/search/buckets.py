@@ -234,14 +234,12 @@ def choice(xs, bucket: Bucket | None = None, salt: str = ""):
     return st.sampled_from(xs[k:] + xs[:k])
 
 
-def cycled(xs, bucket: Bucket | None = None, salt: str = ""):
-    """``sampled_from(xs)``; under a bucket, xs rotated by k = (turn + o) mod len(xs), o spun by the
-    run (``Bucket.cycle``, salted per choice): the example each bucket tries first takes the next
-    element in turn, so that over any len(xs) consecutive buckets of a schedule it takes every one
-    (a calling-context field, ``context.contexts``: each value meets a bucket in every run)."""
+def cycled(xs, bucket: Bucket, salt: str = ""):
+    """``sampled_from(xs)`` rotated by k = (turn + o) mod len(xs), o spun by the run (``Bucket.cycle``,
+    salted per choice): the example each bucket tries first takes the next element in turn, so that
+    over any len(xs) consecutive buckets of a schedule it takes every one (a calling-context field,
+    ``context.contexts``: each value meets a bucket in every run)."""
     xs = tuple(xs)
-    if bucket is None:
-        return st.sampled_from(xs)
     k = (bucket.turn + _mix(bucket.cycle, salt)) % len(xs)
     return st.sampled_from(xs[k:] + xs[:k])
 

@@ -22,6 +22,7 @@ from ...harness.measure import PropertyFailure, Worst
 from ...harness.session import Session
 from ...run import runner
 from ...run.failures import kind_of, narrowed
+from ...search.buckets import Bucket, cycled
 from ...search.context import AS_TESTED, Context, choices, problem
 
 from . import planted_context
@@ -85,6 +86,14 @@ def test_each_field_draws_the_as_tested_value_first():
     assert choices("requires", ("x",), training=True) == ("all",)
     assert AS_TESTED.describe() == "as tested"
     assert Context(requires="weight", dy="sliced").describe() == "requires=weight, dy=sliced"
+
+
+def test_a_bucket_s_context_takes_each_value_in_turn():
+    """Over any k consecutive buckets of a schedule, a field of k values is tried first in each one."""
+    xs = ("worker", "fresh", "importer")
+    for cycle in (0, 7, 12345):
+        firsts = [cycled(xs, Bucket("odd", 3, 5, turn=t, cycle=cycle), "context thread").elements[0] for t in range(6)]
+        assert set(firsts[:3]) == set(firsts[3:]) == set(xs) and firsts[:3] == firsts[3:]
 
 
 def test_a_context_is_validated_field_by_field():
@@ -186,6 +195,8 @@ def test_each_result_counts_the_contexts_its_cases_ran_in(normcert_session, tmp_
         assert res.modes.startswith("contexts: " + ("grad on " if family == "accuracy" else "requires all ")), res.modes
         fields = res.modes.removeprefix("contexts: ").split("; ")
         assert [f.split(" ")[0] for f in fields] == list(BY_NAME[family].contexts)
+        assert {"autocast", "threads", "thread"} <= {f.split(" ")[0] for f in fields}
+        assert "importer" in res.modes and "autocast off" in res.modes, res.modes
         for f in fields:  # every checked case counted once per field
             assert sum(int(n) for n in re.findall(r" (\d+)(?:,|$)", f)) == res.examples - res.refused, f
         assert any(not re.fullmatch(r"\w+ \S+ \d+", f) for f in fields), "some field drew more than one value"
