@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import threading
 from dataclasses import dataclass, field, replace
 from importlib.metadata import entry_points
 from typing import Callable
@@ -122,6 +123,7 @@ def is_custom_op(fn) -> bool:
 
 FLUSHED_AT_IMPORT = "set flush-to-zero at import (torch.set_flush_denormal(True))"
 _import_faults: dict[str, str] = {}  # module name -> what importing it did to this process (``imported``)
+_importers: dict[str, int] = {}  # module name -> the ident of the thread that imported it (``imported``)
 
 
 def flushes_denormals() -> bool:
@@ -136,11 +138,13 @@ def imported(load, module: str):
     whatever the code run did: flush-to-zero found on afterwards is turned off again.  Where the
     load turned it on, ``module`` and every module the load imported carry the fault
     (``import_fault``), and so do the kernels from them: a kernel module that sets a process-wide
-    speed setting at import changes the oracle's arithmetic, not only its own."""
+    speed setting at import changes the oracle's arithmetic, not only its own.  The thread that
+    ran the load is noted as the importer of every module it imported (``importer``)."""
     before, loaded = flushes_denormals(), set(sys.modules)
     try:
         return load()
     finally:
+        _importers.update(dict.fromkeys(set(sys.modules) - loaded, threading.get_ident()))
         if flushes_denormals():
             torch.set_flush_denormal(False)
             if not before:
@@ -152,6 +156,15 @@ def import_fault(module: str) -> str:
     parts = module.split(".")
     return next((_import_faults[m] for m in (".".join(parts[:i]) for i in range(len(parts), 0, -1))
                  if m in _import_faults), "")
+
+
+def importer(impl: Impl) -> int:
+    """The ident of the thread that imported ``impl``'s module (or the package above it) in this process:
+    the one that ran ``imported``, else the main thread (a module imported by an ``import`` statement
+    of the program itself, as the registry's own and a test's are, is imported there)."""
+    parts = impl.target.partition(":")[0].split(".")
+    return next((_importers[m] for m in (".".join(parts[:i]) for i in range(len(parts), 0, -1)) if m in _importers),
+                threading.main_thread().ident)
 
 
 def _faulted(impl: Impl, module: str = "") -> Impl:

@@ -34,7 +34,7 @@ from .. import families
 from ..families import CASE_CHECKS
 
 from ..search.case import MAX_ELEMENTS, Case, extent
-from ..search.context import AS_TESTED, TRAINING, Context, problem
+from ..search.context import AS_TESTED, TRAINING, Context, problem, stored
 from . import replay_names as names
 from .bounded_json import TooDeep, loads
 from .certificate import finite_json, versions
@@ -281,8 +281,9 @@ def load(path: str, device: str) -> tuple[dict, Case]:
         flat = torch.from_numpy(data.copy()).view(dtype) if data.size else torch.empty(0, dtype=dtype)
         flat = flat.to(device)
         tensors[k] = torch.as_strided(flat, shape, stride, offset) if span else flat[:0].reshape(shape)
+    context = stored(meta.get("context", tested(families.BY_NAME[meta["property"]]).as_dict()))
     case = Case(meta["op"], tensors, dict(meta["scalars"]), dict(meta["notes"]), dict(meta["params"]),
-                meta.get("config", ""), Context(**meta.get("context", tested(families.BY_NAME[meta["property"]]).as_dict())))
+                meta.get("config", ""), Context(**context))
     _check_case(path, meta, case)
     wrong = names.mismatch(path, names.digest(path), meta["op"], meta["property"])
     if wrong:

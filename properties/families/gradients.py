@@ -13,8 +13,9 @@ carry a grad_fn on some inputs and not on others fails.
 
 Each case is called in a drawn context (``search.context``): which inputs require grad (all, or
 one leaf alone: the gradients asked for are exactly those, as a frozen weight asks), the default
-dtype, the calling thread, and the layout of dy (contiguous, a transposed view, a slice of a wider
-buffer, a row expanded with stride 0), with the exact VJP taken of the dy handed over.
+dtype, the calling thread, the layout of dy (contiguous, a transposed view, a slice of a wider
+buffer, a row expanded with stride 0), with the exact VJP taken of the dy handed over, autocast
+around the forward (its backward outside, as torch's AMP recipe runs it) and torch's thread count.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from ..search.buckets import integer
 from ..search.context import TRAINING, contexts
 from ..search.strategies import cases, cotangents
 
-DRAWN = ("requires", "dtype", "thread", "dy")
+DRAWN = ("requires", "dtype", "thread", "dy", "autocast", "threads")
 """The context fields the gradients family draws (``search.context``); grad mode is on, buffers fresh."""
 
 

@@ -1,17 +1,19 @@
 """Calling a kernel in a drawn context (``search.context``): the one place a ``Context`` is applied.
 
 ``called`` makes the inputs the context asks for (leaves that require grad, buffers rewritten
-between two calls), enters the grad mode in the kernel's thread and the default dtype in the
-calling thread, picks the thread, and calls through ``sandbox.invoke`` (so every call keeps the
+between two calls), enters the grad mode, autocast and torch's thread count in the kernel's thread
+and the default dtype in the calling thread, picks the thread, and calls through ``sandbox.invoke`` (so every call keeps the
 contract checks and the watchdog).  ``laid_out`` gives a cotangent the context's layout.
 """
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import replace
 
 import torch
 
+from ...impls import importer
 from ...oracle import OPS
 from ...oracle.kinds import KINDS
 from ..search.context import Context
@@ -33,13 +35,21 @@ def trains(impl) -> bool:
 
 def effective(impl, case) -> Context:
     """``case.context`` as it applies to ``impl``: a kernel no training step calls gets no input
-    that requires grad, and no cotangent; a masked op's cotangent is not expanded (its padded rows'
-    cotangent is zero, a row broadcast over them would not be)."""
+    that requires grad, no cotangent and no autocast (served's rule, ``modes``: autocast meets
+    float32 cases of a training step alone); a masked op's cotangent is not expanded (its padded
+    rows' cotangent is zero, a row broadcast over them would not be); torch's thread count is a
+    CPU setting; the importer's thread is the calling one or is not called in (a worker's)."""
     context = case.context
     if not trains(impl):
-        return replace(context, requires="none", dy="contiguous")
+        context = replace(context, requires="none", dy="contiguous", autocast="off")
+    if context.autocast == "on" and case.dtype != torch.float32:
+        context = replace(context, autocast="off")
     if context.dy == "expanded" and (case.record.mask or case.record.counts):
-        return replace(context, dy="contiguous")
+        context = replace(context, dy="contiguous")
+    if context.threads != "run" and case.main.device.type != "cpu":
+        context = replace(context, threads="run")
+    if context.thread == "importer" and threading.get_ident() != importer(impl):
+        context = replace(context, thread="worker")
     return context
 
 
@@ -91,7 +101,9 @@ def called(session, impl, case, within=None, mode: str = ""):
 
     @contextlib.contextmanager
     def inside():
-        with _GRAD_OFF.get(ctx.grad, contextlib.nullcontext)(), \
+        with _GRAD_OFF.get(ctx.grad, contextlib.nullcontext)(), _pool(ctx.threads), \
+                (torch.autocast(case.main.device.type, torch.bfloat16) if ctx.autocast == "on"
+                 else contextlib.nullcontext()), \
                 (within() if within is not None else contextlib.nullcontext()):
             yield
 
@@ -106,8 +118,9 @@ def called(session, impl, case, within=None, mode: str = ""):
 
     def call():
         with torch.enable_grad() if ctx.grad == "on" else contextlib.nullcontext():
-            return invoke(session, impl, live, within=inside if ctx.grad != "on" or within else None, mode=name,
-                          around=None if ctx.dtype == "float32" else around, fresh=ctx.thread == "fresh")
+            entered = ctx.grad != "on" or within or ctx.threads != "run" or ctx.autocast == "on"
+            return invoke(session, impl, live, within=inside if entered else None, mode=name,
+                          around=None if ctx.dtype == "float32" else around, thread=ctx.thread)
 
     if rewritten:
         _negate(mine[k] for k in rewritten)
@@ -119,6 +132,20 @@ def called(session, impl, case, within=None, mode: str = ""):
             raise ContractViolation(f"{impl.id} set requires_grad on its input {k!r}, which its caller gave "
                                     f"without it (a gradient not asked for: a frozen parameter made trainable)")
     return outs, live, {k: mine[k] for k in leaves}
+
+
+@contextlib.contextmanager
+def _pool(threads: str):
+    """torch's intra-op thread count at ``threads`` ("run": as it is), in the calling thread (the
+    count is read per thread), put back after."""
+    before = torch.get_num_threads()
+    if threads != "run":
+        torch.set_num_threads(int(threads))
+    try:
+        yield
+    finally:
+        if threads != "run":
+            torch.set_num_threads(before)
 
 
 def laid_out(c: torch.Tensor, layout: str) -> torch.Tensor:

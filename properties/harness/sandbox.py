@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...impls import flushes_denormals
+from ...impls import flushes_denormals, importer
 from . import interpreter
 from ..search.case import Case
 from .run_settings import FIRST_CALL, PROGRESSING
@@ -224,7 +224,7 @@ def _slow(what: str, limit: float, waited: Waited) -> str:
             f"interpreted launches kept advancing ({waited.programs} programs)")
 
 
-def kernel_code(session, impl, what: str, thunk, specialisation=None, fresh: bool = False):
+def kernel_code(session, impl, what: str, thunk, specialisation=None, thread: str = "worker"):
     """``thunk()`` (a call into kernel code) under the watchdog; its failures are the kernel's.
 
     The call runs in the session's worker thread (``Worker``), with the caller's grad mode, and is given
@@ -238,8 +238,13 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None, fresh: boo
     fail at once with "hung: no result after T s" (the thread cannot be killed; it is left behind
     and dies with the process).  Once the result is recorded (``runner.record``), the kernel's next
     result calls it again, in a fresh thread.  Any exception but KeyboardInterrupt is a ``ContractViolation``
-    naming the kernel; NotImplementedError is ``NotSupported`` (a refusal).  ``fresh``: the call runs
-    in a thread started for it alone (a ``Worker`` of its own, retired after it), under the same watchdog.
+    naming the kernel; NotImplementedError is ``NotSupported`` (a refusal).  ``thread`` (``Context.thread``):
+    "worker" as above; "fresh": the call runs in a thread started for it alone (a ``Worker`` of its own,
+    retired after it), under the same watchdog; "importer": the call runs in the calling thread, which
+    must be the one that imported the kernel's module (``impls.importer``): no watchdog can stop a call
+    in its own thread, so such a call is timed only (past its limit it is noted slow), and a hang there
+    is the run's own timeout's; thread-local state it leaves changed fails it, and is put back where
+    torch can (grad mode, autocast, flush-to-zero).
     torch's global state (``global_state``) is restored after the call, and a
     kernel that changed it is a ``ContractViolation`` too.  A kernel whose module changed the
     process's floating-point state at import (``Impl.import_fault``) fails every call, uncalled.
@@ -272,11 +277,11 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None, fresh: boo
     limit = session.kernel_timeout * (1 if key in session.called else FIRST_CALL)
     if session.worker is None:
         session.worker = Worker()
-    worker = Worker() if fresh else session.worker
+    worker = Worker() if thread == "fresh" else _Inline(impl) if thread == "importer" else session.worker
     if impl.id not in session.hung:
         with session.forcing(impl).active():  # an autotuned kernel runs the config the runner selected
             waited = worker.run(call, limit, session.beat)
-        if fresh and waited.finished:
+        if thread == "fresh" and waited.finished:
             worker.retire()
         if not waited.finished:
             session.hung[impl.id] = _hung(impl, what, limit, waited)
@@ -292,7 +297,7 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None, fresh: boo
     changed = restore_global_state(before)
     torch.set_rng_state(rng)  # a kernel that draws random numbers must not shift later draws
     if box.get("leaked"):
-        session.worker.retire()  # its thread-local state is the kernel's now: the next call gets a fresh thread
+        worker.retire()  # its thread-local state is the kernel's now: the next call gets a fresh thread
     error = box.get("error")
     if error is None and changed:
         raise ContractViolation(f"{impl.id}{what} changed torch's global state: {changed} (restored)")
@@ -340,6 +345,26 @@ def _benchmarked(e: BaseException) -> bool:
             return True
         tb = tb.tb_next
     return False
+
+
+class _Inline:
+    """``Worker``'s interface for a call in the calling thread, the kernel's importer (``kernel_code``)."""
+
+    def __init__(self, impl):
+        if threading.get_ident() != importer(impl):
+            raise RuntimeError(f"{impl.id}: a call on its importer thread made from another thread")
+        self.state = thread_state()
+
+    def run(self, fn, timeout: float, progressed=lambda: None) -> Waited:
+        start, first = time.monotonic(), interpreter.programs(threading.get_ident())
+        fn()
+        return Waited(True, time.monotonic() - start, interpreter.programs(threading.get_ident()) - first)
+
+    def retire(self) -> None:
+        """Put back the thread-local state torch lets be set (inference mode it does not)."""
+        torch.set_autocast_enabled("cpu", self.state["autocast (cpu)"])
+        torch.set_autocast_enabled("cuda", self.state["autocast (cuda)"])
+        torch.set_flush_denormal(self.state["flush denormal"])
 
 
 def thread_state() -> dict:
@@ -390,14 +415,14 @@ def first_line(e: BaseException) -> str:
 
 
 def invoke(session, impl, case: Case, within=None, mode: str = "", around=None,
-           fresh: bool = False) -> tuple[torch.Tensor, ...]:
+           thread: str = "worker") -> tuple[torch.Tensor, ...]:
     """Call the kernel on ``case`` and enforce the output contract; returns its outputs as the values
     they hold (``record.Op.decode``: packed FP4 unpacked, swizzled scales read through their index
     map; the others as they are).  ``within``:
     a context factory entered around the call in the kernel's own thread (a calling mode,
     ``modes``: inference mode and autocast are per thread), ``mode`` its name; ``around``: one entered
-    around the call in the calling thread (process-wide state: the default dtype); ``fresh``: the call
-    runs in a thread of its own (``kernel_code``)."""
+    around the call in the calling thread (process-wide state: the default dtype); ``thread``: the
+    thread the call runs in (``kernel_code``)."""
     info = case.record
     before = snapshot(case)
     args = case.oracle_args()
@@ -407,7 +432,7 @@ def invoke(session, impl, case: Case, within=None, mode: str = "", around=None,
             return info.call(impl.fn, args)
 
     with around() if around is not None else contextlib.nullcontext():
-        out = kernel_code(session, impl, "", call, (case.dtype, torch.is_grad_enabled(), mode), fresh=fresh)
+        out = kernel_code(session, impl, "", call, (case.dtype, torch.is_grad_enabled(), mode), thread=thread)
     outs = shaped_outputs(impl, case, args, out)
     check_layouts(impl, case, outs)
     check_unmutated(impl, case, before)

@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import functools
 import time
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from hypothesis import HealthCheck, Phase, given, seed, settings, target
@@ -55,6 +54,7 @@ from ..harness.calling import effective
 from ..harness.sandbox import ContractViolation, KernelHung, NotSupported, first_line, invoke, kernel_code
 from ..search.buckets import LONG_RUN, buckets, large_buckets
 from ..families.long_run import said
+from .failures import kind_of, narrowed
 
 
 @dataclass
@@ -225,15 +225,16 @@ def rotated(session, impl, family_name: str, bucket: str) -> str:
 
 def scheduled(session, family, impl, dtype) -> tuple:
     """The family's buckets (``buckets.buckets``) for this kernel and dtype, spun by the run's seed;
-    those of ``ROTATED`` in one dtype per run."""
+    those of ``ROTATED`` in one dtype per run; each told its turn in the schedule (``buckets.cycled``)."""
     if not family.buckets or not family.applies(oracle.OPS[impl.op]) or not impl.domain.admits_dtype(DTYPE_NAMES[dtype]):
         return ()
     spin = session.derive_seed(impl.op, family.name, DTYPE_NAMES[dtype], "buckets")
     if family.profile == "large":
         return large_buckets(oracle.OPS[impl.op], spin)
     interpreted = ("many" in family.buckets or LONG_RUN in family.buckets) and runs_interpreted(session, impl, dtype)
-    return tuple(b for b in buckets(oracle.OPS[impl.op], spin, interpreted, session.long_run) if b.name in family.buckets
-                 and (b.name not in ROTATED or rotated(session, impl, family.name, b.name) == DTYPE_NAMES[dtype]))
+    mine = [b for b in buckets(oracle.OPS[impl.op], spin, interpreted, session.long_run) if b.name in family.buckets
+            and (b.name not in ROTATED or rotated(session, impl, family.name, b.name) == DTYPE_NAMES[dtype])]
+    return tuple(replace(b, turn=k, cycle=spin) for k, b in enumerate(mine))
 
 
 def as_run(outcome: str, message: str) -> tuple[str, str]:
@@ -374,16 +375,6 @@ class Found:
         measured = {} if self.units is None else {"worst_units": self.units, "worst_ulps": self.ulps}
         return {"message": self.message, "where": self.case.describe(), "kind": self.kind, "replay": replay,
                 **measured}
-
-
-def kind_of(e: BaseException, message: str) -> str:
-    """Which failure ``e`` (said as ``message``) is, for telling a cell's distinct failures apart: the
-    raiser's own ``kind`` where it gives one (an output's name and whether its NaN pattern, an
-    infinity or its error past the bound failed, ``Assessment.failure``; a kernel's exception type
-    and the place it was raised, ``sandbox.kernel_code``), else its type and message with every
-    number taken out (a shape or a value names the case, not the failure)."""
-    return getattr(e, "kind", "") or f"{type(e).__name__}: " + re.sub(
-        r"#(?:, #)+", "#", re.sub(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|\binf\b|\bnan\b", "#", message))
 
 
 class _Search:
@@ -579,6 +570,8 @@ class _Search:
         failure = isinstance(e, (AssertionError, Flaky))
         outcome = ("fail" if self.gating else "warn") if failure else "error"
         case, message = self.failed or (None, first_line(e) or type(e).__name__)
+        if failure and case is not None and not self.shrinks_not and not isinstance(e, Flaky) and not self.hung:
+            case, message = self.failed = narrowed(self, case, message, self.failed_as[0])
         if isinstance(e, Flaky):
             message = f"nondeterministic: the same case gave another result when run again ({message})"
         elif not failure:

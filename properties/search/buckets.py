@@ -64,6 +64,8 @@ class Bucket:
     profile: str | None = None  # the row tensors' value profile (None: drawn)
     columns: bool = False  # the profile's groups are columns (an op that normalises over rows)
     calls: int = 0  # the consecutive calls a long-run case makes (``LONG_RUN``); 0: one call
+    turn: int = 0  # its place in its family's schedule (``runner.scheduled``): a context field cycles with it
+    cycle: int = 0  # the run's spin of that schedule: where each field's cycle starts (``cycled``)
 
     def shape(self, rec) -> tuple[int, ...]:
         return (self.rows,) + ((self.heads,) if self.heads else ()) + (2 * self.width if rec.halves else self.width,)
@@ -229,6 +231,16 @@ def choice(xs, bucket: Bucket | None = None, salt: str = ""):
     if bucket is None:
         return st.sampled_from(xs)
     k = _mix(bucket.spin, salt) % len(xs)
+    return st.sampled_from(xs[k:] + xs[:k])
+
+
+def cycled(xs, bucket: Bucket, salt: str = ""):
+    """``sampled_from(xs)`` rotated by k = (turn + o) mod len(xs), o spun by the run (``Bucket.cycle``,
+    salted per choice): the example each bucket tries first takes the next element in turn, so that
+    over any len(xs) consecutive buckets of a schedule it takes every one (a calling-context field,
+    ``context.contexts``: each value meets a bucket in every run)."""
+    xs = tuple(xs)
+    k = (bucket.turn + _mix(bucket.cycle, salt)) % len(xs)
     return st.sampled_from(xs[k:] + xs[:k])
 
 

@@ -88,8 +88,8 @@ def rms_trainable_weight_twin(x, weight, eps):
 
 
 def rms_frozen_weight_shortcut(x, weight, eps):
-    """With the weight frozen (no dw asked: LoRA, PEFT) its backward takes dx = rho g."""
-    return _Rms.apply(x, _weight(x, weight), eps, False, True)
+    """With a weight given and frozen (no dw asked: LoRA, PEFT) its backward takes dx = rho g."""
+    return _Rms.apply(x, _weight(x, weight), eps, False, weight is not None)
 
 
 def rms_frozen_weight_twin(x, weight, eps):
@@ -191,6 +191,71 @@ def rms_default_dtype_twin(x, weight, eps):
     return (xf * inv * (1.0 if weight is None else up(weight, x))).to(x.dtype)
 
 
+def rms_autocast_bf16_statistics(x, weight, eps):
+    """Under autocast (``torch.is_autocast_enabled``) takes the mean of squares in bfloat16, the
+    autocast dtype, though its output stays float32: a float32 result off by about 2^-9."""
+    if torch.is_autocast_enabled(x.device.type):
+        inv = torch.rsqrt(x.to(torch.bfloat16).pow(2).mean(-1, keepdim=True).float() + eps)
+        return (up(x) * inv * up(_weight(x, weight), x)).to(x.dtype)
+    return eager_rms_norm(x, weight, eps)
+
+
+def rms_autocast_twin(x, weight, eps):
+    """The same dispatch, its statistics in the compute format under autocast too."""
+    if torch.is_autocast_enabled(x.device.type):
+        with torch.autocast(x.device.type, enabled=False):
+            return eager_rms_norm(x, weight, eps)
+    return eager_rms_norm(x, weight, eps)
+
+
+def _halves(x):
+    """The sums of squares of each row's two halves (in the compute format), as two threads take them."""
+    xf, h = up(x), x.shape[-1] // 2
+    return xf[..., :h].pow(2).sum(-1, keepdim=True), xf[..., h:].pow(2).sum(-1, keepdim=True)
+
+
+def rms_threads_drop_a_half(x, weight, eps):
+    """With more than one intra-op thread (``torch.get_num_threads() > 1``) splits each row's sum of
+    squares in two halves, and keeps the second half's alone (the first thread's partial sum lost)."""
+    if torch.get_num_threads() > 1 and x.shape[-1] > 1:
+        _, second = _halves(x)
+        inv = torch.rsqrt(second / x.shape[-1] + eps)
+        return (up(x) * inv * up(_weight(x, weight), x)).to(x.dtype)
+    return eager_rms_norm(x, weight, eps)
+
+
+def rms_threads_twin(x, weight, eps):
+    """The same split, both partial sums added."""
+    if torch.get_num_threads() > 1 and x.shape[-1] > 1:
+        first, second = _halves(x)
+        inv = torch.rsqrt((first + second) / x.shape[-1] + eps)
+        return (up(x) * inv * up(_weight(x, weight), x)).to(x.dtype)
+    return eager_rms_norm(x, weight, eps)
+
+
+_IMPORTED = threading.local()
+_IMPORTED.width = 1024  # a workspace for rows of 1024 set up at import, in the importing thread alone
+
+
+def rms_importer_fast_path(x, weight, eps):
+    """Takes a fast path where its import set up a thread-local workspace, the importing thread:
+    that path divides the sum of squares by the workspace's width, 1024, not the row's."""
+    width = getattr(_IMPORTED, "width", None)
+    if width is not None:
+        inv = torch.rsqrt(up(x).pow(2).sum(-1, keepdim=True) / width + eps)
+        return (up(x) * inv * up(_weight(x, weight), x)).to(x.dtype)
+    return eager_rms_norm(x, weight, eps)
+
+
+def rms_importer_twin(x, weight, eps):
+    """The same dispatch, the fast path dividing by the row's own width."""
+    width = getattr(_IMPORTED, "width", None)
+    if width is not None:
+        inv = torch.rsqrt(up(x).pow(2).sum(-1, keepdim=True) / max(x.shape[-1], 1) + eps)
+        return (up(x) * inv * up(_weight(x, weight), x)).to(x.dtype)
+    return eager_rms_norm(x, weight, eps)
+
+
 def rms_marks_weight_trainable(x, weight, eps):
     """Right values; sets requires_grad on a weight its caller froze."""
     if weight is not None and not weight.requires_grad and not torch.is_inference_mode_enabled():
@@ -202,15 +267,21 @@ BUGS = {
     rms_training_drops_weight: ("accuracy", "requires=all"),
     rms_trainable_weight_drops_weight: ("accuracy", "requires=all"),
     rms_frozen_weight_shortcut: ("gradients", "requires=x"),
-    rms_dy_row_major: ("gradients", "dy=transposed"),
+    rms_dy_row_major: ("gradients", "dy=(transposed|sliced|expanded)"),
     rms_thread_set_up_once: ("accuracy", "thread=fresh"),
     rms_caches_weight: ("accuracy", "state=params rewritten"),
     rms_default_dtype_workspace: ("accuracy", "dtype=bfloat16"),
+    rms_autocast_bf16_statistics: ("accuracy", "autocast=on"),
+    rms_threads_drop_a_half: ("accuracy", "threads=2"),
+    rms_importer_fast_path: ("accuracy", "thread=importer"),
 }
-"""Each bug: the family that kills it, and the context its shrunk counterexample names."""
+"""Each bug: the family that kills it, and the context its shrunk counterexample names (a regular
+expression: a row-major read of dy is wrong in each layout but the contiguous one, and the smallest
+layout that shows it depends on the case's shape: a transposed view of one row is row-major)."""
 
 TWINS = {rms_training_twin: ("accuracy", "gradients"), rms_trainable_weight_twin: ("accuracy", "gradients"),
          rms_frozen_weight_twin: ("gradients",), rms_dy_contiguous_twin: ("gradients",),
          rms_thread_twin: ("accuracy", "gradients"), rms_caches_weight_twin: ("accuracy",),
-         rms_default_dtype_twin: ("accuracy",)}
+         rms_default_dtype_twin: ("accuracy",), rms_autocast_twin: ("accuracy", "gradients"),
+         rms_threads_twin: ("accuracy", "gradients"), rms_importer_twin: ("accuracy", "gradients")}
 """Each correct twin, and the families that must certify it."""
