@@ -169,14 +169,22 @@ PLUGINS = (("_hypothesis_pytestplugin", "hypothesis"), ("xdist.plugin", "xdist")
 """The pytest plugins the child loads, by module (and the top-level package that must be installed for
 it): with autoloading off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``), these and no others."""
 
-BOOT = ("import os, sys\n"
+BOOT = ("import os, sys, threading\n"
         "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != os.getcwd()]\n"
         "import pytest\n"
-        "raise SystemExit(pytest.main())\n")
-"""The child's first lines: the folder it is started from off ``sys.path`` before anything is imported
+        "status = int(pytest.main())\n"
+        "sys.stdout.flush(), sys.stderr.flush()\n"
+        "if not [t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]:\n"
+        "    os._exit(status)\n"
+        "raise SystemExit(status)\n")
+"""The child's lines: the folder it is started from off ``sys.path`` before anything is imported
 (``python -c`` and ``PYTHONPATH=.`` put it there), so that a ``normcert/``, ``pytest/`` or ``*.dist-info``
 there cannot stand in for the installed ones.  The kernel's own module is still found there
-(``impls._import`` looks in the current folder for a module found nowhere else)."""
+(``impls._import`` looks in the current folder for a module found nowhere else).  Once pytest has
+returned (the run record written, its last step), the child leaves at once (``os._exit``): the
+interpreter's teardown of torch, Hypothesis and the kernels' modules took longer than a small run's
+checks, and no kernel code runs after the verdict.  A kernel's non-daemon thread still alive then
+keeps the ordinary exit, which waits for it: the parent ends it after the kernel timeout (``_wait``)."""
 
 
 def _child_config(folder: str) -> list[str]:

@@ -60,13 +60,19 @@ import platform
 import re
 from collections import Counter
 
-import pytest
-
 import normcert
 
 from .files import UnsafePath, foreign, regular_or_absent, write_atomic
 from ..harness.run_settings import PROFILES
 from .verdict import DTYPE_ORDER
+
+
+def _usage(message: str) -> Exception:
+    """pytest's usage error (exit status 4), imported here only: ``normcert certify``'s own process reads
+    and writes certificates without pytest (0.2 s at the end of every run)."""
+    import pytest  # noqa: PLC0415
+
+    return pytest.UsageError(message)
 
 SCHEMA = "normcert-certificate/8"
 READABLE = ("normcert-certificate/7", SCHEMA)
@@ -84,35 +90,35 @@ def check_writable(path: str, flag: str = "--certificate") -> None:
     """Fail early, in one line naming the option ``flag``, if the certificate (JSON, and .md beside
     it) cannot be written."""
     if path.lower().endswith(".md"):
-        raise pytest.UsageError(f"{flag} {path}: give the JSON path; the Markdown is written beside it as .md")
+        raise _usage(f"{flag} {path}: give the JSON path; the Markdown is written beside it as .md")
     for target, _ in _files(path):
         if os.path.isdir(target):
-            raise pytest.UsageError(f"{flag} {path}: {target} is a folder, expected a file path")
+            raise _usage(f"{flag} {path}: {target} is a folder, expected a file path")
         if os.path.lexists(target) and (os.path.islink(target) or not os.path.isfile(target)):
-            raise pytest.UsageError(f"{flag} {path}: {target} exists and is not a regular file "
+            raise _usage(f"{flag} {path}: {target} exists and is not a regular file "
                                     f"(a link, FIFO or device): expected a regular file or a new path")
     for target, kind in _files(path):
         if foreign(target, kind):
             what = {"markdown": "certificate (the Markdown is written beside the JSON)",
                     "badge": "badge (the badge is written beside the JSON)"}.get(kind, kind)
-            raise pytest.UsageError(f"{flag} {path}: {target} exists and is not a normcert {what}: "
+            raise _usage(f"{flag} {path}: {target} exists and is not a normcert {what}: "
                                     f"normcert replaces only files it wrote; choose another path")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        raise pytest.UsageError(f"{flag} {path}: folder {folder} does not exist")
+        raise _usage(f"{flag} {path}: folder {folder} does not exist")
     if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise pytest.UsageError(f"{flag} {path}: not writable")
+        raise _usage(f"{flag} {path}: not writable")
 
 
 def check_failures_dir(path: str, flag: str = "--failures-dir") -> None:
     """The failures folder (option ``flag``) must be a folder that exists and is writable, or can be created."""
     if os.path.exists(path) and not os.path.isdir(path):
-        raise pytest.UsageError(f"{flag} {path}: is a file, expected a folder")
+        raise _usage(f"{flag} {path}: is a file, expected a folder")
     existing = os.path.abspath(path)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
-        raise pytest.UsageError(f"{flag} {path}: {existing} is not a writable folder")
+        raise _usage(f"{flag} {path}: {existing} is not a writable folder")
 
 
 def markdown_path(path: str) -> str:

@@ -416,9 +416,6 @@ class Suite:
         if self.certificate and self.controller:  # before any kernel's module is imported: replaced at the end
             certificate.write_incomplete(self.certificate, f"started {time.strftime('%Y-%m-%d %H:%M:%S')} and did "
                                                            f"not finish (crashed or killed)")
-        from ..harness import interpreter  # noqa: PLC0415
-
-        self.session.interpreter = interpreter.install() if interpreter.active() else None
         try:
             plugins = [impls.plugin(s) for s in config.getoption("--normcert-impl")]
             plugins = _agreeing(plugins, config.getoption("--normcert-agree"))
@@ -434,8 +431,8 @@ class Suite:
                     raise impls.UsageError(f"{flag('compile')} checks the {flag('impl')} kernels compiled: "
                                            f"give {flag('impl')} too")
                 plugins = [dataclasses.replace(i, compiles=True) for i in plugins]
-            registry = impls.registry()
             replay = config.getoption("--normcert-replay")
+            registry = impls.registry(triton=not plugins or bool(replay))  # beside given kernels: its eager ones
             if replay:
                 from ..evidence import replay as rp  # noqa: PLC0415
 
@@ -447,6 +444,9 @@ class Suite:
                     raise impls.UsageError(f"{flag('replay')} {replay}: {e}") from None
         except (impls.UsageError, ValueError) as e:
             raise pytest.UsageError(str(e)) from None
+        from ..harness import interpreter  # noqa: PLC0415 - after the kernels: imports triton only if they did
+
+        self.session.interpreter = interpreter.install() if interpreter.imported() else None
         self.session.eager = {i.op: i for i in registry if i.backend == "eager"}
         self.tier = "all" if plugins or replay else config.getoption("--normcert-tier")
         self.session.impls = plugins or tiered(registry, self.tier, device)
