@@ -69,6 +69,7 @@ import pytest
 from hypothesis import settings
 
 from ..harness.run_settings import KERNEL_TIMEOUT, PROFILES, RUN_RECORD
+from . import warmup
 
 
 def flag(name: str) -> str:
@@ -249,14 +250,6 @@ def _device(config) -> str:
     return asked or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _torch_threads():
-    """One torch thread per xdist worker, so two workers do not fight over two cores."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        import torch  # noqa: PLC0415
-
-        torch.set_num_threads(1)
-
-
 def _scope(config, option: str, known) -> list[str] | None:
     """The names given with ``option`` (repeatable, comma-separated), checked against ``known``; None: all."""
     names = [n.strip() for v in config.getoption(option) for n in v.split(",") if n.strip()]
@@ -407,6 +400,7 @@ class Suite:
                                profile=config.getoption("hypothesis_profile", None) or "ci",
                                most_failures=MOST_FAILURES)
         self.session.beat()  # before any kernel's module is imported: an import that hangs stops the beat
+        warmup.build_oracle(config)  # beside the rest of the start, before any kernel code runs
         from ...oracle.formats import DTYPE_NAMES  # noqa: PLC0415
         from ..families import BY_NAME  # noqa: PLC0415
 
@@ -453,7 +447,7 @@ class Suite:
         quick = self.tier == "quick" and device == "cpu"  # the registry's CPU kernels, in the clone
         self.session.long_run = QUICK_LONG_RUN if quick else LONG_RUN_CALLS  # (``buckets.QUICK_LONG_RUN``)
         self.tier_left = len(registry) - len(self.session.impls) if not plugins else 0
-        _torch_threads()
+        warmup.torch_threads()
         if config.getoption("hypothesis_profile", None) is None:
             settings.load_profile("ci")
         if config.getoption("hypothesis_seed", None) is None:

@@ -197,3 +197,20 @@ def test_a_certificate_folder_removed_mid_run_is_one_line_and_not_certified(tmp_
                        timeout=300)
     assert r.returncode == 1 and "could not be written (No such file or directory)" in r.stdout, _said(r)
     assert "Traceback" not in _said(r) and "INTERNALERROR" not in _said(r)
+
+
+def test_the_oracle_is_built_before_the_kernel_is_imported_and_the_child_leaves_at_once(tmp_path):
+    """The native oracle's build (``run.warmup.build_oracle``) has started, or is done, when the
+    kernel's module is imported, so no kernel code runs before it; and the certified run's child
+    leaves once its record is written (``cli.BOOT``): a kernel's ``atexit`` hook never runs."""
+    (tmp_path / "early.py").write_text(
+        "import atexit, threading\nimport torch\nfrom normcert.oracle import native\n\n"
+        "building = any(t.name == 'normcert-oracle-build' for t in threading.enumerate())\n"
+        "open('seen.txt', 'w').write(str(building or bool(native._chosen)))\n"
+        "atexit.register(lambda: open('atexit.txt', 'w').write('ran'))\n\n"
+        "def rms(x, weight, eps):\n"
+        "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)\n")
+    r = _certify(tmp_path, "rms_norm=early:rms", *SCOPE, "--property", "accuracy")
+    assert r.returncode == 0, _said(r)
+    assert (tmp_path / "seen.txt").read_text() == "True"
+    assert not (tmp_path / "atexit.txt").exists()
