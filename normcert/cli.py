@@ -44,7 +44,7 @@ import time
 from collections import defaultdict
 
 from normcert.properties.evidence import verdict
-from normcert.properties.harness.run_settings import HEARTBEAT, KERNEL_TIMEOUT, PROFILES, RUN_RECORD, STALLED
+from normcert.properties.harness.run_settings import HEARTBEAT, KERNEL_TIMEOUT, NEWS, PROFILES, RUN_RECORD, STALLED
 
 USAGE = 4
 NO_TESTS = 5  # pytest's exit status when it collected nothing
@@ -238,7 +238,22 @@ def _end(child: subprocess.Popen) -> int:
     return child.wait()
 
 
-def _wait(child: subprocess.Popen, record: str, heartbeat: str, grace: float) -> tuple[int, str]:
+def _relay(news: str, offset: int) -> int:
+    """Print the run's news (``properties.run.news``: a first counterexample as soon as it is found)
+    written since ``offset``, whole lines only; the new offset."""
+    try:
+        with open(news, "rb") as f:
+            f.seek(offset)
+            text = f.read()
+    except OSError:
+        return offset
+    done = text.rfind(b"\n") + 1
+    for line in text[:done].decode(errors="replace").splitlines():
+        print(f"\nnormcert: {line}", flush=True)
+    return offset + done
+
+
+def _wait(child: subprocess.Popen, record: str, heartbeat: str, grace: float, news: str = "") -> tuple[int, str]:
     """The child's exit status, and what went wrong with its ending ("" if nothing).  A child that
     makes no progress (its ``heartbeat`` file untouched) for STALLED kernel timeouts is stuck in
     kernel code outside the watchdog (a finalizer, an exception's ``__str__``, an import) and is
@@ -247,10 +262,12 @@ def _wait(child: subprocess.Popen, record: str, heartbeat: str, grace: float) ->
     (The whole step is guarded: Ctrl-C may land anywhere in it.)"""
     written = None
     interrupts = 0
+    said = 0
     while True:
         try:
+            said = _relay(news, said) if news else said
             try:
-                return child.wait(timeout=0.2), ""
+                return child.wait(timeout=0.1), ""
             except subprocess.TimeoutExpired:
                 pass
             if written is None and os.path.exists(record):
@@ -311,10 +328,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="normcert-run-") as folder:
         record = env[RUN_RECORD] = os.path.join(folder, "record.json")
         heartbeat = env[HEARTBEAT] = os.path.join(folder, "heartbeat")
+        news = env[NEWS] = os.path.join(folder, "news")
         open(heartbeat, "w").close()
         cmd = [sys.executable, "-c", BOOT, *_child_config(folder), *_pytest_args(a)]
         with _ends_with_us() as child:
-            status, ending = _wait(child(cmd, env), record, heartbeat, _grace(a))
+            status, ending = _wait(child(cmd, env), record, heartbeat, _grace(a), news)
         try:
             with open(record) as f:
                 run = json.load(f)

@@ -30,6 +30,7 @@ from .certificate_helpers import read_certificate
 pytestmark = pytest.mark.normcert_heavy  # end-to-end runs of the command in fresh processes: the heavy tier
 
 GOOD = "rms_norm=normcert.impls.eager:rms_norm"
+PLANTED = "normcert.properties.tests.meta.planted"
 SCOPE = ["--profile", "dev", "--dtype", "float32"]
 
 
@@ -214,3 +215,14 @@ def test_the_oracle_is_built_before_the_kernel_is_imported_and_the_child_leaves_
     assert r.returncode == 0, _said(r)
     assert (tmp_path / "seen.txt").read_text() == "True"
     assert not (tmp_path / "atexit.txt").exists()
+
+
+def test_the_first_counterexample_is_printed_as_soon_as_it_is_found(tmp_path):
+    """A planted bug's first failing case is printed by ``normcert certify`` while the run shrinks it
+    (``run.news``), before pytest's report of the shrunk case; the verdict is the run's as before."""
+    r = _certify(tmp_path, f"rms_norm={PLANTED}:rms_eps_outside_sqrt", *SCOPE, "--property", "accuracy")
+    assert r.returncode == 1, _said(r)
+    news = f"normcert: accuracy fails for rms_norm:{PLANTED}:rms_eps_outside_sqrt in float32 (a first case, shrunk next): "
+    assert news in r.stdout, _said(r)
+    assert r.stdout.index(news) < r.stdout.index(f"accuracy fails for rms_norm:{PLANTED}:rms_eps_outside_sqrt (plugin)")
+    assert _cert(tmp_path)["verdict"] == "not certified"
