@@ -19,7 +19,7 @@ another normcert installed in DIR (``pip install --no-deps --target DIR normcert
 earlier commit): the same table before and after a change, in one run.
 
     python benchmarks/certify.py                           # this install, 3 repeats
-    python benchmarks/certify.py --before /tmp/nc-main --repeats 5
+    python benchmarks/certify.py --before /tmp/nc-main --after /tmp/nc-new --repeats 5
     python benchmarks/certify.py --scopes one --kernels mykern
 """
 from __future__ import annotations
@@ -116,11 +116,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--before", metavar="DIR", help="also run the normcert installed in DIR (pip install --target DIR)")
+    p.add_argument("--after", metavar="DIR", help="run the normcert installed in DIR as 'after' (default: this environment's)")
     p.add_argument("--kernels", nargs="+", choices=tuple(KERNELS), default=list(KERNELS))
     p.add_argument("--scopes", nargs="+", choices=tuple(SCOPES), default=list(SCOPES))
     a = p.parse_args()
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_", "NORMCERT_"))}
-    variants = {"after": base}
+    variants = {"after": dict(base, PYTHONPATH=os.path.abspath(a.after)) if a.after else base}
     if a.before:
         variants = {"before": dict(base, PYTHONPATH=os.path.abspath(a.before)), **variants}
     runs = [(k, s) for k in a.kernels for s in a.scopes if s != "full -n 2" or k == "mykern"]
@@ -135,7 +136,10 @@ def main() -> None:
             torch_times.append(import_torch(base))
             for kernel, scope in runs:
                 for name, env in variants.items():
-                    got.setdefault((name, kernel, scope), []).append(certify(KERNELS[kernel], SCOPES[scope], folder, env))
+                    r = certify(KERNELS[kernel], SCOPES[scope], folder, env)
+                    got.setdefault((name, kernel, scope), []).append(r)
+                    print(f"  {name} {kernel} {scope}: exit {r['status']}, {r['total']:.2f} s, startup {r['startup']:.2f} s, "
+                          f"torch {torch_times[-1]:.2f} s", file=sys.stderr, flush=True)
     t_torch = statistics.median(torch_times)
     print(f'python -c "import torch": {t_torch:.2f} s (median; min {min(torch_times):.2f} s)\n')
     head = ("variant", "kernel", "scope", "exit", "total s", "x torch", "startup", "probes", "families", "teardown",
