@@ -226,3 +226,16 @@ def test_the_first_counterexample_is_printed_as_soon_as_it_is_found(tmp_path):
     assert news in r.stdout, _said(r)
     assert r.stdout.index(news) < r.stdout.index(f"accuracy fails for rms_norm:{PLANTED}:rms_eps_outside_sqrt (plugin)")
     assert _cert(tmp_path)["verdict"] == "not certified"
+
+
+def test_a_kernel_that_imports_triton_in_its_first_call_is_run_on_the_corrected_interpreter(tmp_path):
+    """A run of given kernels installs the interpreter's corrections only once triton is imported:
+    after the kernels' modules, or, for a kernel that imports it in its call, at its first call
+    (``probes.on_sample`` corrects, then asks again); the certificate lists them."""
+    (tmp_path / "lazy.py").write_text("def rms(x, weight, eps):\n"
+                                      "    from normcert.impls.triton_norms import rms_norm\n\n"
+                                      "    return rms_norm(x, weight, eps)\n")
+    r = _certify(tmp_path, "rms_norm=lazy:rms", *SCOPE, "--property", "accuracy")
+    assert r.returncode == 0, _said(r)
+    made = _cert(tmp_path)["environment"]["triton_interpreter"]
+    assert made is not None and "bfloat16" in made, made
