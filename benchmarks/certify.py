@@ -12,7 +12,7 @@ outside the clone and splits its wall time T into
     teardown   the last test's end to the command's exit (certificate, verdict, exit)
 
 and T / t_torch, with t_torch the wall time of ``python -c "import torch"`` measured in the same
-repeat.  "first fail" is when the first "fails for" line (a counterexample) was printed.  Each number
+repeat (the median of the per-repeat ratios).  "first fail" is when the first "fails for" line (a counterexample) was printed.  Each number
 is the median over ``--repeats`` repeats, the variants interleaved within a repeat, since the machine
 may be shared with other work (the header says its load).  ``--before DIR`` adds a variant run from
 another normcert installed in DIR (``pip install --no-deps --target DIR normcert-*.whl`` of an
@@ -25,6 +25,8 @@ earlier commit): the same table before and after a change, in one run.
 from __future__ import annotations
 
 import argparse
+import builtins
+import functools
 import glob
 import json
 import os
@@ -132,14 +134,23 @@ def main() -> None:
         folder = Path(tmp)
         (folder / "mykern.py").write_text(MYKERN)
         (folder / "pytest.ini").write_text("[pytest]\naddopts = -k nothing\n")  # the user's own, ignored by certify
-        for _ in range(a.repeats):
+        for k in range(a.repeats):
             torch_times.append(import_torch(base))
             for kernel, scope in runs:
                 for name, env in variants.items():
-                    r = certify(KERNELS[kernel], SCOPES[scope], folder, env)
+                    r = dict(certify(KERNELS[kernel], SCOPES[scope], folder, env), torch=torch_times[-1])
                     got.setdefault((name, kernel, scope), []).append(r)
                     print(f"  {name} {kernel} {scope}: exit {r['status']}, {r['total']:.2f} s, startup {r['startup']:.2f} s, "
                           f"torch {torch_times[-1]:.2f} s", file=sys.stderr, flush=True)
+            if k + 1 < a.repeats:  # the tables so far, on standard error: a long run cut short still says something
+                report(got, torch_times, variants, a.kernels, file=sys.stderr)
+    report(got, torch_times, variants, a.kernels)
+
+
+def report(got: dict, torch_times: list, variants, kernels, file=None) -> None:
+    """The tables: each run's median split and ratio to ``import torch``, the median full-scope total
+    over the kernels, and the README's kernel's families at full scope."""
+    print = functools.partial(builtins.print, file=file)  # noqa: A001 - the tables go to ``file``
     t_torch = statistics.median(torch_times)
     print(f'python -c "import torch": {t_torch:.2f} s (median; min {min(torch_times):.2f} s)\n')
     head = ("variant", "kernel", "scope", "exit", "total s", "x torch", "startup", "probes", "families", "teardown",
@@ -149,12 +160,12 @@ def main() -> None:
         fam = median([sum(r["families"].values()) for r in rs])
         ff = median([r["first_fail"] for r in rs])
         total = median([r["total"] for r in rs])
-        rows.append((name, kernel, scope, str(rs[0]["status"]), f"{total:.2f}", f"{total / t_torch:.2f}",
+        rows.append((name, kernel, scope, str(rs[0]["status"]), f"{total:.2f}", f"{median([r['total'] / r['torch'] for r in rs]):.2f}",
                      f"{median([r['startup'] for r in rs]):.2f}", f"{median([r['probes'] for r in rs]):.2f}",
                      f"{fam:.2f}", f"{median([r['teardown'] for r in rs]):.2f}", "-" if ff is None else f"{ff:.2f}"))
-    _table(rows)
+    _table(rows, print)
     for name in variants:
-        planted = [median([r["total"] for r in got[(name, k, "full")]]) for k in a.kernels if (name, k, "full") in got]
+        planted = [median([r["total"] for r in got[(name, k, "full")]]) for k in kernels if (name, k, "full") in got]
         if planted:
             print(f"\n{name}: median full-scope total over {len(planted)} kernels: {statistics.median(planted):.2f} s "
                   f"({statistics.median(planted) / t_torch:.2f} x import torch)")
@@ -163,10 +174,10 @@ def main() -> None:
     if full:
         print("\nper family, the README's kernel at full scope (median s):")
         _table([("family", *(k[0] for k in full))] +
-               [(f, *(f"{median([r['families'].get(f, 0.0) for r in got[k]]):.2f}" for k in full)) for f in fams])
+               [(f, *(f"{median([r['families'].get(f, 0.0) for r in got[k]]):.2f}" for k in full)) for f in fams], print)
 
 
-def _table(rows) -> None:
+def _table(rows, print) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.rjust(w) if i > 2 else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip())
