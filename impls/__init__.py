@@ -240,12 +240,14 @@ def triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def registry() -> list[Impl]:
+def registry(triton: bool = True) -> list[Impl]:
     """Every registered implementation (imports Triton: set TRITON_INTERPRET first); without
-    Triton installed, every one but the Triton modules' (``triton_installed``)."""
+    Triton installed, or with ``triton=False`` (a run of given kernels, which needs the registry's
+    eager ones alone and so imports no triton of its own), every one but the Triton modules'
+    (``triton_installed``)."""
     impls: list[Impl] = []
     for name in MODULES:
-        if name.startswith("normcert.impls.triton_") and not triton_installed():
+        if name.startswith("normcert.impls.triton_") and not (triton and triton_installed()):
             continue
         impls.extend(_faulted(i) for i in imported(lambda: importlib.import_module(name), name).IMPLS)  # noqa: B023
     impls.extend(_from_entry_points())

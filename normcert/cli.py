@@ -48,7 +48,7 @@ import time
 from collections import defaultdict
 
 from normcert.properties.evidence import verdict
-from normcert.properties.harness.run_settings import HEARTBEAT, KERNEL_TIMEOUT, PROFILES, RUN_RECORD, STALLED
+from normcert.properties.harness.run_settings import HEARTBEAT, KERNEL_TIMEOUT, NEWS, PROFILES, RUN_RECORD, STALLED
 
 USAGE = 4
 NO_TESTS = 5  # pytest's exit status when it collected nothing
@@ -184,14 +184,22 @@ PLUGINS = (("_hypothesis_pytestplugin", "hypothesis"), ("xdist.plugin", "xdist")
 """The pytest plugins the child loads, by module (and the top-level package that must be installed for
 it): with autoloading off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``), these and no others."""
 
-BOOT = ("import os, sys\n"
+BOOT = ("import os, sys, threading\n"
         "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != os.getcwd()]\n"
         "import pytest\n"
-        "raise SystemExit(pytest.main())\n")
-"""The child's first lines: the folder it is started from off ``sys.path`` before anything is imported
+        "status = int(pytest.main())\n"
+        "sys.stdout.flush(), sys.stderr.flush()\n"
+        "if not [t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]:\n"
+        "    os._exit(status)\n"
+        "raise SystemExit(status)\n")
+"""The child's lines: the folder it is started from off ``sys.path`` before anything is imported
 (``python -c`` and ``PYTHONPATH=.`` put it there), so that a ``normcert/``, ``pytest/`` or ``*.dist-info``
 there cannot stand in for the installed ones.  The kernel's own module is still found there
-(``impls._import`` looks in the current folder for a module found nowhere else)."""
+(``impls._import`` looks in the current folder for a module found nowhere else).  Once pytest has
+returned (the run record written, its last step), the child leaves at once (``os._exit``): the
+interpreter's teardown of torch, Hypothesis and the kernels' modules took longer than a small run's
+checks, and no kernel code runs after the verdict.  A kernel's non-daemon thread still alive then
+keeps the ordinary exit, which waits for it: the parent ends it after the kernel timeout (``_wait``)."""
 
 
 def _child_config(folder: str) -> list[str]:
@@ -245,7 +253,22 @@ def _end(child: subprocess.Popen) -> int:
     return child.wait()
 
 
-def _wait(child: subprocess.Popen, record: str, heartbeat: str, grace: float) -> tuple[int, str]:
+def _relay(news: str, offset: int) -> int:
+    """Print the run's news (``properties.run.news``: a first counterexample as soon as it is found)
+    written since ``offset``, whole lines only; the new offset."""
+    try:
+        with open(news, "rb") as f:
+            f.seek(offset)
+            text = f.read()
+    except OSError:
+        return offset
+    done = text.rfind(b"\n") + 1
+    for line in text[:done].decode(errors="replace").splitlines():
+        print(f"\nnormcert: {line}", flush=True)
+    return offset + done
+
+
+def _wait(child: subprocess.Popen, record: str, heartbeat: str, grace: float, news: str = "") -> tuple[int, str]:
     """The child's exit status, and what went wrong with its ending ("" if nothing).  A child that
     makes no progress (its ``heartbeat`` file untouched) for STALLED kernel timeouts is stuck in
     kernel code outside the watchdog (a finalizer, an exception's ``__str__``, an import) and is
@@ -254,10 +277,12 @@ def _wait(child: subprocess.Popen, record: str, heartbeat: str, grace: float) ->
     (The whole step is guarded: Ctrl-C may land anywhere in it.)"""
     written = None
     interrupts = 0
+    said = 0
     while True:
         try:
+            said = _relay(news, said) if news else said
             try:
-                return child.wait(timeout=0.2), ""
+                return child.wait(timeout=0.1), ""
             except subprocess.TimeoutExpired:
                 pass
             if written is None and os.path.exists(record):
@@ -332,10 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="normcert-run-") as folder:
         record = env[RUN_RECORD] = os.path.join(folder, "record.json")
         heartbeat = env[HEARTBEAT] = os.path.join(folder, "heartbeat")
+        news = env[NEWS] = os.path.join(folder, "news")
         open(heartbeat, "w").close()
         cmd = [sys.executable, "-c", BOOT, *_child_config(folder), *_pytest_args(a)]
         with _ends_with_us() as child:
-            status, ending = _wait(child(cmd, env), record, heartbeat, _grace(a))
+            status, ending = _wait(child(cmd, env), record, heartbeat, _grace(a), news)
         try:
             with open(record) as f:
                 run = json.load(f)

@@ -36,7 +36,10 @@ no longer the grid part of v, Dekker's e no longer exact).  ``native.c``
 refuses to compile where binary64 expressions carry excess precision (x87).
 
 Every process builds the library it loads (``build``: about 0.4 s of the
-compiler once per process, an xdist worker being one).  A library found on
+compiler once per process, an xdist worker being one); a run's process starts
+it in a background thread before any kernel is imported
+(``properties.run.warmup``), so that the compiler runs beside the rest of the
+start.  A library found on
 disk is never trusted by its name: a kernel under test runs as the same user
 and could have replaced any file an earlier run left (with one that passes the
 fixed self-test and is wrong elsewhere), and a later run, of another kernel,

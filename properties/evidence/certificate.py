@@ -64,13 +64,19 @@ import platform
 import re
 from collections import Counter
 
-import pytest
-
 import normcert
 
 from .files import UnsafePath, why_not_writable, write_atomic
 from ..harness.run_settings import PROFILES
 from .verdict import DTYPE_ORDER
+
+
+def _usage(message: str) -> Exception:
+    """pytest's usage error (exit status 4), imported here only: ``normcert certify``'s own process reads
+    and writes certificates without pytest (0.2 s at the end of every run)."""
+    import pytest  # noqa: PLC0415
+
+    return pytest.UsageError(message)
 
 SCHEMA = "normcert-certificate/9"
 READABLE = ("normcert-certificate/7", "normcert-certificate/8", SCHEMA)
@@ -89,10 +95,10 @@ def check_writable(path: str, flag: str = "--certificate") -> None:
     """Fail early, in one line naming the option ``flag``, if the certificate (JSON, and the Markdown
     and badge beside it) may not be written (``files.why_not_writable``)."""
     if path.lower().endswith(".md"):
-        raise pytest.UsageError(f"{flag} {path}: give the JSON path; the Markdown is written beside it as .md")
+        raise _usage(f"{flag} {path}: give the JSON path; the Markdown is written beside it as .md")
     problem = why_not_written(path)
     if problem:
-        raise pytest.UsageError(f"{flag} {path}: {problem}")
+        raise _usage(f"{flag} {path}: {problem}")
 
 
 def why_not_written(path: str, taken: dict[str, str] | None = None) -> str:
@@ -108,12 +114,12 @@ def why_not_written(path: str, taken: dict[str, str] | None = None) -> str:
 def check_failures_dir(path: str, flag: str = "--failures-dir") -> None:
     """The failures folder (option ``flag``) must be a folder that exists and is writable, or can be created."""
     if os.path.exists(path) and not os.path.isdir(path):
-        raise pytest.UsageError(f"{flag} {path}: is a file, expected a folder")
+        raise _usage(f"{flag} {path}: is a file, expected a folder")
     existing = os.path.abspath(path)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
-        raise pytest.UsageError(f"{flag} {path}: {existing} is not a writable folder")
+        raise _usage(f"{flag} {path}: {existing} is not a writable folder")
 
 
 def markdown_path(path: str) -> str:
@@ -426,7 +432,7 @@ def write_incomplete(path: str, why: str) -> None:
                     "implementations": {}, "results": []})
 
 
-def refused(path: str | None, why: str) -> pytest.UsageError:
+def refused(path: str | None, why: str) -> Exception:
     """The usage error ``why`` that stopped a run before any check, its certificate at ``path`` (where
     one was started) rewritten to say so: the run did not crash, it was refused (exit status 4)."""
     if path:
@@ -434,7 +440,7 @@ def refused(path: str | None, why: str) -> pytest.UsageError:
             write_incomplete(path, f"refused before any check ran (a usage error, exit status 4): {why}")
         except OSError:
             pass  # the usage error is said on standard error all the same
-    return pytest.UsageError(why)
+    return _usage(why)
 
 
 def badge_path(path: str) -> str:

@@ -89,6 +89,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import sys
 import threading
 
 import numpy as np
@@ -96,6 +97,13 @@ import numpy as np
 
 def active() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def imported() -> bool:
+    """Can a Triton kernel run interpreted in this process: the interpreter is active and triton is
+    imported (by a kernel's module, the registry, or a kernel's first call)?  Until then normcert
+    imports no triton and runs no probe (about a second that a run of eager kernels does without)."""
+    return active() and "triton" in sys.modules
 
 
 def install() -> list[str]:
@@ -129,8 +137,9 @@ def launches() -> int:
     """Kernel launches Triton's interpreter has run in this process (0 when it is not active or
     Triton is not installed).  Counted around one call, it tells a kernel that runs under the
     interpreter -- a Python loop over its grid, orders of magnitude slower than a GPU -- from one
-    that does not.  The count starts at the first call, whether or not ``install()`` ran."""
-    if not active():
+    that does not.  The count starts at the first call, whether or not ``install()`` ran (0 while triton
+    is not imported: nothing has launched)."""
+    if not imported():
         return 0
     try:
         from triton.runtime.interpreter import GridExecutor  # noqa: PLC0415
@@ -153,8 +162,8 @@ def programs(thread: int) -> int:
     it is not active or Triton is not installed).  The interpreter runs a launch's grid as a Python
     loop, one program after the other, so a call whose count still rises is advancing, however
     slowly: the watchdog tells a slow call from a hung one by it (``properties.harness.sandbox.Worker``).
-    The count starts at the first call, whether or not ``install()`` ran."""
-    if not active():
+    The count starts at the first call, whether or not ``install()`` ran (0 while triton is not imported)."""
+    if not imported():
         return 0
     try:
         from triton.runtime.interpreter import InterpreterBuilder  # noqa: PLC0415

@@ -15,3 +15,4 @@ STALLED = FIRST_CALL + 1
 """Kernel timeouts of silence after which ``normcert certify`` ends a run as stalled: a first call
 may take FIRST_CALL of them, the oracle and the checks between two calls far less than one."""
 HEARTBEAT = "NORMCERT_HEARTBEAT"  # a file whose mtime the run touches as it makes progress (``beat``)
+NEWS = "NORMCERT_NEWS"  # a file the run appends lines to as they happen, printed at once by ``cli`` (``run.news``)

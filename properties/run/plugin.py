@@ -72,6 +72,7 @@ from hypothesis import settings
 from ..evidence import shards
 from ..harness.run_settings import KERNEL_TIMEOUT, PROFILES, RUN_RECORD
 from . import scope
+from . import warmup
 
 
 def flag(name: str) -> str:
@@ -253,12 +254,6 @@ def _device(config) -> str:
     return asked or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _torch_threads():
-    """One torch thread per xdist worker, so two workers do not fight over two cores."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        import torch  # noqa: PLC0415
-
-        torch.set_num_threads(1)
 
 
 def _agreeing(plugins: list, specs: list[str]) -> list:
@@ -402,6 +397,7 @@ class Suite:
                                profile=config.getoption("hypothesis_profile", None) or "ci",
                                most_failures=MOST_FAILURES)
         self.session.beat()  # before any kernel's module is imported: an import that hangs stops the beat
+        warmup.build_oracle(config)  # beside the rest of the start, before any kernel code runs
         from ...oracle.formats import DTYPE_NAMES  # noqa: PLC0415
         from ..families import BY_NAME  # noqa: PLC0415
 
@@ -411,9 +407,6 @@ class Suite:
         if self.certificate and self.controller:  # before any kernel's module is imported: replaced at the end
             certificate.write_incomplete(self.certificate, f"started {time.strftime('%Y-%m-%d %H:%M:%S')} and did "
                                                            f"not finish (crashed or killed)")
-        from ..harness import interpreter  # noqa: PLC0415
-
-        self.session.interpreter = interpreter.install() if interpreter.active() else None
         try:
             given = config.getoption("--normcert-shard")
             self.shard, self.checks = (shards.parse(given, flag("shard")) if given else None), []
@@ -431,8 +424,8 @@ class Suite:
                     raise impls.UsageError(f"{flag('compile')} checks the {flag('impl')} kernels compiled: "
                                            f"give {flag('impl')} too")
                 plugins = [dataclasses.replace(i, compiles=True) for i in plugins]
-            registry = impls.registry()
             replay = config.getoption("--normcert-replay")
+            registry = impls.registry(triton=not plugins or bool(replay))  # beside given kernels: its eager ones
             if replay:
                 from ..evidence import replay as rp  # noqa: PLC0415
 
@@ -444,13 +437,16 @@ class Suite:
                     raise impls.UsageError(f"{flag('replay')} {replay}: {e}") from None
         except (impls.UsageError, ValueError) as e:  # the incomplete certificate says so, not "crashed or killed"
             raise certificate.refused(self.certificate if self.controller else None, str(e)) from None
+        from ..harness import interpreter  # noqa: PLC0415 - after the kernels: imports triton only if they did
+
+        self.session.interpreter = interpreter.install() if interpreter.imported() else None
         self.session.eager = {i.op: i for i in registry if i.backend == "eager"}
         self.tier = "all" if plugins or replay else config.getoption("--normcert-tier")
         self.session.impls = plugins or tiered(registry, self.tier, device)
         quick = self.tier == "quick" and device == "cpu"  # the registry's CPU kernels, in the clone
         self.session.long_run = QUICK_LONG_RUN if quick else LONG_RUN_CALLS  # (``buckets.QUICK_LONG_RUN``)
         self.tier_left = len(registry) - len(self.session.impls) if not plugins else 0
-        _torch_threads()
+        warmup.torch_threads()
         if config.getoption("hypothesis_profile", None) is None:
             settings.load_profile("ci")
         if config.getoption("hypothesis_seed", None) is None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 from hypothesis import HealthCheck, Phase, given, seed, settings, target
@@ -48,13 +48,15 @@ from ..search.fitting import fit
 from ..harness.measure import PropertyFailure, Worst
 from ..search.context import ran, tally
 from ..search.modes import AS_TESTED
-from ..harness.probes import accepts_weightless, first_call, has_backward, inference_convention, probe, runs_interpreted
+from ..harness.probes import accepts_weightless, first_call, has_backward, inference_convention, probe
 from ..evidence.replay import save_failure
 from ..harness.calling import effective
 from ..harness.sandbox import ContractViolation, KernelHung, NotSupported, first_line, invoke, kernel_code
-from ..search.buckets import LONG_RUN, buckets, large_buckets
+from ..search.buckets import LONG_RUN
 from ..families.long_run import said
 from .failures import kind_of, narrowed
+from .news import say
+from .schedule import rotated, scheduled
 
 
 @dataclass
@@ -208,33 +210,6 @@ class Coverage:
         elif self.weightless == "filled":
             text += "; weightless calls not accepted (raised on None): None given as ones / zeros"
         return text
-
-
-ROTATED = ("million", LONG_RUN)
-"""Buckets scheduled in one dtype of the kernel's domain per run (``rotated``): "million" (a call past
-2**20 elements costs seconds under Triton's interpreter) and "long_run" (2**16 calls cost seconds
-for an eager kernel; a state kept across calls of every dtype shows in whichever runs)."""
-
-
-def rotated(session, impl, family_name: str, bucket: str) -> str:
-    """The dtype (its name) of the kernel's domain that ``bucket`` of the family runs in this run,
-    rotating with the seed."""
-    admitted = [d for d in DTYPE_NAMES.values() if impl.domain.admits_dtype(d)]
-    return admitted[session.derive_seed(impl.op, family_name, bucket) % len(admitted)] if admitted else ""
-
-
-def scheduled(session, family, impl, dtype) -> tuple:
-    """The family's buckets (``buckets.buckets``) for this kernel and dtype, spun by the run's seed;
-    those of ``ROTATED`` in one dtype per run; each told its turn in the schedule (``buckets.cycled``)."""
-    if not family.buckets or not family.applies(oracle.OPS[impl.op]) or not impl.domain.admits_dtype(DTYPE_NAMES[dtype]):
-        return ()
-    spin = session.derive_seed(impl.op, family.name, DTYPE_NAMES[dtype], "buckets")
-    if family.profile == "large":
-        return large_buckets(oracle.OPS[impl.op], spin)
-    interpreted = ("many" in family.buckets or LONG_RUN in family.buckets) and runs_interpreted(session, impl, dtype)
-    mine = [b for b in buckets(oracle.OPS[impl.op], spin, interpreted, session.long_run) if b.name in family.buckets
-            and (b.name not in ROTATED or rotated(session, impl, family.name, b.name) == DTYPE_NAMES[dtype])]
-    return tuple(replace(b, turn=k, cycle=spin) for k, b in enumerate(mine))
 
 
 def as_run(outcome: str, message: str) -> tuple[str, str]:
@@ -494,6 +469,8 @@ class _Search:
         if any(f.kind == kind for f in self.found):
             self.worst.example_units = 0.0
             return True
+        if self.failed is None and not self.round and self.gating:  # the first counterexample, said now (news)
+            say(f"{self.prop} fails for {self.impl.id} in {DTYPE_NAMES[self.dtype]} (a first case, shrunk next): {message}")
         self.failed = (case, message)
         self.failed_as = (kind, getattr(e, "units", None), getattr(e, "ulps", None))
         if self.round:

@@ -102,3 +102,22 @@ def test_workers_without_pytest_xdist_are_a_usage_error_naming_the_option(tmp_pa
     assert out.returncode == 4, out.stdout[-2000:] + out.stderr[-2000:]
     assert out.stderr.strip() == ("normcert certify: -n 2 needs pytest-xdist, which is not installed here: "
                                   "pip install pytest-xdist (or leave -n out)")
+
+
+def test_news_is_relayed_in_whole_lines(tmp_path, capsys, monkeypatch):
+    """``certify`` prints the run's news file (``run.news``) line by line as it grows, never half a line."""
+    from normcert.cli import _relay  # noqa: PLC0415 - the one private helper this test reads
+    from normcert.properties.run import news  # noqa: PLC0415
+
+    path = tmp_path / "news"
+    path.write_text("accuracy fails for k in float32: y[0]\npartial")
+    offset = _relay(str(path), 0)
+    assert capsys.readouterr().out == "\nnormcert: accuracy fails for k in float32: y[0]\n"
+    with open(path, "a") as f:
+        f.write(" line\n")
+    assert _relay(str(path), offset) == path.stat().st_size
+    assert capsys.readouterr().out == "\nnormcert: partial line\n"
+    monkeypatch.setenv("NORMCERT_NEWS", str(path))
+    news.say("second\nline")
+    _relay(str(path), path.stat().st_size - len("second line\n"))
+    assert capsys.readouterr().out == "\nnormcert: second line\n"

@@ -30,6 +30,7 @@ from .certificate_helpers import read_certificate
 pytestmark = pytest.mark.normcert_heavy  # end-to-end runs of the command in fresh processes: the heavy tier
 
 GOOD = "rms_norm=normcert.impls.eager:rms_norm"
+PLANTED = "normcert.properties.tests.meta.planted"
 SCOPE = ["--profile", "dev", "--dtype", "float32"]
 
 
@@ -197,3 +198,44 @@ def test_a_certificate_folder_removed_mid_run_is_one_line_and_not_certified(tmp_
                        timeout=300)
     assert r.returncode == 1 and "could not be written (No such file or directory)" in r.stdout, _said(r)
     assert "Traceback" not in _said(r) and "INTERNALERROR" not in _said(r)
+
+
+def test_the_oracle_is_built_before_the_kernel_is_imported_and_the_child_leaves_at_once(tmp_path):
+    """The native oracle's build (``run.warmup.build_oracle``) has started, or is done, when the
+    kernel's module is imported, so no kernel code runs before it; and the certified run's child
+    leaves once its record is written (``cli.BOOT``): a kernel's ``atexit`` hook never runs."""
+    (tmp_path / "early.py").write_text(
+        "import atexit, threading\nimport torch\nfrom normcert.oracle import native\n\n"
+        "building = any(t.name == 'normcert-oracle-build' for t in threading.enumerate())\n"
+        "open('seen.txt', 'w').write(str(building or bool(native._chosen)))\n"
+        "atexit.register(lambda: open('atexit.txt', 'w').write('ran'))\n\n"
+        "def rms(x, weight, eps):\n"
+        "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)\n")
+    r = _certify(tmp_path, "rms_norm=early:rms", *SCOPE, "--property", "accuracy")
+    assert r.returncode == 0, _said(r)
+    assert (tmp_path / "seen.txt").read_text() == "True"
+    assert not (tmp_path / "atexit.txt").exists()
+
+
+def test_the_first_counterexample_is_printed_as_soon_as_it_is_found(tmp_path):
+    """A planted bug's first failing case is printed by ``normcert certify`` while the run shrinks it
+    (``run.news``), before pytest's report of the shrunk case; the verdict is the run's as before."""
+    r = _certify(tmp_path, f"rms_norm={PLANTED}:rms_eps_outside_sqrt", *SCOPE, "--property", "accuracy")
+    assert r.returncode == 1, _said(r)
+    news = f"normcert: accuracy fails for rms_norm:{PLANTED}:rms_eps_outside_sqrt in float32 (a first case, shrunk next): "
+    assert news in r.stdout, _said(r)
+    assert r.stdout.index(news) < r.stdout.index(f"accuracy fails for rms_norm:{PLANTED}:rms_eps_outside_sqrt (plugin)")
+    assert _cert(tmp_path)["verdict"] == "not certified"
+
+
+def test_a_kernel_that_imports_triton_in_its_first_call_is_run_on_the_corrected_interpreter(tmp_path):
+    """A run of given kernels installs the interpreter's corrections only once triton is imported:
+    after the kernels' modules, or, for a kernel that imports it in its call, at its first call
+    (``probes.on_sample`` corrects, then asks again); the certificate lists them."""
+    (tmp_path / "lazy.py").write_text("def rms(x, weight, eps):\n"
+                                      "    from normcert.impls.triton_norms import rms_norm\n\n"
+                                      "    return rms_norm(x, weight, eps)\n")
+    r = _certify(tmp_path, "rms_norm=lazy:rms", *SCOPE, "--property", "accuracy")
+    assert r.returncode == 0, _said(r)
+    made = _cert(tmp_path)["environment"]["triton_interpreter"]
+    assert made is not None and "bfloat16" in made, made

@@ -1,5 +1,11 @@
 """normcert as a user installs it: a wheel, one import name, used from the kernel's own folder.
 
+The quick tests keep the instructions in step with what CI checks: the README's install lines
+(and the first tutorial's) are the lines ``.ci/wheel.sh`` runs as written in a fresh venv, which
+``.ci/run`` runs; the GitHub Actions snippets of the README and ``docs/howto/ci.md`` install with those
+lines and certify with the README's command; every data file of the package folders is package data
+of ``pyproject.toml`` (so in the wheel).  The heavy test builds and uses the wheel:
+
 Builds a wheel of this checkout, installs it into an empty target folder and,
 from a folder that holds only the user's ``mykern.py``:
 
@@ -13,7 +19,9 @@ from a folder that holds only the user's ``mykern.py``:
 """
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,9 +32,10 @@ import normcert
 
 from .certificate_helpers import read_certificate
 
-pytestmark = pytest.mark.normcert_heavy  # end-to-end runs of the command in fresh processes: the heavy tier
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 CHECKOUT = Path(normcert.__file__).resolve().parent.parent
+in_checkout = pytest.mark.skipif(not (CHECKOUT / "pyproject.toml").is_file(), reason="reads normcert's source checkout")
 
 MYKERN = '''
 import torch
@@ -50,7 +59,8 @@ def _run(args, cwd, env):
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.skipif(not (CHECKOUT / "pyproject.toml").is_file(), reason="needs normcert's source checkout to build")
+@pytest.mark.normcert_heavy  # end-to-end runs of the command in fresh processes: the heavy tier
+@in_checkout
 def test_wheel_certifies_a_kernel_from_the_users_folder(tmp_path):
     wheels, site, work = tmp_path / "wheels", tmp_path / "site", tmp_path / "work"
     work.mkdir()
@@ -91,9 +101,81 @@ def test_wheel_certifies_a_kernel_from_the_users_folder(tmp_path):
     assert "fails for rms_norm:mykern:bad" in wrong.stdout
 
 
+@pytest.mark.normcert_heavy
 def test_no_module_is_imported_under_a_second_name():
     """The test files were collected under their installed names: no ``properties``,
     ``oracle`` or ``impls`` module exists beside ``normcert.*`` in this process."""
     generic = sorted(m for m in sys.modules if m.split(".")[0] in ("oracle", "impls", "properties"))
     assert not generic, f"imported under a second name: {generic}"
     assert __name__ == "normcert.properties.tests.test_install"
+
+
+def _block(path: str, after: str, lang: str) -> list[str]:
+    """The commands of the first ``lang`` code block after the line ``after`` in a Markdown file
+    (comments and blank lines dropped)."""
+    text = (CHECKOUT / path).read_text()
+    block = re.search(rf"{re.escape(after)}\n.*?```{lang}\n(.*?)```", text, re.S).group(1)
+    return [ln.split(" #")[0].strip() for ln in block.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def _wheel_script_lines() -> list[str]:
+    text = (CHECKOUT / ".ci" / "wheel.sh").read_text()
+    return re.search(r"# --- the README's install lines, as written.*?\n(.*?)# ---\n", text, re.S).group(1).splitlines()
+
+
+INSTALL = ["pip install torch==2.13.0", "pip install build && python -m build normcert",
+           "pip install normcert/dist/normcert-*.whl"]
+
+
+@in_checkout
+def test_the_readmes_install_lines_are_what_ci_runs():
+    readme = _block("README.md", "## Install", "bash")
+    assert readme[:3] == INSTALL and _wheel_script_lines() == INSTALL, (readme, _wheel_script_lines())
+    assert readme[3:] == ["pip install triton==3.7.1"]
+    assert "triton==3.7.1" in tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]["test"]
+    tutorial = _block("docs/tutorials/first-certificate.md", "## 1. Install torch, then normcert", "bash")
+    assert tutorial == ["python3 -m venv .venv && . .venv/bin/activate", *INSTALL]
+    ci = (CHECKOUT / ".ci" / "run").read_text()
+    assert "\nbash .ci/wheel.sh\n" in ci and "pip install --quiet --disable-pip-version-check torch==2.13.0" in ci
+    assert "pip install normcert\n" not in (CHECKOUT / "README.md").read_text()
+
+
+@in_checkout
+def test_the_ci_snippets_install_and_certify_as_ci_checks():
+    certify = _block("README.md", "## Certify your kernel", "bash")
+    assert certify == ["normcert certify rms_norm=mykern:rms_norm --certificate cert.json"]
+    script = (CHECKOUT / ".ci" / "wheel.sh").read_text()
+    assert f"\nexpect 0 {certify[0]} --report report.html\n" in script
+    for path, after in (("README.md", "## In GitHub Actions"), ("docs/howto/ci.md", "## Your kernel, in GitHub Actions")):
+        runs = [ln.split("run:", 1)[1].strip() for ln in _block(path, after, "yaml") if ln.startswith("- run:")]
+        assert runs[0] == " && ".join(INSTALL), (path, runs)
+        command = [r for r in runs if r.startswith("normcert certify")]
+        assert command and command[0].startswith(certify[0].replace("cert.json", "certificate.json")), (path, runs)
+        assert " -n " not in command[0], f"{path}: one kernel runs fastest without xdist workers"
+
+
+@in_checkout
+def test_every_data_file_is_package_data():
+    """A file a run reads (the report's templates, the certificate's schema, the oracle's C source)
+    is in the wheel only if pyproject names it as package data."""
+    setup = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {package: CHECKOUT / folder for package, folder in setup["package-dir"].items()}
+    declared = {package: patterns for package, patterns in setup["package-data"].items()}
+    missing = []
+    for package in setup["packages"]:
+        top = max((p for p in folders if package == p or package.startswith(p + ".")), key=len)
+        folder = folders[top].joinpath(*package[len(top) + 1:].split(".")) if package != top else folders[top]
+        for f in folder.iterdir():
+            if f.is_file() and f.suffix not in (".py", ".pyc"):
+                rel = f.relative_to(folder).as_posix()
+                if not any(fnmatch.fnmatch(rel, pat) for pat in declared.get(package, [])):
+                    missing.append(f"{package}: {rel}")
+        for sub in (d for d in folder.iterdir() if d.is_dir() and d.name != "__pycache__"
+                    and not (d / "__init__.py").exists()):
+            for f in sub.rglob("*"):
+                rel = f.relative_to(folder).as_posix()
+                if f.is_file() and not any(fnmatch.fnmatch(rel, pat) for pat in declared.get(package, [])):
+                    missing.append(f"{package}: {rel}")
+    assert not missing, f"data files not in the wheel (add them to [tool.setuptools.package-data]): {missing}"
+    assert "native.c" in declared["normcert.oracle"]
