@@ -59,7 +59,9 @@ def _span(t: torch.Tensor):
 
 
 def save_failure(impl, prop: str, case: Case, directory: str, suffix: str = "") -> str:
-    """Write ``case`` as a replay file in ``directory``; returns the command that replays it, or
+    """Write ``case`` as a replay file in ``directory``; returns the command that replays it (naming
+    the kernel with ``--impl`` where it is the user's, not the registry's: replay imports no module a
+    file names unless told to, and the user named this one for the run that failed), or
     why it was not saved (a tensor past MAX_ELEMENTS, which ``load`` would refuse: ``--profile
     large`` cases, made again from the run's seed).  Its name is the cell's (op, kernel, property,
     dtype, then ``suffix``: "-2" for a cell's second distinct failure) and the first hex digits of
@@ -98,7 +100,8 @@ def save_failure(impl, prop: str, case: Case, directory: str, suffix: str = "") 
         write_atomic(path, archive.getvalue())
     except UnsafePath as e:
         return f"not saved: {e}"
-    return f"normcert replay {shlex.quote(path)}"
+    trust = f"--impl {shlex.quote(meta['impl'])} " if impl.backend == "plugin" else ""
+    return f"normcert replay {trust}{shlex.quote(path)}"
 
 
 MAX_META_BYTES = 1 << 20

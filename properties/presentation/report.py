@@ -217,14 +217,15 @@ def where_fields(where: str) -> dict[str, str]:
 
 
 def replay_file(command: str) -> str:
-    """The replay file a row's ``replay`` field names ("normcert replay PATH"), or "" for none."""
+    """The replay file a row's ``replay`` field names ("normcert replay [--impl SPEC] PATH"), or "" for
+    none."""
     if not command.startswith("normcert replay "):
         return ""
     try:
         words = shlex.split(command)
     except ValueError:
         return ""
-    return words[2] if len(words) == 3 else ""
+    return words[-1] if len(words) == 3 or (len(words) == 5 and words[2] == "--impl") else ""
 
 
 CARDS_PER_ROW = 16

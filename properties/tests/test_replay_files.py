@@ -366,3 +366,27 @@ def test_a_replay_file_of_an_op_whose_scalars_depend_on_the_row_loads(tmp_path, 
     assert back.scalars == case.scalars and meta["op"] == op
     for k, t in case.tensors.items():
         assert t is None or torch.equal(_bits(back.tensors[k]), _bits(t)), k
+
+
+@pytest.mark.normcert_heavy  # a fresh process: the heavy tier
+def test_the_printed_command_replays_a_users_own_kernel(tmp_path):
+    """The replay command printed under a failure of the user's own kernel (a module of their folder,
+    not normcert's registry nor its planted catalogue) runs as printed: it names the kernel with
+    ``--impl``, since replay imports no module a file names unless told to (without it: exit 4)."""
+    (tmp_path / "userkern.py").write_text(
+        "import torch\n\ndef rms_norm(x, weight, eps):\n"
+        "    return x / (x.pow(2).mean(-1, keepdim=True).sqrt() + eps) * weight\n")
+    x = torch.tensor([[3.0, 4.0]], dtype=torch.float32)
+    case = Case("rms_norm", {"x": x, "weight": torch.ones(2)}, {"eps": 1e-2})
+    sys.path.insert(0, str(tmp_path))
+    try:
+        impl = plugin("rms_norm=userkern:rms_norm")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("userkern", None)
+    cmd = save_failure(impl, "accuracy", case, directory=str(tmp_path / "failures"))
+    words = shlex.split(cmd)
+    assert words[:4] == ["normcert", "replay", "--impl", "rms_norm=userkern:rms_norm"], cmd
+    ran = _run("-m", *words, storage=tmp_path / "empty", cwd=tmp_path)
+    assert ran.returncode == 1, ran.stdout[-2000:] + ran.stderr[-2000:]
+    assert "accuracy still fails for rms_norm:userkern:rms_norm" in ran.stdout

@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import os
 import subprocess
+import shlex
 import sys
 import sysconfig
 
@@ -80,7 +81,7 @@ def _failure(folder, monkeypatch, spec: str = SPEC, context: Context = AS_TESTED
     case = Case("rms_norm", {"x": x, "weight": weight}, {"eps": 1e-6}, context=context)
     with pytest.raises(PropertyFailure), torch.no_grad() if context.grad == "no_grad" else torch.enable_grad():
         check_against_oracle((impl.fn(x, weight, 1e-6),), case, Worst())
-    return save_failure(impl, "accuracy", case, str(folder / "failures")).removeprefix("normcert replay ")
+    return shlex.split(save_failure(impl, "accuracy", case, str(folder / "failures")))[-1]
 
 
 def _replayed(replay: str, spec: str, folder) -> str:

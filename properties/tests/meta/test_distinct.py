@@ -54,7 +54,7 @@ def _failing_row(session, name: str):
 
 def _replays(session, name: str, command: str):
     """What the check raises on the case of the replay file ``command`` names."""
-    meta, case = replay.load(shlex.split(command)[2], session.device)
+    meta, case = replay.load(shlex.split(command)[-1], session.device)
     assert meta["property"] == "accuracy" and meta["impl"] == f"rms_norm={PLANTED}:{name}"
     with pytest.raises(AssertionError) as raised:
         BY_NAME["accuracy"].check(session, _impl(name), case, Worst())
