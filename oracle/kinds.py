@@ -61,6 +61,11 @@ sets them (``properties.declared.domain``, ``properties.search.fitting``); the o
              multiple of the group, else a ValueError naming the group) or "partial" (any row: the
              last group shorter, with its own scale; the group kind's divisor check is then not
              applied, ``record.Op.check``)
+    mx_scale MXFP4's shared-exponent rule, one of ``fp4_scales.MX_SCALES``: None or "rceil"
+             (2**ceil(log2 S), cuBLAS's), "floor" (OCP MX 1.0's 2**(floor(log2 amax) - 2)), "ceil" or
+             "even" (torchao's); the formulas and their intervals are ``fp4_scales``'s
+    block_floor  NVFP4's block-scale floor, one of ``fp4_scales.BLOCK_FLOORS``: None or "none" (E4M3
+             of S as it is) or "2^-6" (S clamped to at least 2**-6 before the cast, torchao's)
     qdtype   the name of the format an output is quantised to, one of ``dynamic_quant.QDTYPES``:
              "float8_e4m3fn" or "int8" (the output's dtype follows it: ``record.Out.dtype_arg``)
     scale_ub None (no bound) or a positive finite float: the largest row peak a dynamic scale is
@@ -98,6 +103,7 @@ from . import validate as v
 from .dynamic_quant import NAN_POLICIES, QDTYPES, SCALE_FLOORS, SCALE_FORMATS, TAILS
 from .formats import to_float64
 from .fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS, GLOBAL_SCALES
+from .fp4_scales import BLOCK_FLOORS, MX_SCALES
 
 APPROXIMATE = ("none", "tanh")
 LAYERS = (1, 6, 12, 24, 100)  # DeepNorm depths drawn: alpha = (2N)^(1/4)
@@ -271,4 +277,6 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     _contract_kind("nan", NAN_POLICIES),
     _contract_kind("scale_floor", SCALE_FLOORS),
     _contract_kind("tail", TAILS),
+    _contract_kind("mx_scale", MX_SCALES),
+    _contract_kind("block_floor", BLOCK_FLOORS),
 )}

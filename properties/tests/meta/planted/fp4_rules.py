@@ -1,0 +1,78 @@
+"""FP4 kernels that make a documented block-scale choice (``oracle.fp4_scales``, ``nan=unspecified``):
+each correct under its declaration, and the meta-tests reject it without one.
+
+    mx_floor_scale / mx_ceil_scale / mx_even_scale   rms_norm_fp4_quant whose MXFP4 shared exponent
+        is OCP MX's floor(log2 a) - 2, torchao's CEIL ceil(log2 a) - 2, torchao's EVEN (a's significand
+        rounded to one bit, halves up, then floor) with a = amax / g, elements saturating at 6
+    nvfp4_scale_floored   rms_norm_fp4_quant whose E4M3 block scale is clamped to >= 2**-6 first
+    fp4_nan_any_scale     rms_norm_fp4_quant whose amax drops a NaN (so a block holding one gets
+        the finite scale of its other elements): right only where NaN blocks carry no claim
+"""
+from __future__ import annotations
+
+import torch
+
+from .....impls.eager import fp4_round_scale, fp4_scales_in, pack_fp4, rms_formula, to_e2m1, to_e4m3, up
+from .....oracle.fp4 import BLOCK_FORMATS
+from ..expect import correct
+
+__all__ = ["mx_floor_scale", "mx_ceil_scale", "mx_even_scale", "nvfp4_scale_floored", "fp4_nan_any_scale"]
+
+
+def _exponent(a, mode):
+    """The MX shared exponent k of each block amax ratio a >= 0 (float32) under ``mode``, clamped to
+    UE8M0's [-127, 127]; a = 0 gives -127."""
+    m, e = torch.frexp(a)  # a = m 2**e, m in [0.5, 1)
+    top = e - 1  # floor(log2 a)
+    if mode == "ceil":
+        top = torch.where(m == 0.5, top, top + 1)
+    elif mode == "even":
+        top = torch.where(m >= 0.875, top + 1, top)
+    return torch.where(a > 0, top - 2, -127).clamp(-127, 127)
+
+
+def _quantise(v, block_format, global_scale, layout, mode=None, least=None, drop_nan=False):
+    """v (compute format) per block: the scale by the MX ``mode`` (mxfp4), or E4M3 of the scale
+    clamped to >= ``least`` (nvfp4), or as the eager kernel; y = E2M1(v / (s g)), 0 where s = 0."""
+    block = BLOCK_FORMATS[block_format].block
+    blocks = v.unflatten(-1, (v.shape[-1] // block, block))
+    a = blocks.abs()
+    peak = (torch.where(a.isnan(), 0.0, a) if drop_nan else a).amax(-1)
+    if block_format == "mxfp4" and mode is not None:
+        k = _exponent((peak / global_scale).float(), mode)
+        scales = torch.ldexp(torch.ones_like(peak, dtype=torch.float64), k).float()
+        scales = torch.where(peak.isnan(), float("nan"), scales)
+    elif block_format == "nvfp4" and least is not None:
+        scales = to_e4m3((peak / (6.0 * global_scale)).clamp(min=least)).float()
+    else:
+        scales = fp4_round_scale(peak / (6.0 * global_scale), block_format)
+    s = scales[..., None].to(v.dtype)
+    y = torch.where(s == 0, 0.0, to_e2m1(blocks / (s * global_scale))).flatten(-2)
+    return pack_fp4(y), fp4_scales_in(scales, block_format, layout)
+
+
+def _ruled(mode=None, least=None, drop_nan=False, domain="", doc=""):
+    def kernel(x, weight, eps, block_format, global_scale, layout):
+        v = rms_formula(up(x), up(weight, x), eps)
+        return _quantise(v, block_format, global_scale, layout, mode, least, drop_nan)
+    kernel.__doc__ = doc
+    kernel.normcert_domain = domain
+    return kernel
+
+
+mx_floor_scale = correct("rms_norm_fp4_quant")(_ruled(
+    mode="floor", domain="mx_scale=floor",
+    doc="MXFP4 by OCP MX 1.0 section 6.3: s = 2**(floor(log2(amax / g)) - 2), elements saturating at 6."))
+mx_ceil_scale = correct("rms_norm_fp4_quant")(_ruled(
+    mode="ceil", domain="mx_scale=ceil", doc="MXFP4 by torchao's CEIL: s = 2**(ceil(log2(amax / g)) - 2)."))
+mx_even_scale = correct("rms_norm_fp4_quant")(_ruled(
+    mode="even", domain="mx_scale=even",
+    doc="MXFP4 by torchao's EVEN: amax / g's significand rounded to one bit (halves up), then floor, minus 2."))
+nvfp4_scale_floored = correct("rms_norm_fp4_quant")(_ruled(
+    least=2.0 ** -6, domain="block_floor=2^-6",
+    doc="NVFP4 with each block scale clamped to >= 2**-6 before its E4M3 cast (torchao's nvfp4_quantize)."))
+fp4_nan_any_scale = correct("rms_norm_fp4_quant")(_ruled(
+    drop_nan=True, domain="nan=unspecified",
+    doc="A block holding a NaN gets the finite scale of its other elements (its amax drops the NaN)."))
+for _name in __all__:
+    globals()[_name].__name__ = globals()[_name].__qualname__ = _name
