@@ -73,8 +73,9 @@ from .formats import E2M1, E4M3, UE8M0, toward_exact
 from .fp4_scales import scale_format
 
 RULES = ("mx_scale", "block_floor")  # the contract choices of a block scale's rounding (``fp4_scales``)
+CHOICES = (*RULES, "mx_global_scale")  # every FP4 contract choice: never passed to the base op
 
-GLOBAL_SCALES = (1.0, 1.0, 0.375, 2.0 ** -5, 11 / 8192, 3.0)  # drawn: float32-exact, one saturating E4M3
+GLOBAL_SCALES = (1.0, 1.0, 0.375, 2.0 ** -5, 11 / 8192, 3.0)  # drawn (NVFP4): float32-exact, one saturating E4M3
 BLOCK_LAYOUTS = ("linear", "swizzled")
 TILE_ROWS, TILE_COLS = 128, 4
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # codes 0..7; code | 8 is the negative
@@ -195,7 +196,7 @@ def forward(base, block_format: str, global_scale: str, layout: str, nan: str):
     non-NaN elements)."""
 
     def quantised(B, **args):
-        rest = {k: v for k, v in args.items() if k not in (block_format, global_scale, layout, nan, *RULES)}
+        rest = {k: v for k, v in args.items() if k not in (block_format, global_scale, layout, nan, *CHOICES)}
         first, *others = base(B, **rest)
         f, g = BLOCK_FORMATS[args[block_format]], float(args[global_scale])
         form = rounding(args, block_format)

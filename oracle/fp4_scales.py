@@ -54,6 +54,7 @@ from .formats import E4M3, UE8M0, Format, PowerOfTwoFormat
 MX_SCALES = ("rceil", "floor", "ceil", "even")  # the first the default
 BLOCK_FLOORS = ("none", "2^-6")  # the first the default
 FLOOR_VALUES = {"none": None, "2^-6": 2.0 ** -6}
+MX_GLOBAL_SCALES = ("none", "taken")  # an MXFP4 kernel called with global_scale 1, or fitted another
 
 LOWEST = {"floor": 4.0, "ceil": 2.0, "even": 3.5}  # a = 6 S in [c 2**k, 2 c 2**k) gives 2**k (module docstring)
 
@@ -135,4 +136,4 @@ def scale_format(block_format: str, mx_scale: str | None = None, block_floor: st
     return UE8M0 if mode == "rceil" else SharedExponent(mode=mode)
 
 
-__all__ = ["BLOCK_FLOORS", "FLOOR_VALUES", "MX_SCALES", "Floored", "SharedExponent", "scale_format"]
+__all__ = ["BLOCK_FLOORS", "FLOOR_VALUES", "MX_GLOBAL_SCALES", "MX_SCALES", "Floored", "SharedExponent", "scale_format"]

@@ -73,6 +73,10 @@ was certified.
     block_floor=none|2^-6     NVFP4's block-scale floor (a contract choice, argument kind
                               "block_floor"): none (the default) or 2^-6, the scale clamped to at
                               least E4M3's smallest normal before its cast (torchao's nvfp4_quantize)
+    mx_global_scale=none|taken  an MXFP4 kernel's global scale (a contract choice): none (the
+                              default: OCP MX has none, MXFP4 cases are drawn with global_scale 1) or
+                              taken (MXFP4 cases fitted a global scale of ``fp4.GLOBAL_SCALES``, spun
+                              from the case's seed, applied as NVFP4's: ``properties.search.fitting``)
 
 A case is drawn as for any kernel, then *fitted* into the domain
 (``properties.search.fitting``): the row length rounded up to the multiple (cut short of a
@@ -96,7 +100,7 @@ from dataclasses import dataclass, fields, replace
 from ...oracle import OPS
 from ...oracle.dynamic_quant import NAN_POLICIES, SCALE_FLOORS, TAILS
 from ...oracle.formats import DTYPE_NAMES
-from ...oracle.fp4_scales import BLOCK_FLOORS, MX_SCALES
+from ...oracle.fp4_scales import BLOCK_FLOORS, MX_GLOBAL_SCALES, MX_SCALES
 
 MANY_ROWS = 65537
 """The most rows a drawn case has: the search's "many" bucket, past 2**16 rows (grid and block-count
@@ -112,9 +116,9 @@ narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to
 [gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
 
 KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
-        "unsupported", "capturable", "nan", "scale_floor", "tail", "mx_scale", "block_floor")
+        "unsupported", "capturable", "nan", "scale_floor", "tail", "mx_scale", "block_floor", "mx_global_scale")
 CONTRACT = {"nan": NAN_POLICIES, "scale_floor": SCALE_FLOORS, "tail": TAILS, "mx_scale": MX_SCALES,
-            "block_floor": BLOCK_FLOORS}  # the contract choices: key = the argument kind it sets, and its values
+            "block_floor": BLOCK_FLOORS, "mx_global_scale": MX_GLOBAL_SCALES}  # the contract choices: key = the argument kind it sets, and its values
 RANKS = (2, 3, 4)
 
 
@@ -142,11 +146,12 @@ class Domain:
     tail: str | None = None  # "none" | "partial": a per-group quant's last group (a contract choice)
     mx_scale: str | None = None  # MXFP4's shared-exponent rule, ``fp4_scales.MX_SCALES`` (a contract choice)
     block_floor: str | None = None  # NVFP4's block-scale floor, ``fp4_scales.BLOCK_FLOORS`` (a contract choice)
+    mx_global_scale: str | None = None  # "none" | "taken": an MXFP4 kernel's global scale (a contract choice)
 
     def choices(self) -> dict[str, str]:
         """The contract choices declared (``CONTRACT``): argument kind -> its value."""
         every = {"nan": self.nan, "scale_floor": self.scale_floor, "tail": self.tail, "mx_scale": self.mx_scale,
-                 "block_floor": self.block_floor}
+                 "block_floor": self.block_floor, "mx_global_scale": self.mx_global_scale}
         return {key: value for key, value in every.items() if value is not None}
 
     @property

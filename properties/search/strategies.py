@@ -400,7 +400,8 @@ def pad_values(x, mask, fill_kind, rng):
 class Drawing:
     """One case's draws, as an argument kind asks for them (``oracle.kinds.Kind.draw``): the
     Hypothesis ``draw``, the case's numpy generator, its dtype, device and shape, the bucket whose
-    spins it follows, and the notes it writes.  ``tensors`` holds the tensors drawn so far, by name."""
+    spins it follows, and the notes it writes.  ``tensors`` holds the tensors drawn so far, by name,
+    ``scalars`` the other arguments (a global scale drawn after its block format reads it)."""
 
     draw: Callable
     rng: np.random.Generator
@@ -415,6 +416,7 @@ class Drawing:
     layouts: tuple
     padded: bool
     tensors: dict = field(default_factory=dict)
+    scalars: dict = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -520,15 +522,14 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
         shape = bucket.shape(rec)
         notes["bucket"] = bucket.label
     d = Drawing(draw, rng, dtype, device, shape, bucket, notes, rec.main, profiles, hostile, layouts, padded)
-    scalars = {}
     for arg in rec.args:
         kind = KINDS[arg.kind]
         value = kind.draw(d, arg)
         if kind.tensor:
             d.tensors[arg.name] = value
         else:
-            scalars[arg.name] = value
-    return Case(op, d.tensors, scalars, notes)
+            d.scalars[arg.name] = value
+    return Case(op, d.tensors, d.scalars, notes)
 
 
 def cotangents(rng, shapes_dtypes, device):

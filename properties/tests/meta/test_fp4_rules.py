@@ -64,6 +64,18 @@ def test_the_nvfp4_floor_clamps_before_the_cast():
     assert (lo[1:] > hi[1:]).all()  # and nothing to a smaller value any more
 
 
+def test_an_mx_kernel_takes_no_global_scale_unless_it_declares_one(tmp_path):
+    """MXFP4 cases are drawn with global_scale 1 (OCP MX has none): a kernel that applies the global
+    scale to NVFP4 alone is certified; declaring mx_global_scale=taken, it is fitted others, rejected."""
+    session = Session(failures_dir=str(tmp_path))
+    fn = planted.mx_without_global_scale
+    res = runner.run_family(session, BY_NAME["accuracy"], _impl(fn), F32, max_examples=20)
+    assert res.outcome == "pass", res.message
+    taking = dataclasses.replace(_impl(fn), domain=parse("mx_global_scale=taken"))
+    with pytest.raises(PropertyFailure, match=r"accuracy fails"):
+        runner.run_family(session, BY_NAME["accuracy"], taking, F32, max_examples=20, shrink=False)
+
+
 def _impl(fn, declared=True):
     impl = make("rms_norm_fp4_quant", fn.__name__, "plugin", fn,
                 target=f"normcert.properties.tests.meta.planted:{fn.__name__}")

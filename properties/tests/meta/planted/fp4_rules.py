@@ -7,6 +7,8 @@ each correct under its declaration, and the meta-tests reject it without one.
     nvfp4_scale_floored   rms_norm_fp4_quant whose E4M3 block scale is clamped to >= 2**-6 first
     fp4_nan_any_scale     rms_norm_fp4_quant whose amax drops a NaN (so a block holding one gets
         the finite scale of its other elements): right only where NaN blocks carry no claim
+    mx_without_global_scale  rms_norm_fp4_quant applying the global scale to NVFP4 only, as OCP MX has
+        none: right where MXFP4 is called with 1 (the default), wrong declaring mx_global_scale=taken
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from .....impls.eager import fp4_round_scale, fp4_scales_in, pack_fp4, rms_formu
 from .....oracle.fp4 import BLOCK_FORMATS
 from ..expect import correct
 
-__all__ = ["mx_floor_scale", "mx_ceil_scale", "mx_even_scale", "nvfp4_scale_floored", "fp4_nan_any_scale"]
+__all__ = ["mx_floor_scale", "mx_ceil_scale", "mx_even_scale", "nvfp4_scale_floored", "fp4_nan_any_scale",
+           "mx_without_global_scale"]
 
 
 def _exponent(a, mode):
@@ -51,10 +54,11 @@ def _quantise(v, block_format, global_scale, layout, mode=None, least=None, drop
     return pack_fp4(y), fp4_scales_in(scales, block_format, layout)
 
 
-def _ruled(mode=None, least=None, drop_nan=False, domain="", doc=""):
+def _ruled(mode=None, least=None, drop_nan=False, mx_global=True, domain="", doc=""):
     def kernel(x, weight, eps, block_format, global_scale, layout):
         v = rms_formula(up(x), up(weight, x), eps)
-        return _quantise(v, block_format, global_scale, layout, mode, least, drop_nan)
+        g = global_scale if mx_global or block_format == "nvfp4" else 1.0
+        return _quantise(v, block_format, g, layout, mode, least, drop_nan)
     kernel.__doc__ = doc
     kernel.normcert_domain = domain
     return kernel
@@ -74,5 +78,7 @@ nvfp4_scale_floored = correct("rms_norm_fp4_quant")(_ruled(
 fp4_nan_any_scale = correct("rms_norm_fp4_quant")(_ruled(
     drop_nan=True, domain="nan=unspecified",
     doc="A block holding a NaN gets the finite scale of its other elements (its amax drops the NaN)."))
+mx_without_global_scale = correct("rms_norm_fp4_quant")(_ruled(
+    mx_global=False, doc="The global scale applied to NVFP4 blocks only: an MXFP4 block is scaled by amax / 6 alone."))
 for _name in __all__:
     globals()[_name].__name__ = globals()[_name].__qualname__ = _name
