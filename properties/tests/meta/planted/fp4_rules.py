@@ -7,19 +7,23 @@ each correct under its declaration, and the meta-tests reject it without one.
     nvfp4_scale_floored   rms_norm_fp4_quant whose E4M3 block scale is clamped to >= 2**-6 first
     fp4_nan_any_scale     rms_norm_fp4_quant whose amax drops a NaN (so a block holding one gets
         the finite scale of its other elements): right only where NaN blocks carry no claim
+    silu_fp4_byte0_unit_reciprocal  (a bug) silu_and_mul_fp4_quant whose MXFP4 values are multiplied
+        by 1.0 where the block's UE8M0 exponent byte is 0 (s = 2**-127), torchao RCEIL's corner: such
+        a block comes out all zeros; only the tiny-scale buckets reach it
     mx_without_global_scale  rms_norm_fp4_quant applying the global scale to NVFP4 only, as OCP MX has
         none: right where MXFP4 is called with 1 (the default), wrong declaring mx_global_scale=taken
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .....impls.eager import fp4_round_scale, fp4_scales_in, pack_fp4, rms_formula, to_e2m1, to_e4m3, up
 from .....oracle.fp4 import BLOCK_FORMATS
-from ..expect import correct
+from ..expect import bucket_bug, correct
 
 __all__ = ["mx_floor_scale", "mx_ceil_scale", "mx_even_scale", "nvfp4_scale_floored", "fp4_nan_any_scale",
-           "mx_without_global_scale"]
+           "mx_without_global_scale", "silu_fp4_byte0_unit_reciprocal"]
 
 
 def _exponent(a, mode):
@@ -80,5 +84,23 @@ fp4_nan_any_scale = correct("rms_norm_fp4_quant")(_ruled(
     doc="A block holding a NaN gets the finite scale of its other elements (its amax drops the NaN)."))
 mx_without_global_scale = correct("rms_norm_fp4_quant")(_ruled(
     mx_global=False, doc="The global scale applied to NVFP4 blocks only: an MXFP4 block is scaled by amax / 6 alone."))
+
+
+@bucket_bug("silu_and_mul_fp4_quant", "accuracy")
+def silu_fp4_byte0_unit_reciprocal(x, block_format, global_scale, layout):
+    """RCEIL MXFP4 whose reciprocal of the scale is 1.0 where the exponent byte is 0 (s = 2**-127),
+    as torchao's ``_to_mx_rceil`` sets it: a block with 0 < amax <= 6 2**-127 is quantised unscaled."""
+    gate, value = (up(t) for t in x.chunk(2, dim=-1))
+    v = F.silu(gate) * value
+    if block_format != "mxfp4":
+        return _quantise(v, block_format, global_scale, layout)
+    blocks = v.unflatten(-1, (v.shape[-1] // 32, 32))
+    scales = fp4_round_scale(blocks.abs().amax(-1) / (6.0 * global_scale), block_format)
+    s = scales[..., None].to(v.dtype)
+    rcp = torch.where(s == 2.0 ** -127, 1.0, 1.0 / (s * global_scale))
+    y = to_e2m1(blocks * rcp).flatten(-2)
+    return pack_fp4(y), fp4_scales_in(scales, block_format, layout)
+
+
 for _name in __all__:
     globals()[_name].__name__ = globals()[_name].__qualname__ = _name
