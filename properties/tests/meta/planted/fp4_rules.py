@@ -27,7 +27,7 @@ __all__ = ["mx_floor_scale", "mx_ceil_scale", "mx_even_scale", "nvfp4_scale_floo
 
 
 def _exponent(a, mode):
-    """The MX shared exponent k of each block amax ratio a >= 0 (float32) under ``mode``, clamped to
+    """The MX shared exponent k of each block amax ratio a >= 0 (in the compute format) under ``mode``, clamped to
     UE8M0's [-127, 127]; a = 0 gives -127."""
     m, e = torch.frexp(a)  # a = m 2**e, m in [0.5, 1)
     top = e - 1  # floor(log2 a)
@@ -46,7 +46,7 @@ def _quantise(v, block_format, global_scale, layout, mode=None, least=None, drop
     a = blocks.abs()
     peak = (torch.where(a.isnan(), 0.0, a) if drop_nan else a).amax(-1)
     if block_format == "mxfp4" and mode is not None:
-        k = _exponent((peak / global_scale).float(), mode)
+        k = _exponent(peak / global_scale, mode)
         scales = torch.ldexp(torch.ones_like(peak, dtype=torch.float64), k).float()
         scales = torch.where(peak.isnan(), float("nan"), scales)
     elif block_format == "nvfp4" and least is not None:
