@@ -44,7 +44,9 @@ division), so B_y = B_v / (s_k g) + (gam(2 (2 FN_ULPS + 1)) + ORACLE) |w| + lam_
 E2M1(w) to the step; where s_k = 0 (an E4M3 scale that underflowed) y is 0, exactly (bound 0).  No
 claim where s_k is NaN or inf, where v is NaN (E2M1 has no NaN), or where s_k g overflows the
 compute format (a UE8M0 scale of 2**127 saturated from an infinite v, times g > 1: the divisor is
-not representable, as a row whose mean square overflows is outside the contract, ``error_model``).  Against the exact scale (two
+not representable, as a row whose mean square overflows is outside the contract, ``error_model``),
+nor on a block whose v, within its bound, reaches past the largest value of the compute format or of
+x's dtype (the group quant's rule, ``quantised``: the kernel holds v in c, so its block is inf).  Against the exact scale (two
 calls compared): any s in [R(S - B_s), R(S + B_s)], as for the group quant, with D (``fp4.divisor``)
 for S_P; none where that range reaches 0.
 """
@@ -231,7 +233,8 @@ def block(base, main: str, block_format: str, global_scale: str, nan: str, indet
                 y_bound = np.where(s == 0, 0.0, v_bound / (s * g) + rel * np.abs(w) + ctx.lam_c)
                 no_claim = ~np.isfinite(s) | (s < 0) | (s * g > ctx.cmax)
             no_claim = no_claim | np.isnan(v)
-            loose = unclaimed_nan(v, args, nan)
+            v_reach = np.abs(v) + np.where(np.isnan(v_bound), np.inf, v_bound)  # past c's or x.dtype's range:
+            loose = unclaimed_nan(v, args, nan) | (v_reach >= min(ctx.cmax, ctx.omax))  # no claim, as ``quantised``
             if indeterminate is not None:
                 loose = loose | np.asarray(indeterminate(args), bool)
             if loose.any():
