@@ -44,7 +44,9 @@ division), so B_y = B_v / (s_k g) + (gam(2 (2 FN_ULPS + 1)) + ORACLE) |w| + lam_
 E2M1(w) to the step; where s_k = 0 (an E4M3 scale that underflowed) y is 0, exactly (bound 0).  No
 claim where s_k is NaN or inf, where v is NaN (E2M1 has no NaN), or where s_k g overflows the
 compute format (a UE8M0 scale of 2**127 saturated from an infinite v, times g > 1: the divisor is
-not representable, as a row whose mean square overflows is outside the contract, ``error_model``).  Against the exact scale (two
+not representable, as a row whose mean square overflows is outside the contract, ``error_model``),
+nor on a block whose v, within its bound, reaches past the largest value of the compute format or of
+x's dtype (the group quant's rule, ``quantised``: the kernel holds v in c, so its block is inf).  Against the exact scale (two
 calls compared): any s in [R(S - B_s), R(S + B_s)], as for the group quant, with D (``fp4.divisor``)
 for S_P; none where that range reaches 0.
 """
@@ -57,7 +59,7 @@ from .dynamic_quant import QDTYPES, per_element, qmax, rounded_scale
 from .formats import UE8M0
 from .error_model import FN_ULPS, ORACLE, Context
 from .formats import FORMATS, IntegerFormat, fmt
-from .fp4 import BLOCK_FORMATS, divisor
+from .fp4 import BLOCK_FORMATS, divisor, rounding
 
 U_32 = FORMATS[torch.float32].u  # the scales are stored in float32
 
@@ -107,6 +109,12 @@ def peak_errors(v_err, v, args: dict, nan: str):
     """The elements' errors a peak is taken of: all of them, or under ``args[nan] == "ignore"`` those
     whose exact v is not NaN (a NaN element's error read as 0: the max drops it, module docstring)."""
     return np.where(np.isnan(v), 0.0, v_err) if args.get(nan) == "ignore" else v_err
+
+
+def unclaimed_nan(v, args: dict, nan: str) -> np.ndarray:
+    """Where an element's exact v is NaN under ``args[nan] == "unspecified"`` (``dynamic_quant``: its
+    row, group or block then carries no claim), else nowhere."""
+    return np.isnan(v) if args.get(nan) == "unspecified" else np.zeros(np.shape(v), bool)
 
 
 def quantised(base, main: str, qdtype_of, group_of, format_of, nan: str, indeterminate=None):
@@ -181,7 +189,7 @@ def quantised(base, main: str, qdtype_of, group_of, format_of, nan: str, indeter
             loose = reach >= min(ctx.cmax, ctx.omax)  # past c's or x.dtype's range (the docstring); NaN rows not
             if indeterminate is not None:
                 loose = loose | np.asarray(indeterminate(args), dtype=bool)
-            group_loose = any_in_group(loose)
+            group_loose = any_in_group(loose | unclaimed_nan(v, args, nan))
             scale_bound = np.where(group_loose, -np.inf, scale_bound)
             y_bound = np.where(wide(group_loose).astype(bool), -np.inf, y_bound)
         return (y_bound, scale_bound, *rest)
@@ -201,19 +209,20 @@ def block(base, main: str, block_format: str, global_scale: str, nan: str, indet
     def bound(args, exact, kernel=True, kernel_scale=None, **kw):
         ctx = Context(args[main].dtype, kernel=kernel)
         f, g = BLOCK_FORMATS[args[block_format]], float(args[global_scale])
+        form = rounding(args, block_format)
         y, scale = exact[0], exact[1]
         n = y.shape[-1]
         rel = ctx.gam(DIVISIONS) + ORACLE
         with np.errstate(all="ignore"):
-            d = divisor(scale, f.scale)
+            d = divisor(scale, form)
             v = y * spread(d, y) * g
             v_bound, *rest = base(args, (v, *exact[2:]), kernel, **kw)
             v_err = peak_errors(np.where(np.isnan(v_bound), np.inf, v_bound), v, args, nan)
             peak_err = np.max(v_err.reshape(v_bound.shape[:-1] + (n // f.block, f.block)), axis=-1, initial=0.0)
             scale_bound = peak_err / (6 * g) + rel * scale + ctx.lam_c
             if kernel_scale is None:
-                lo = f.scale.round(np.where(scale > scale_bound, scale - scale_bound, 0.0))
-                hi = f.scale.round(scale + scale_bound)
+                lo = form.round(np.where(scale > scale_bound, scale - scale_bound, 0.0))
+                hi = form.round(scale + scale_bound)
                 s, s_lo, s_hi = spread(d, y), spread(lo, y), spread(hi, y)
                 y_bound = np.where(s_lo > 0, v_bound / (s_lo * g) + rel * np.abs(y) + ctx.lam_c
                                    + np.abs(v) / g * np.maximum(1 / s_lo - 1 / s, 1 / s - 1 / s_hi), np.inf)
@@ -224,8 +233,12 @@ def block(base, main: str, block_format: str, global_scale: str, nan: str, indet
                 y_bound = np.where(s == 0, 0.0, v_bound / (s * g) + rel * np.abs(w) + ctx.lam_c)
                 no_claim = ~np.isfinite(s) | (s < 0) | (s * g > ctx.cmax)
             no_claim = no_claim | np.isnan(v)
+            v_reach = np.abs(v) + np.where(np.isnan(v_bound), np.inf, v_bound)  # past c's or x.dtype's range:
+            loose = unclaimed_nan(v, args, nan) | (v_reach >= min(ctx.cmax, ctx.omax))  # no claim, as ``quantised``
             if indeterminate is not None:
-                loose = np.asarray(indeterminate(args), bool).reshape(v.shape[:-1] + (n // f.block, f.block)).any(-1)
+                loose = loose | np.asarray(indeterminate(args), bool)
+            if loose.any():
+                loose = loose.reshape(v.shape[:-1] + (n // f.block, f.block)).any(-1)
                 scale_bound = np.where(loose, -np.inf, scale_bound)
                 no_claim = no_claim | np.repeat(loose, f.block, axis=-1)
             y_bound = np.where(no_claim, -np.inf, np.where(np.isnan(y_bound), np.inf, y_bound))

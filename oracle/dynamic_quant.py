@@ -56,6 +56,11 @@ to the kernel: its domain's ``nan=`` sets it, ``properties.declared.domain``):
     "ignore"   the max is IEEE 754-2019 maximumNumber, which drops a NaN (Triton's ``tl.max`` by
              default, and so vLLM's and SGLang's Triton quant kernels): A_r = max over the i with
              v_ri not NaN of |v_ri|, 0 where there is none (a row all NaN: its scale is the floor)
+    "unspecified"  no claim: a row, group or block whose exact v holds a NaN is outside the contract,
+             its scale and every y of it unchecked (``bounds_quant``: bound -inf), every other one
+             checked as under "propagate" (the oracle computes it so); what most real kernels
+             document, where a NaN activation is a failure upstream (their amax may keep it, drop it
+             or give any finite scale)
 
 Either way y_ri = Q(v_ri / scale_r) keeps NaN where v_ri is NaN: float8 keeps it (its NaN encoding),
 int8 has no NaN and no claim is made on y there.  The same choice holds for every amax normcert
@@ -82,7 +87,7 @@ from .sums import row_peak
 
 QDTYPES = {"float8_e4m3fn": torch.float8_e4m3fn, "int8": torch.int8}
 MIN_SCALE = 1 / 512  # times 1 / q: the floor of a row's scale
-NAN_POLICIES = ("propagate", "ignore")  # an amax that keeps a NaN, or drops it (maximumNumber)
+NAN_POLICIES = ("propagate", "ignore", "unspecified")  # an amax that keeps a NaN, drops it, or no claim
 SCALE_FLOORS = ("1/512q", "eps32")  # the named floors: MIN_SCALE / q, float32's epsilon (a value: read_floor)
 EPS32 = float(torch.finfo(torch.float32).eps)  # 2**-23
 SCALE_FORMATS = ("float32", "ue8m0")  # a group's scale as computed, or rounded up to a power of two

@@ -70,8 +70,12 @@ import torch
 
 from .dynamic_quant import peak as amax
 from .formats import E2M1, E4M3, UE8M0, toward_exact
+from .fp4_scales import scale_format
 
-GLOBAL_SCALES = (1.0, 1.0, 0.375, 2.0 ** -5, 11 / 8192, 3.0)  # drawn: float32-exact, one saturating E4M3
+RULES = ("mx_scale", "block_floor")  # the contract choices of a block scale's rounding (``fp4_scales``)
+CHOICES = (*RULES, "mx_global_scale")  # every FP4 contract choice: never passed to the base op
+
+GLOBAL_SCALES = (1.0, 1.0, 0.375, 2.0 ** -5, 11 / 8192, 3.0)  # drawn (NVFP4): float32-exact, one saturating E4M3
 BLOCK_LAYOUTS = ("linear", "swizzled")
 TILE_ROWS, TILE_COLS = 128, 4
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)  # codes 0..7; code | 8 is the negative
@@ -179,6 +183,12 @@ def on_the_exact_side(B, blocks, peak: np.ndarray, scale: np.ndarray, k: float, 
     return toward_exact(scale, exact, form)
 
 
+def rounding(args: dict, block_format: str):
+    """The rounding R of a block scale in a call on ``args``: its block format's under the declared
+    rules (``fp4_scales.scale_format``; the contract choices are None where not declared)."""
+    return scale_format(args[block_format], *(args.get(k) for k in RULES))
+
+
 def forward(base, block_format: str, global_scale: str, layout: str, nan: str):
     """``base(B, **args)`` quantised to FP4 per block (module docstring): (v / (D g), S per block
     (..., n / block), base's other outputs); the layout is the calling contract's, not the values';
@@ -186,20 +196,21 @@ def forward(base, block_format: str, global_scale: str, layout: str, nan: str):
     non-NaN elements)."""
 
     def quantised(B, **args):
-        rest = {k: v for k, v in args.items() if k not in (block_format, global_scale, layout, nan)}
+        rest = {k: v for k, v in args.items() if k not in (block_format, global_scale, layout, nan, *CHOICES)}
         first, *others = base(B, **rest)
         f, g = BLOCK_FORMATS[args[block_format]], float(args[global_scale])
+        form = rounding(args, block_format)
         n = first.shape[-1]
         blocks = first.reshape(first.shape[:-1] + (n // f.block, f.block))
         peak = amax(B, blocks, args[nan])[..., 0]
         with np.errstate(all="ignore"):
             scale = np.asarray(peak, dtype=np.float64) / (6.0 * g)
-            scale = on_the_exact_side(B, blocks, peak, scale, 6.0 * g, f.scale)
-            d = np.repeat(divisor(scale, f.scale), f.block, axis=-1) * g
+            scale = on_the_exact_side(B, blocks, peak, scale, 6.0 * g, form)
+            d = np.repeat(divisor(scale, form), f.block, axis=-1) * g
         return (first / B.array(d), B.array(scale), *others)
 
     return quantised
 
 
 __all__ = ["BLOCK_FORMATS", "BLOCK_LAYOUTS", "E2M1", "GLOBAL_SCALES", "decode_scales", "divisor", "forward",
-           "pack_e2m1", "padded", "swizzle", "swizzled_offsets", "unpack_e2m1"]
+           "pack_e2m1", "padded", "rounding", "swizzle", "swizzled_offsets", "unpack_e2m1"]

@@ -63,6 +63,14 @@ sets them (``properties.declared.domain``, ``properties.search.fitting``); the o
              multiple of the group, else a ValueError naming the group) or "partial" (any row: the
              last group shorter, with its own scale; the group kind's divisor check is then not
              applied, ``record.Op.check``)
+    mx_scale MXFP4's shared-exponent rule, one of ``fp4_scales.MX_SCALES``: None or "rceil"
+             (2**ceil(log2 S), cuBLAS's), "floor" (OCP MX 1.0's 2**(floor(log2 amax) - 2)), "ceil" or
+             "even" (torchao's); the formulas and their intervals are ``fp4_scales``'s
+    block_floor  NVFP4's block-scale floor, one of ``fp4_scales.BLOCK_FLOORS``: None or "none" (E4M3
+             of S as it is) or "2^-6" (S clamped to at least 2**-6 before the cast, torchao's)
+    mx_global_scale  whether an MXFP4 kernel takes a global scale, one of
+             ``fp4_scales.MX_GLOBAL_SCALES``: None or "none" (called with 1, as OCP MX has none) or
+             "taken" (fitted a global scale from ``fp4.GLOBAL_SCALES``, applied as NVFP4's is)
     qdtype   the name of the format an output is quantised to, one of ``dynamic_quant.QDTYPES``:
              "float8_e4m3fn" or "int8" (the output's dtype follows it: ``record.Out.dtype_arg``)
     scale_ub None (no bound) or a positive finite float: the largest row peak a dynamic scale is
@@ -85,7 +93,8 @@ sets them (``properties.declared.domain``, ``properties.search.fitting``); the o
              scales) or "mxfp4" (block 32, UE8M0 block scales); its block must divide the row length
              (the op's ``width_multiple`` makes both divide every row drawn)
     global_scale  a positive finite float: an FP4 op's per-tensor scale (the block scales are of
-             amax / (6 global_scale)); drawn from ``fp4.GLOBAL_SCALES`` (float32-exact values)
+             amax / (6 global_scale)); drawn from ``fp4.GLOBAL_SCALES`` (float32-exact values) for
+             NVFP4, 1 for MXFP4 (OCP MX has none) unless the kernel declares mx_global_scale=taken
     block_layout  the memory layout of FP4 block scales, one of ``fp4.BLOCK_LAYOUTS``: "linear" (a
              contiguous (rows, n / block) tensor) or "swizzled" (the tensor cores' 128 x 4 tiles)
 """
@@ -102,6 +111,7 @@ from . import validate as v
 from .dynamic_quant import NAN_POLICIES, QDTYPES, SCALE_FLOORS, SCALE_FORMATS, TAILS, read_floor
 from .formats import to_float64
 from .fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS, GLOBAL_SCALES
+from .fp4_scales import BLOCK_FLOORS, MX_GLOBAL_SCALES, MX_SCALES
 
 APPROXIMATE = ("none", "tanh")
 LAYERS = (1, 6, 12, 24, 100)  # DeepNorm depths drawn: alpha = (2N)^(1/4)
@@ -127,6 +137,7 @@ class Drawing(Protocol):
     def eps(self) -> float: ...
     def quantisation_scale(self) -> float: ...
     def choose(self, xs, salt: str): ...  # one of xs
+    scalars: dict  # the case's other arguments drawn so far, by name
     def note(self, name: str, text: str) -> None: ...  # what the case's notes say of the draw
 
 
@@ -219,6 +230,15 @@ def _floor(op: str, name: str, value) -> None:
                             f"as Python's repr of a float)", repr(value))
 
 
+def _global_scale(d, arg) -> float:
+    """One of ``fp4.GLOBAL_SCALES`` where the case's block format has a global scale (NVFP4), 1 where
+    it has none (MXFP4: OCP MX defines no per-tensor scale; a kernel that takes one declares
+    mx_global_scale=taken and is fitted one, ``properties.search.fitting``)."""
+    if d.scalars.get("block_format") == "mxfp4":
+        return 1.0
+    return d.choose(list(GLOBAL_SCALES), arg.name)
+
+
 def _scalar_check(check: Callable) -> Callable:
     return lambda op, name, value, x: check(op, name, value)
 
@@ -279,7 +299,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          draw=lambda d, arg: d.choose(list(BLOCK_FORMATS), arg.name), shape=None),
     Kind("global_scale", check=_scalar_check(v.positive),
          sample=lambda normal, rows, width: 1.0,
-         draw=lambda d, arg: d.choose(list(GLOBAL_SCALES), arg.name), shape=None),
+         draw=_global_scale, shape=None),
     Kind("block_layout", check=lambda op, name, value, x: v.one_of(op, name, value, BLOCK_LAYOUTS),
          sample=lambda normal, rows, width: "linear",
          draw=lambda d, arg: d.choose(list(BLOCK_LAYOUTS), arg.name), shape=None),
@@ -289,4 +309,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     _contract_kind("nan", NAN_POLICIES),
     _contract_kind("scale_floor", SCALE_FLOORS, _floor),
     _contract_kind("tail", TAILS),
+    _contract_kind("mx_scale", MX_SCALES),
+    _contract_kind("block_floor", BLOCK_FLOORS),
+    _contract_kind("mx_global_scale", MX_GLOBAL_SCALES),
 )}

@@ -33,7 +33,7 @@ import torch
 from . import validate as v
 from .dynamic_quant import QDTYPES
 from .formats import E2M1, UE8M0, fmt
-from .fp4 import BLOCK_FORMATS, MAX_BLOCK, decode_scales, padded, unpack_e2m1
+from .fp4 import BLOCK_FORMATS, MAX_BLOCK, decode_scales, padded, rounding, unpack_e2m1
 from .kinds import GROUPS, KINDS
 
 # the kinds of argument an output trait may name, and what the trait reads of each
@@ -297,6 +297,8 @@ class Op:
         o = self._out(name)
         if o.format_arg is None or args is None:
             return None
+        if self._kind(o.format_arg) == "block_format":  # its rounding under the declared rules
+            return rounding(args, o.format_arg)
         return stored_format(self._kind(o.format_arg), args[o.format_arg])
 
     def is_quantised(self, name: str, args: dict | None = None) -> bool:

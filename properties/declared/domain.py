@@ -47,10 +47,12 @@ was certified.
                               that fails fails its served result; no: it is not captured
                               (default: tried, and a failed capture is noted, not failed).
                               No case is fitted for it: it is a claim about the call
-    nan=propagate|ignore      the NaN policy of the op's amax (a contract choice, argument kind "nan",
+    nan=propagate|ignore|unspecified  the NaN policy of the op's amax (a contract choice, argument kind "nan",
                               ``oracle.dynamic_quant``): propagate (the default) makes a scale NaN
                               where its row, group or block holds a NaN; ignore takes the amax over
-                              the non-NaN elements (IEEE maximumNumber, Triton's tl.max).  Only an
+                              the non-NaN elements (IEEE maximumNumber, Triton's tl.max); unspecified
+                              makes no claim on a row, group or block holding a NaN (its scale and
+                              values unchecked; every other one checked as under propagate).  Only an
                               op that takes an amax (the dynamic, group and FP4 quants) has one: on
                               another op the key is an error (checked when the kernel is registered)
     scale_floor=1/512q|eps32|F  the floor of a dynamic or group scale (a contract choice, argument kind
@@ -76,6 +78,18 @@ was certified.
                               its own amax, and the kernel is then fitted rows that are not a
                               multiple of it (``Domain.width``, ``properties.search.fitting``).  Only the
                               group quants have one
+    mx_scale=rceil|floor|ceil|even  MXFP4's shared-exponent rule (a contract choice, argument kind
+                              "mx_scale", ``oracle.fp4_scales``): rceil (the default, cuBLAS's
+                              2**ceil(log2(amax / 6))), floor (OCP MX 1.0 section 6.3's
+                              2**(floor(log2 amax) - 2), elements saturating at 6), ceil or even
+                              (torchao's).  Only the FP4 ops have one; it rules their mxfp4 blocks
+    block_floor=none|2^-6     NVFP4's block-scale floor (a contract choice, argument kind
+                              "block_floor"): none (the default) or 2^-6, the scale clamped to at
+                              least E4M3's smallest normal before its cast (torchao's nvfp4_quantize)
+    mx_global_scale=none|taken  an MXFP4 kernel's global scale (a contract choice): none (the
+                              default: OCP MX has none, MXFP4 cases are drawn with global_scale 1) or
+                              taken (MXFP4 cases fitted a global scale of ``fp4.GLOBAL_SCALES``, spun
+                              from the case's seed, applied as NVFP4's: ``properties.search.fitting``)
 
 A case is drawn as for any kernel, then *fitted* into the domain
 (``properties.search.fitting``): the row length rounded up to the multiple (cut short of a
@@ -101,6 +115,7 @@ from ...oracle.dynamic_quant import NAN_POLICIES, SCALE_FLOORS, TAILS, read_floo
 from ...oracle.formats import DTYPE_NAMES
 from ...oracle.fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS
 from ...oracle.kinds import GROUPS, SCALE_LAYOUTS
+from ...oracle.fp4_scales import BLOCK_FLOORS, MX_GLOBAL_SCALES, MX_SCALES
 
 MANY_ROWS = 65537
 """The most rows a drawn case has: the search's "many" bucket, past 2**16 rows (grid and block-count
@@ -116,10 +131,12 @@ narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to
 [gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
 
 KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
-        "unsupported", "capturable", "nan", "scale_floor", "tail", "amax_floor", "groups", "layouts", "block_formats")
+        "unsupported", "capturable", "nan", "scale_floor", "tail", "amax_floor", "groups", "layouts", "block_formats",
+        "mx_scale", "block_floor", "mx_global_scale")
 ARG_KEYS = {"groups": ("group",), "layouts": ("layout", "block_layout"), "block_formats": ("block_format",)}
 """The keys restricting an argument's drawn values to some of its kind's: key -> the argument kinds."""
-CONTRACT = {"nan": NAN_POLICIES, "scale_floor": SCALE_FLOORS, "tail": TAILS}  # the contract choices: key = the argument kind it sets, and its values
+CONTRACT = {"nan": NAN_POLICIES, "scale_floor": SCALE_FLOORS, "tail": TAILS, "mx_scale": MX_SCALES,
+            "block_floor": BLOCK_FLOORS, "mx_global_scale": MX_GLOBAL_SCALES}  # the contract choices: key = the argument kind it sets, and its values
 RANKS = (2, 3, 4)
 
 
@@ -142,13 +159,16 @@ class Domain:
     flags: tuple[tuple[str, bool], ...] | None = None  # (argument, its one supported value), sorted by name
     unsupported: tuple[str, ...] | None = None  # the op's options the kernel does not take, sorted
     capturable: bool | None = None  # a CUDA-graph capture that fails: gates (yes), not tried (no), noted (None)
-    nan: str | None = None  # "propagate" | "ignore": the amax's NaN policy (a contract choice)
+    nan: str | None = None  # "propagate" | "ignore" | "unspecified": the amax's NaN policy (a contract choice)
     scale_floor: str | None = None  # "1/512q" | "eps32" | a number's repr: a dynamic scale's floor (a contract choice)
     tail: str | None = None  # "none" | "partial": a per-group quant's last group (a contract choice)
     amax_floor: str | None = None  # a number's repr: the same choice as the amax's floor (kind "scale_floor")
     groups: tuple[int, ...] | None = None  # the group sizes supported (kind "group")
     layouts: tuple[str, ...] | None = None  # the scale layouts written (kinds "layout", "block_layout")
     block_formats: tuple[str, ...] | None = None  # the FP4 block formats supported (kind "block_format")
+    mx_scale: str | None = None  # MXFP4's shared-exponent rule, ``fp4_scales.MX_SCALES`` (a contract choice)
+    block_floor: str | None = None  # NVFP4's block-scale floor, ``fp4_scales.BLOCK_FLOORS`` (a contract choice)
+    mx_global_scale: str | None = None  # "none" | "taken": an MXFP4 kernel's global scale (a contract choice)
 
     def arg_values(self) -> dict:
         """The values each key of ``ARG_KEYS`` admits (None: every drawn one)."""
@@ -166,7 +186,8 @@ class Domain:
         """The contract choices declared (``CONTRACT``): argument kind -> its value (an amax_floor A
         as the scale_floor "amax:A", ``oracle.dynamic_quant.read_floor``)."""
         floor = "amax:" + self.amax_floor if self.amax_floor is not None else self.scale_floor
-        every = {"nan": self.nan, "scale_floor": floor, "tail": self.tail}
+        every = {"nan": self.nan, "scale_floor": floor, "tail": self.tail, "mx_scale": self.mx_scale,
+                 "block_floor": self.block_floor, "mx_global_scale": self.mx_global_scale}
         return {key: value for key, value in every.items() if value is not None}
 
     @property

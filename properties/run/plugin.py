@@ -299,7 +299,7 @@ def _with_domain(plugins: list, declared) -> list:
 
 PLANTED = "normcert.properties.tests.meta.planted"
 PLANTED_MODULES = ("rms_norms", "shapes", "gated_norm", "norm_quant", "fp4", "activation_quant", "layer_norms",
-                   "batch_norm", "activations", "conventions")
+                   "batch_norm", "activations", "conventions", "fp4_rules")
 """The planted package's modules (``properties/tests/meta/planted/``), named here rather than found by
 importing it, since this module imports no kernel at the top (``test_expect`` checks the names)."""
 

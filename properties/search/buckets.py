@@ -9,7 +9,9 @@ strategy first, so with a bucket every other choice (profile, layout, eps,
 value seed, ...) is *spun*: its list is rotated by an amount derived from the
 run's seed (``choice``, ``integer``), so that the first case differs per seed
 and a failure still shrinks.  A centred op (``Op.centred``) also gets the near-constant
-buckets (``near_constant_buckets``): offset rows whose mean cancels, at four bucket widths.
+buckets (``near_constant_buckets``): offset rows whose mean cancels, at four bucket widths.  An FP4
+op also gets the tiny-scale buckets (``tiny_scale_buckets``): blocks whose scale is at or below its
+format's smallest normal, one bucket per block format.
 "long_run" (``LONG_RUN``) is not a shape but a count: one small case the served family calls
 ``Bucket.calls`` times in a row (``families.long_run``).
 
@@ -66,6 +68,7 @@ class Bucket:
     calls: int = 0  # the consecutive calls a long-run case makes (``LONG_RUN``); 0: one call
     turn: int = 0  # its place in its family's schedule (``runner.scheduled``): a context field cycles with it
     cycle: int = 0  # the run's spin of that schedule: where each field's cycle starts (``cycled``)
+    fixed: tuple = ()  # (salt, value) pairs: choices the bucket makes instead of spinning them
 
     def shape(self, rec) -> tuple[int, ...]:
         return (self.rows,) + ((self.heads,) if self.heads else ()) + (2 * self.width if rec.halves else self.width,)
@@ -76,7 +79,7 @@ class Bucket:
         return text + (f" ({self.note})" if self.note else "")
 
 
-BUCKETS = ("long", "odd", "strided", "many", "qk", "million", "near_constant")
+BUCKETS = ("long", "odd", "strided", "many", "qk", "million", "near_constant", "tiny_scale")
 MILLION = 1 << 20  # elements: "million" is one call past it (on CPU; --profile large goes past 2**31 on a GPU)
 MILLION_WIDTH = 4096  # its rows' x-width: 257 rows, 257 programs under Triton's interpreter
 MILLION_MIN_WIDTH = 1024  # ops capped below this (deep_norm's n x n sublayer) would need too many rows
@@ -124,7 +127,7 @@ def buckets(rec, spin: int, interpreted: bool = False, calls: int = LONG_RUN_CAL
             make("odd", 3, ODD_WIDTHS[odd]),
             make("strided", 3, ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], layout="sliced"),
             make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1])) + qk \
-        + _million(rec, spin) + near_constant_buckets(rec, spin) + (long_run,)
+        + _million(rec, spin) + near_constant_buckets(rec, spin) + tiny_scale_buckets(rec, spin) + (long_run,)
 
 
 def _whole_groups(rec, width: int) -> int:
@@ -165,6 +168,26 @@ def near_constant_buckets(rec, spin: int) -> tuple[Bucket, ...]:
         out.append(Bucket("near_constant", rows, cols, None, _mix(spin, "near_constant " + width_of), note,
                           profile="near_constant", columns=not rec.rowwise))
     return tuple(out)
+
+
+TINY_SCALE_ROWS, TINY_SCALE_WIDTH = 8, 64  # two blocks of 32, four of 16, per output row
+
+
+def tiny_scale_buckets(rec, spin: int) -> tuple[Bucket, ...]:
+    """For an FP4 op (an argument of kind "block_format"), TINY_SCALE_ROWS x TINY_SCALE_WIDTH rows of
+    profile "tiny_scale" (``strategies.fill``: rows alternately of +-(1 + U(0, 0.2)) 2**-62 and of
+    exponents in [-4, -3]), once with block format "mxfp4" and once "nvfp4" (fixed, not spun): a
+    SwiGLU's v = silu(g) u ~ g u / 2 is then in [2**-125, 1.44 2**-125) (UE8M0's least scale
+    2**-127, exponent byte 0, holds amax up to 6 2**-127 = 1.5 2**-125; v / 2**-127 in [4, 5.8),
+    past the 4 that the flush-to-zero allowance of a float32 v, 2 lam_o = 2**-125, spans) or in
+    [2**-9, 2**-5) (S = amax / 6 among E4M3's subnormals, below 2**-6), so that a kernel's special case for a zero
+    exponent or a subnormal scale meets its case.  (A norm's v is normalised, so its blocks stay
+    near 1: the tiny scales are an activation's.)  float16 cannot hold 2**-62: its rows go to its
+    subnormals, the nearest it has."""
+    if not any(a.kind == "block_format" for a in rec.args):
+        return ()
+    return tuple(Bucket("tiny_scale", TINY_SCALE_ROWS, TINY_SCALE_WIDTH, None, _mix(spin, f"tiny_scale {form}"), form,
+                        profile="tiny_scale", fixed=(("block_format", form),)) for form in ("mxfp4", "nvfp4"))
 
 
 def _million(rec, spin: int) -> tuple[Bucket, ...]:

@@ -31,6 +31,8 @@ wasted on what the kernel never claimed:
     contract  a contract choice the domain declares (``nan=``, ``scale_floor=``, ``tail=``: ``domain.CONTRACT``)
               set on the op's argument of that kind (drawn as None, the default): the same input, judged by
               the oracle under the kernel's declared semantics
+    mx_global_scale  taken: an MXFP4 case (drawn with global_scale 1, OCP MX's) given one of
+              ``fp4.GLOBAL_SCALES`` other than 1, spun from the case's seed
     tail      tail=partial (``domain.Domain.width``: the op's group multiple no longer forced): a
               drawn row (a multiple of every group, the op's width_multiple) is cut short of a
               whole group, by 1 to group - 1 elements of its output row spun from the case's seed,
@@ -49,6 +51,7 @@ import math
 import torch
 
 from ..declared.domain import ARG_VALUES, Domain
+from ...oracle.fp4 import GLOBAL_SCALES
 from ...oracle.kinds import KINDS
 from ...oracle.validate import stream_dtypes
 
@@ -90,6 +93,10 @@ def fit(case: Case, domain: Domain) -> Case:
     if chosen:
         case = case.copy(scalars={**case.scalars, **chosen})
         changed += [f"{name} -> {value}" for name, value in chosen.items()]
+    if domain.mx_global_scale == "taken" and case.scalars.get("block_format") == "mxfp4":
+        g = GLOBAL_SCALES[2 + _spin(case) % (len(GLOBAL_SCALES) - 2)]  # one of those past the two 1s
+        case = case.copy(scalars={**case.scalars, "global_scale": g})
+        changed.append(f"global_scale -> {g} (mx_global_scale=taken)")
     t = dict(case.tensors)
     main = t[rec.main]
 
@@ -160,6 +167,14 @@ def _position(kind: str, value) -> int:
     return values.index(value) if value in values else 0
 
 
+def _spin(case: Case) -> int:
+    """The case's seed (its notes'), 1 where it has none."""
+    try:
+        return int(case.notes.get("seed", 1))
+    except ValueError:
+        return 1
+
+
 def _partial_width(case: Case, n: int) -> int:
     """The row length n of a case of a per-group op cut for tail=partial (module docstring): its output
     row m (n, or n / 2 for a [gate | up] op) less 1 to group - 1 elements, spun from the case's
@@ -168,10 +183,7 @@ def _partial_width(case: Case, n: int) -> int:
     batches batch invariance refits) is not cut again, so fitting is idempotent."""
     rec = case.record
     group = next((case.scalars.get(a.name) for a in rec.args if a.kind == "group"), None)
-    try:
-        spin = int(case.notes.get("seed", 1))
-    except ValueError:
-        spin = 1
+    spin = _spin(case)
     m = n // 2 if rec.halves else n
     if not group or group < 2 or m <= 1 or m % group or spin % PARTIAL_EVERY == 0:
         return n

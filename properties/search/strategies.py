@@ -23,6 +23,9 @@ Profiles (``x`` and friends):
     near_max   top 3 binades of the dtype (x**2 overflows unless widened)
     subnormal  the dtype's subnormals and smallest normals
     wide       exponents over the dtype's whole range
+    tiny_scale  (buckets only) rows alternately of +-(1 + U(0, 0.2)) 2**-62 (float16: its least
+               subnormal) and of exponents in [-4, -3]: an FP4 activation's blocks at UE8M0's least scale and at
+               E4M3's subnormal ones (``buckets.tiny_scale_buckets``)
     near_constant  (buckets only) each row around its own mean m, |m| = 10**U(0, 4.8): constant,
                one step of the dtype either side of m, or a relative spread of 10**U(-7, -3)
 Hostile rows (optional): a few rows replaced by zeros, a constant, near-max
@@ -212,6 +215,12 @@ def fill(rng, dtype, shape, profile, scale_exp):
         return lattice(rng, f, shape, f.emin - f.p + 1, f.emax)
     if profile == "near_constant":
         return near_constant(rng, f, shape)
+    if profile == "tiny_scale":
+        low = f.emin - f.p + 1
+        rows = np.arange(int(np.prod(shape[:-1], dtype=np.int64))).reshape(shape[:-1] + (1,))
+        sign = np.where(rng.random(shape) < 0.5, -1.0, 1.0)
+        tiny = f.round(sign * np.ldexp(1 + 0.2 * rng.random(shape), max(-62, low)))
+        return np.where(rows % 2 == 0, tiny, lattice(rng, f, shape, -4, -3))
     raise ValueError(f"unknown profile {profile!r}")
 
 
@@ -400,7 +409,8 @@ def pad_values(x, mask, fill_kind, rng):
 class Drawing:
     """One case's draws, as an argument kind asks for them (``oracle.kinds.Kind.draw``): the
     Hypothesis ``draw``, the case's numpy generator, its dtype, device and shape, the bucket whose
-    spins it follows, and the notes it writes.  ``tensors`` holds the tensors drawn so far, by name."""
+    spins it follows, and the notes it writes.  ``tensors`` holds the tensors drawn so far, by name,
+    ``scalars`` the other arguments (a global scale drawn after its block format reads it)."""
 
     draw: Callable
     rng: np.random.Generator
@@ -415,6 +425,7 @@ class Drawing:
     layouts: tuple
     padded: bool
     tensors: dict = field(default_factory=dict)
+    scalars: dict = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -477,7 +488,8 @@ class Drawing:
         return self.draw(quantisation_scales(self.bucket))
 
     def choose(self, xs, salt: str):
-        return self.draw(choice(xs, self.bucket, salt))
+        fixed = dict(self.bucket.fixed) if self.bucket is not None else {}
+        return fixed[salt] if salt in fixed else self.draw(choice(xs, self.bucket, salt))
 
     def note(self, name: str, text: str) -> None:
         self.notes[name] = text
@@ -520,15 +532,14 @@ def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MA
         shape = bucket.shape(rec)
         notes["bucket"] = bucket.label
     d = Drawing(draw, rng, dtype, device, shape, bucket, notes, rec.main, profiles, hostile, layouts, padded)
-    scalars = {}
     for arg in rec.args:
         kind = KINDS[arg.kind]
         value = kind.draw(d, arg)
         if kind.tensor:
             d.tensors[arg.name] = value
         else:
-            scalars[arg.name] = value
-    return Case(op, d.tensors, scalars, notes)
+            d.scalars[arg.name] = value
+    return Case(op, d.tensors, d.scalars, notes)
 
 
 def cotangents(rng, shapes_dtypes, device):

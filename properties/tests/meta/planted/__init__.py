@@ -11,6 +11,7 @@ op family, one module each, an op's bugs beside its correct variants:
     norm_quant        rms_norm quantised to fp8 or int8: rms_norm_dynamic_quant, rms_norm_group_quant,
                       rms_norm_fp8, and their add_ forms
     fp4               rms_norm_fp4_quant, add_rms_norm_fp4_quant, silu_and_mul_fp4_quant
+    fp4_rules         FP4 kernels correct under a declared block-scale rule (mx_scale, block_floor, nan)
     activation_quant  silu_and_mul_dynamic_quant, silu_and_mul_group_quant, silu_and_mul_group_quant_masked
     layer_norms       layer_norm, add_layer_norm, deep_norm
     batch_norm        batch_norm
@@ -29,13 +30,14 @@ and named in ``properties.run.plugin.PLANTED_MODULES``: the modules a replay fil
 """
 from __future__ import annotations
 
-from . import (activation_quant, activations, batch_norm, conventions, fp4, gated_norm, layer_norms, norm_quant,
-               rms_norms, shapes)
+from . import (activation_quant, activations, batch_norm, conventions, fp4, fp4_rules, gated_norm, layer_norms,
+               norm_quant, rms_norms, shapes)
 from .rms_norms import *  # noqa: F403
 from .shapes import *  # noqa: F403
 from .gated_norm import *  # noqa: F403
 from .norm_quant import *  # noqa: F403
 from .fp4 import *  # noqa: F403
+from .fp4_rules import *  # noqa: F403
 from .activation_quant import *  # noqa: F403
 from .layer_norms import *  # noqa: F403
 from .batch_norm import *  # noqa: F403
@@ -43,5 +45,5 @@ from .activations import *  # noqa: F403
 from .conventions import *  # noqa: F403
 
 __all__ = [*rms_norms.__all__, *shapes.__all__, *gated_norm.__all__, *norm_quant.__all__, *fp4.__all__,
-           *activation_quant.__all__, *layer_norms.__all__, *batch_norm.__all__, *activations.__all__,
-           *conventions.__all__]
+           *fp4_rules.__all__, *activation_quant.__all__, *layer_norms.__all__, *batch_norm.__all__,
+           *activations.__all__, *conventions.__all__]

@@ -1,0 +1,106 @@
+"""FP4 kernels that make a documented block-scale choice (``oracle.fp4_scales``, ``nan=unspecified``):
+each correct under its declaration, and the meta-tests reject it without one.
+
+    mx_floor_scale / mx_ceil_scale / mx_even_scale   rms_norm_fp4_quant whose MXFP4 shared exponent
+        is OCP MX's floor(log2 a) - 2, torchao's CEIL ceil(log2 a) - 2, torchao's EVEN (a's significand
+        rounded to one bit, halves up, then floor) with a = amax / g, elements saturating at 6
+    nvfp4_scale_floored   rms_norm_fp4_quant whose E4M3 block scale is clamped to >= 2**-6 first
+    fp4_nan_any_scale     rms_norm_fp4_quant whose amax drops a NaN (so a block holding one gets
+        the finite scale of its other elements): right only where NaN blocks carry no claim
+    silu_fp4_byte0_unit_reciprocal  (a bug) silu_and_mul_fp4_quant whose MXFP4 values are multiplied
+        by 1.0 where the block's UE8M0 exponent byte is 0 (s = 2**-127), torchao RCEIL's corner: such
+        a block comes out all zeros; only the tiny-scale buckets reach it
+    mx_without_global_scale  rms_norm_fp4_quant applying the global scale to NVFP4 only, as OCP MX has
+        none: right where MXFP4 is called with 1 (the default), wrong declaring mx_global_scale=taken
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .....impls.eager import fp4_round_scale, fp4_scales_in, pack_fp4, rms_formula, to_e2m1, to_e4m3, up
+from .....oracle.fp4 import BLOCK_FORMATS
+from ..expect import bucket_bug, correct
+
+__all__ = ["mx_floor_scale", "mx_ceil_scale", "mx_even_scale", "nvfp4_scale_floored", "fp4_nan_any_scale",
+           "mx_without_global_scale", "silu_fp4_byte0_unit_reciprocal"]
+
+
+def _exponent(a, mode):
+    """The MX shared exponent k of each block amax ratio a >= 0 (in the compute format) under ``mode``, clamped to
+    UE8M0's [-127, 127]; a = 0 gives -127."""
+    m, e = torch.frexp(a)  # a = m 2**e, m in [0.5, 1)
+    top = e - 1  # floor(log2 a)
+    if mode == "ceil":
+        top = torch.where(m == 0.5, top, top + 1)
+    elif mode == "even":
+        top = torch.where(m >= 0.875, top + 1, top)
+    return torch.where(a > 0, top - 2, -127).clamp(-127, 127)
+
+
+def _quantise(v, block_format, global_scale, layout, mode=None, least=None, drop_nan=False):
+    """v (compute format) per block: the scale by the MX ``mode`` (mxfp4), or E4M3 of the scale
+    clamped to >= ``least`` (nvfp4), or as the eager kernel; y = E2M1(v / (s g)), 0 where s = 0."""
+    block = BLOCK_FORMATS[block_format].block
+    blocks = v.unflatten(-1, (v.shape[-1] // block, block))
+    a = blocks.abs()
+    peak = (torch.where(a.isnan(), 0.0, a) if drop_nan else a).amax(-1)
+    if block_format == "mxfp4" and mode is not None:
+        k = _exponent(peak / global_scale, mode)
+        scales = torch.ldexp(torch.ones_like(peak, dtype=torch.float64), k).float()
+        scales = torch.where(peak.isnan(), float("nan"), scales)
+    elif block_format == "nvfp4" and least is not None:
+        scales = to_e4m3((peak / (6.0 * global_scale)).clamp(min=least)).float()
+    else:
+        scales = fp4_round_scale(peak / (6.0 * global_scale), block_format)
+    s = scales[..., None].to(v.dtype)
+    y = torch.where(s == 0, 0.0, to_e2m1(blocks / (s * global_scale))).flatten(-2)
+    return pack_fp4(y), fp4_scales_in(scales, block_format, layout)
+
+
+def _ruled(mode=None, least=None, drop_nan=False, mx_global=True, domain="", doc=""):
+    def kernel(x, weight, eps, block_format, global_scale, layout):
+        v = rms_formula(up(x), up(weight, x), eps)
+        g = global_scale if mx_global or block_format == "nvfp4" else 1.0
+        return _quantise(v, block_format, g, layout, mode, least, drop_nan)
+    kernel.__doc__ = doc
+    kernel.normcert_domain = domain
+    return kernel
+
+
+mx_floor_scale = correct("rms_norm_fp4_quant")(_ruled(
+    mode="floor", domain="mx_scale=floor",
+    doc="MXFP4 by OCP MX 1.0 section 6.3: s = 2**(floor(log2(amax / g)) - 2), elements saturating at 6."))
+mx_ceil_scale = correct("rms_norm_fp4_quant")(_ruled(
+    mode="ceil", domain="mx_scale=ceil", doc="MXFP4 by torchao's CEIL: s = 2**(ceil(log2(amax / g)) - 2)."))
+mx_even_scale = correct("rms_norm_fp4_quant")(_ruled(
+    mode="even", domain="mx_scale=even",
+    doc="MXFP4 by torchao's EVEN: amax / g's significand rounded to one bit (halves up), then floor, minus 2."))
+nvfp4_scale_floored = correct("rms_norm_fp4_quant")(_ruled(
+    least=2.0 ** -6, domain="block_floor=2^-6",
+    doc="NVFP4 with each block scale clamped to >= 2**-6 before its E4M3 cast (torchao's nvfp4_quantize)."))
+fp4_nan_any_scale = correct("rms_norm_fp4_quant")(_ruled(
+    drop_nan=True, domain="nan=unspecified",
+    doc="A block holding a NaN gets the finite scale of its other elements (its amax drops the NaN)."))
+mx_without_global_scale = correct("rms_norm_fp4_quant")(_ruled(
+    mx_global=False, doc="The global scale applied to NVFP4 blocks only: an MXFP4 block is scaled by amax / 6 alone."))
+
+
+@bucket_bug("silu_and_mul_fp4_quant", "accuracy")
+def silu_fp4_byte0_unit_reciprocal(x, block_format, global_scale, layout):
+    """RCEIL MXFP4 whose reciprocal of the scale is 1.0 where the exponent byte is 0 (s = 2**-127),
+    as torchao's ``_to_mx_rceil`` sets it: a block with 0 < amax <= 6 2**-127 is quantised unscaled."""
+    gate, value = (up(t) for t in x.chunk(2, dim=-1))
+    v = F.silu(gate) * value
+    if block_format != "mxfp4":
+        return _quantise(v, block_format, global_scale, layout)
+    blocks = v.unflatten(-1, (v.shape[-1] // 32, 32))
+    scales = fp4_round_scale(blocks.abs().amax(-1) / (6.0 * global_scale), block_format)
+    s = scales[..., None].to(v.dtype)
+    rcp = torch.where(s == 2.0 ** -127, 1.0, 1.0 / (s * global_scale))
+    y = to_e2m1(blocks * rcp).flatten(-2)
+    return pack_fp4(y), fp4_scales_in(scales, block_format, layout)
+
+
+for _name in __all__:
+    globals()[_name].__name__ = globals()[_name].__qualname__ = _name
