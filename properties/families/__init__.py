@@ -28,7 +28,7 @@ from ..search.buckets import BUCKETS, LARGE, LONG_RUN
 from ..search.strategies import REFILLS, transforms
 
 # the call past 2**20 elements is accuracy's alone (its cost); the near-constant groups accuracy's and gradients'
-SHAPES = tuple(b for b in BUCKETS if b not in ("million", "near_constant"))
+SHAPES = tuple(b for b in BUCKETS if b not in ("million", "near_constant", "loud"))
 
 
 def _every_op(op: Op) -> bool:
@@ -149,7 +149,7 @@ FAMILIES: tuple[Family, ...] = (
            applies=lambda op: op.scale_invariant or op.shift_invariant, buckets=SHAPES,
            params=(Param("transform", "choice", transforms), Param("c", "power of two"), Param("d", "float"))),
     Family("gradients", gradients.check_gradients, gradients.gradient_cases, applies=_has_backward, core=True,
-           backward=True, buckets=SHAPES + ("near_constant",), params=(Param("cot_seed", "seed"),),
+           backward=True, buckets=SHAPES + ("near_constant", "loud"), params=(Param("cot_seed", "seed"),),
            contexts=gradients.DRAWN),
     Family("gradcheck", None, None, applies=_has_backward, backward=True),
     Family("determinism", bitwise.check_determinism, bitwise.determinism_cases, bitwise=True),

@@ -20,7 +20,7 @@ format's smallest normal, one bucket per block format.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from hypothesis import strategies as st
@@ -69,6 +69,7 @@ class Bucket:
     turn: int = 0  # its place in its family's schedule (``runner.scheduled``): a context field cycles with it
     cycle: int = 0  # the run's spin of that schedule: where each field's cycle starts (``cycled``)
     fixed: tuple = ()  # (salt, value) pairs: choices the bucket makes instead of spinning them
+    scale: int | None = None  # its tensors' decade (``strategies.tensors``: values about 10**scale); None: drawn
 
     def shape(self, rec) -> tuple[int, ...]:
         return (self.rows,) + ((self.heads,) if self.heads else ()) + (2 * self.width if rec.halves else self.width,)
@@ -79,7 +80,9 @@ class Bucket:
         return text + (f" ({self.note})" if self.note else "")
 
 
-BUCKETS = ("long", "odd", "strided", "many", "qk", "million", "near_constant", "tiny_scale")
+BUCKETS = ("long", "odd", "strided", "many", "qk", "million", "near_constant", "tiny_scale", "loud")
+LOUD_SCALE = 4  # "loud": the top decade the search draws (``strategies.tensors``' scale in [-4, 4])
+LOUD_ELEMS = 1 << 15  # "loud": about this many elements
 MILLION = 1 << 20  # elements: "million" is one call past it (on CPU; --profile large goes past 2**31 on a GPU)
 MILLION_WIDTH = 4096  # its rows' x-width: 257 rows, 257 programs under Triton's interpreter
 MILLION_MIN_WIDTH = 1024  # ops capped below this (deep_norm's n x n sublayer) would need too many rows
@@ -97,6 +100,9 @@ def buckets(rec, spin: int, interpreted: bool = False, calls: int = LONG_RUN_CAL
     million  MILLION // w + 1 rows of x-width w = MILLION_WIDTH: one call past 2**20 elements (ops
              whose max_width allows at least MILLION_MIN_WIDTH)
     long_run LONG_RUN_ROWS x LONG_RUN_WIDTH, called ``calls`` times in a row
+    loud     about LOUD_ELEMS elements, every tensor's values about 10**LOUD_SCALE (the top decade
+             the search draws, each tensor at it one case in nine when drawn): in float16 a product
+             of an input and dy (an autograd that rounds dy up to float16) passes 65504 (``_loud``)
 
     Widths are capped at the op's ``max_width``; with ``interpreted`` (a kernel that runs
     under Triton's interpreter) "many" has MANY_ROWS_INTERPRETED rows and "long_run" at most
@@ -127,7 +133,19 @@ def buckets(rec, spin: int, interpreted: bool = False, calls: int = LONG_RUN_CAL
             make("odd", 3, ODD_WIDTHS[odd]),
             make("strided", 3, ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], layout="sliced"),
             make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1])) + qk \
-        + _million(rec, spin) + near_constant_buckets(rec, spin) + tiny_scale_buckets(rec, spin) + (long_run,)
+        + _million(rec, spin) + near_constant_buckets(rec, spin) + tiny_scale_buckets(rec, spin) + (long_run,) \
+        + _loud(rec, spin, make)
+
+
+def _loud(rec, spin: int, make) -> tuple[Bucket, ...]:
+    """"loud": about LOUD_ELEMS elements (rows of an odd width: many dy values even where dy is one
+    row expanded), every tensor's values normal about 10**LOUD_SCALE (a family may cap the elements:
+    gradients' 2**13 leave some eight).  A product of two such inputs' elements and a standard
+    normal dy, |dy u| ~ 10**4 |Z1 Z2|, passes float16's 65504 where |Z1 Z2| > 6.55, about one
+    element in a thousand."""
+    width = ODD_WIDTHS[_mix(spin, "loud") % len(ODD_WIDTHS)]
+    bucket = make("loud", max(3, LOUD_ELEMS // width), width, note=f"values about 1e{LOUD_SCALE}")
+    return (replace(bucket, scale=LOUD_SCALE, profile="normal"),)
 
 
 def _whole_groups(rec, width: int) -> int:

@@ -303,7 +303,7 @@ def layout_tensor(values, dtype, layout, device):
 def tensors(draw, rng, dtype, shape, device, profiles=PROFILES, hostile=True, layouts=LAYOUTS, notes=None, name="x",
             bucket=None):
     profile = bucket.profile if bucket is not None and bucket.profile else draw(choice(profiles, bucket, name + "profile"))
-    scale = draw(integer(-4, 4, bucket, name + "scale"))
+    scale = bucket.scale if bucket is not None and bucket.scale is not None else draw(integer(-4, 4, bucket, name + "scale"))
     if bucket is not None and bucket.columns:  # the profile's groups run down the columns
         values = np.ascontiguousarray(fill(rng, dtype, shape[::-1], profile, scale).T)
     else:
