@@ -432,8 +432,10 @@ def _export(a) -> int:
 
 def _summarise(certificate: str) -> None:
     """The CI job summary (``$GITHUB_STEP_SUMMARY``) from the certificate as judged here."""
-    from normcert.properties.evidence.certificate import append_step_summary  # noqa: PLC0415
+    from normcert.properties.evidence.certificate import append_step_summary, summary_path  # noqa: PLC0415
 
+    if not summary_path():  # no CI job summary asked for: nothing to read the certificate for
+        return
     try:
         with open(certificate) as f:
             append_step_summary(json.load(f))
