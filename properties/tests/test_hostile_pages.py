@@ -15,17 +15,9 @@ from normcert import cli
 from ..evidence import certificate, replay_names
 from ..presentation import report, report_replay
 from . import report_samples
+from .replay_helpers import rewrite
 
 KERNEL = "rms_norm:example:k"
-
-
-def _meta_rewritten(path, change) -> None:
-    with np.load(path, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    meta = json.loads(bytes(arrays["meta"]).decode())
-    change(meta)
-    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    np.savez(path, **arrays)
 
 
 def _failing(replay: str, failures=None, prop="accuracy") -> dict:
@@ -49,7 +41,7 @@ def _write(folder, cert) -> str:
 
 def test_a_row_said_to_be_10_to_the_15_wide_is_one_line_and_no_allocation(tmp_path, capsys):
     path = report_samples.write_replay(str(tmp_path), np.ones((2, 8)))
-    _meta_rewritten(path, lambda m: m["tensors"]["x"].update(shape=[2, 10 ** 15], stride=[10 ** 15, 1]))
+    rewrite(path, lambda m: m["tensors"]["x"].update(shape=[2, 10 ** 15], stride=[10 ** 15, 1]))
     (view,) = _card_views(_failing(path))
     assert "its row reaches element 1999999999999999, past the " in view["error"] and "\n" not in view["error"]
     cert = _write(tmp_path, _failing(path))
@@ -120,7 +112,7 @@ def test_a_replay_file_that_is_not_the_row_s_failure_is_said_not_drawn(tmp_path)
     os.replace(plain, stamped)
     (view,) = _card_views(_failing(stamped))
     assert view["error"] == "" and "strip" in view  # its own file is drawn
-    _meta_rewritten(stamped, lambda m: m["notes"].update(later="a later run's case"))
+    rewrite(stamped, lambda m: m["notes"].update(later="a later run's case"))
     (view,) = _card_views(_failing(stamped))
     assert "not this row's failure: its bytes are not those it was saved with" in view["error"]
     with open(stamped, "rb") as f:
@@ -136,7 +128,7 @@ def test_a_replay_file_that_is_not_the_row_s_failure_is_said_not_drawn(tmp_path)
 @pytest.mark.parametrize("field", ["shape", "stride", "offset"])
 def test_a_card_s_malformed_layout_is_one_line(tmp_path, field):
     path = report_samples.write_replay(str(tmp_path), np.ones((2, 8)))
-    _meta_rewritten(path, lambda m: m["tensors"]["x"].update({field: "many" if field == "offset" else [2, "x"]}))
+    rewrite(path, lambda m: m["tensors"]["x"].update({field: "many" if field == "offset" else [2, "x"]}))
     (view,) = _card_views(_failing(path))
     assert view["error"].startswith("the replay file could not be read") and "\n" not in view["error"]
 

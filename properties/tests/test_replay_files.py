@@ -28,8 +28,9 @@ import torch
 
 from ...impls import plugin
 from ..search.case import Case
-from ..evidence import files, replay_names
+from ..evidence import files
 from ..evidence.replay import ReplayError, load, save_failure
+from .replay_helpers import restamped, rewrite
 
 
 
@@ -79,10 +80,10 @@ def test_gelu_form_round_trip_and_refusal(tmp_path):
     path = shlex.split(cmd)[-1]
     _, back = load(path, "cpu")
     assert back.scalars == {"approximate": "tanh"}
-    _rewrite(path, _set("scalars.approximate", "erf"))
+    rewrite(path, _set("scalars.approximate", "erf"))
     with pytest.raises(ReplayError, match="approximate must be one of 'none', 'tanh', got 'erf'"):
         load(path, "cpu")
-    _rewrite(path, _set("scalars", {}))
+    rewrite(path, _set("scalars", {}))
     with pytest.raises(ReplayError, match=r"scalars \[\], expected \['approximate'\]"):
         load(path, "cpu")
 
@@ -93,36 +94,15 @@ def _saved(tmp_path):
     return shlex.split(cmd)[-1]
 
 
-def _rewrite(path, meta_change=None, **members):
-    with np.load(path, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    meta = json.loads(bytes(arrays["meta"]).decode())
-    if meta_change:
-        meta_change(meta)
-    arrays.update(members)
-    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    np.savez_compressed(path, **arrays)
-
-
-def _stamped(path) -> str:
-    """``path`` renamed to the name ``save_failure`` gives its bytes now (a file rewritten by a test is
-    another file, written under its own name)."""
-    m = replay_names.STAMPED.match(os.path.basename(path))
-    with open(path, "rb") as f:
-        new = os.path.join(os.path.dirname(path), replay_names.name(m["cell"] + (m["nth"] or ""), f.read()))
-    os.replace(path, new)
-    return new
-
-
 def test_a_file_that_is_not_the_failure_its_name_says_is_refused(tmp_path):
     """A row (and a replay command) names its file by a name that holds the failure's cell and its bytes'
     hash: a file replaced after the run, or renamed to another cell's name, is refused in one line."""
     path = _saved(tmp_path)
     load(path, "cpu")
-    _rewrite(path, _set("notes", {"replaced": "after the run"}))
+    rewrite(path, _set("notes", {"replaced": "after the run"}))
     with pytest.raises(ReplayError, match="not the failure its name says: its bytes are not those it was saved with"):
         load(path, "cpu")
-    path = _stamped(path)
+    path = restamped(path)
     load(path, "cpu")
     elsewhere = path.replace("-gradients-", "-accuracy-")
     os.replace(path, elsewhere)
@@ -174,7 +154,7 @@ def test_hostile_metadata_is_refused_before_anything_is_built(tmp_path, change, 
         def change(meta):  # noqa: F811 - 10^12 elements declared over one stored element
             meta["tensors"]["x"].update(shape=[10 ** 6, 10 ** 6], stride=[0, 0])
         says = "declares 1000000000000 elements"
-    _rewrite(path, change)
+    rewrite(path, change)
     with pytest.raises(ReplayError) as e:
         load(path, "cpu")
     assert str(e.value).startswith(path) and says in str(e.value) and "\n" not in str(e.value)
@@ -194,7 +174,7 @@ def test_metadata_nested_below_the_recursion_limit_is_refused_too(tmp_path):
     """Deep enough to be parsed (within Python's recursion limit), too deep for anything normcert writes:
     refused before a check or a page walks it."""
     path = _saved(tmp_path)
-    _rewrite(path, lambda meta: meta["notes"].update(deep=json.loads("[" * 500 + "]" * 500)))
+    rewrite(path, lambda meta: meta["notes"].update(deep=json.loads("[" * 500 + "]" * 500)))
     with pytest.raises(ReplayError, match="metadata nested too deeply"):
         load(path, "cpu")
 
@@ -262,7 +242,7 @@ def test_a_served_file_from_before_the_long_run_replays_as_one_call_per_mode(tmp
 
 def test_a_zip_bomb_member_is_refused_before_it_is_inflated(tmp_path):
     path = _saved(tmp_path)
-    _rewrite(path, t_x=np.zeros(1 << 26, dtype=np.uint8))  # 64 MiB of zeros, a few KiB compressed
+    rewrite(path, t_x=np.zeros(1 << 26, dtype=np.uint8))  # 64 MiB of zeros, a few KiB compressed
     assert os.path.getsize(path) < 1 << 20
     with pytest.raises(ReplayError, match="more than the .* it needs"):
         load(path, "cpu")
@@ -343,8 +323,8 @@ def test_a_planted_kernel_s_file_replays_by_its_name_before_the_house_move(tmp_p
     case = Case("rms_norm", {"x": x, "weight": torch.ones(2)}, {"eps": 1e-2})
     impl = plugin("rms_norm=normcert.properties.tests.meta.planted:rms_eps_outside_sqrt")
     path = shlex.split(save_failure(impl, "accuracy", case, directory=str(tmp_path / "saved")))[-1]
-    _rewrite(path, _set("impl", f"rms_norm={named}:rms_eps_outside_sqrt"))
-    path = _stamped(path)  # as its writer named it then
+    rewrite(path, _set("impl", f"rms_norm={named}:rms_eps_outside_sqrt"))
+    path = restamped(path)  # as its writer named it then
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     r = _run("-m", "normcert", "replay", path, storage=tmp_path / "storage", cwd=elsewhere)

@@ -5,20 +5,16 @@ same dispatch is certified by the families it touches.
 """
 from __future__ import annotations
 
-import json
-import os
 import re
 import shlex
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
 
 from ....impls import make
 from ...families import BY_NAME
 from ...harness.calling import laid_out
-from ...evidence import replay_names
 from ...evidence.replay import ReplayError, load
 from ...harness.measure import PropertyFailure, Worst
 from ...harness.session import Session
@@ -28,6 +24,7 @@ from ...search.buckets import Bucket, cycled
 from ...search.context import AS_TESTED, Context, choices, problem
 
 from . import planted_context
+from ..replay_helpers import restamped, rewrite
 
 F32 = torch.float32
 
@@ -158,7 +155,8 @@ def test_a_failing_case_s_context_is_narrowed_to_the_fields_it_needs(normcert_se
 
 def test_a_replay_file_without_a_context_replays_as_tested(normcert_session, tmp_path, one_thread):
     session, path = _saved_failure(normcert_session, tmp_path)
-    path = _rewrite_meta(path, lambda meta: meta.pop("context"))
+    rewrite(path, lambda meta: meta.pop("context"))
+    path = restamped(path)
     _, case = load(path, "cpu")
     assert case.context == AS_TESTED
     BY_NAME["accuracy"].check(session, _impl(planted_context.rms_caches_weight), case, Worst())  # as tested: right
@@ -166,7 +164,8 @@ def test_a_replay_file_without_a_context_replays_as_tested(normcert_session, tmp
 
 def test_a_replay_file_from_before_the_later_fields_replays_them_as_tested(normcert_session, tmp_path, one_thread):
     session, path = _saved_failure(normcert_session, tmp_path)
-    path = _rewrite_meta(path, lambda meta: [meta["context"].pop(k) for k in ("autocast", "threads")])
+    rewrite(path, lambda meta: [meta["context"].pop(k) for k in ("autocast", "threads")])
+    path = restamped(path)
     _, case = load(path, "cpu")
     assert case.context == Context(state="params rewritten")
 
@@ -175,26 +174,11 @@ def test_a_replay_file_from_before_the_later_fields_replays_them_as_tested(normc
                                            ({**AS_TESTED.as_dict(), "dy": "diagonal"}, "context: dy 'diagonal'")])
 def test_a_bad_context_in_a_replay_file_is_one_line(normcert_session, tmp_path, one_thread, context, says):
     _, path = _saved_failure(normcert_session, tmp_path)
-    path = _rewrite_meta(path, lambda meta: meta.update(context=context))
+    rewrite(path, lambda meta: meta.update(context=context))
+    path = restamped(path)
     with pytest.raises(ReplayError) as e:
         load(path, "cpu")
     assert str(e.value).startswith(path) and says in str(e.value) and "\n" not in str(e.value)
-
-
-def _rewrite_meta(path, change) -> str:
-    """The replay file at ``path`` with its metadata changed by ``change``: another file, so written
-    under the name its bytes give (``replay_names``; the old name would be refused as replaced)."""
-    with np.load(path, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    meta = json.loads(bytes(arrays["meta"]).decode())
-    change(meta)
-    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    np.savez(path, **arrays)
-    m = replay_names.STAMPED.match(os.path.basename(path))
-    with open(path, "rb") as f:
-        new = os.path.join(os.path.dirname(path), replay_names.name(m["cell"] + (m["nth"] or ""), f.read()))
-    os.replace(path, new)
-    return new
 
 
 def test_each_result_counts_the_contexts_its_cases_ran_in(normcert_session, tmp_path, one_thread):
