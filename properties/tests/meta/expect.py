@@ -11,15 +11,19 @@ planted kernel carries its verdict next to its code:
                                     kills it on every seed under --bitwise
     @correct(op)                    correct: certified, every property in every dtype
 
-``catalogue(module, role)`` lists a module's planted kernels of one role, in definition order.
+``catalogue(module, role)`` lists a module's planted kernels of one role, in definition order;
+``registered(op, fn)`` is a planted kernel as the registry takes it, with or without its declared domain.
 The op and the family names are checked when the decorator is applied, so a typo fails at import.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
+from ....impls import make
 from ....oracle import OPS
+from ...declared.domain import Domain
 from ...families import BY_NAME
 
 ROLES = ("bug", "bucket_bug", "batch_size_bug", "correct")
@@ -62,3 +66,10 @@ def catalogue(module, role: str) -> list[tuple[str, Callable, set[str]]]:
         if isinstance(planted, Planted) and planted.role == role:
             found.append((planted.op, value, set(planted.families)))
     return found
+
+
+def registered(op: str, fn: Callable, declared: bool = True):
+    """The planted kernel ``fn`` registered for ``op`` as a user's plugin: with the domain it declares,
+    or (``declared=False``) with none, to show what its declaration changes."""
+    impl = make(op, fn.__name__, "plugin", fn, target=f"normcert.properties.tests.meta.planted:{fn.__name__}")
+    return impl if declared else dataclasses.replace(impl, domain=Domain())

@@ -20,7 +20,6 @@ declaration.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 
@@ -40,6 +39,9 @@ from ...harness.measure import PropertyFailure, Worst
 from ...harness.session import Session
 
 from . import planted
+from .expect import registered
+
+DYNAMIC, GROUP = "rms_norm_dynamic_quant", "rms_norm_group_quant"  # the ops of most planted kernels here
 
 F32 = torch.float32
 
@@ -47,12 +49,6 @@ F32 = torch.float32
 @pytest.fixture
 def session(tmp_path):
     return Session(failures_dir=str(tmp_path))
-
-
-def _impl(fn, declared=True):
-    """The planted kernel as registered: with its declared domain, or (``declared=False``) without."""
-    impl = make("rms_norm_dynamic_quant", fn.__name__, "plugin", fn, target=f"normcert.properties.tests.meta.planted:{fn.__name__}")
-    return impl if declared else dataclasses.replace(impl, domain=Domain())
 
 
 # ------------------------------------------------------------------ the oracle
@@ -129,10 +125,10 @@ def test_a_kernel_is_judged_by_the_contract_choice_it_declares(session, right, w
     epsilon as the floor) is rejected while it does not declare it and certified once it does; a
     kernel that declares the choice and does otherwise is still rejected."""
     with pytest.raises(PropertyFailure, match=r"extremes fails.*scales"):
-        runner.run_family(session, BY_NAME["extremes"], _impl(right, declared=False), F32, max_examples=10,
+        runner.run_family(session, BY_NAME["extremes"], registered(DYNAMIC, right, declared=False), F32, max_examples=10,
                           shrink=False)
     for family in ("extremes", "accuracy"):
-        res = runner.run_family(session, BY_NAME[family], _impl(right), F32, max_examples=10)
+        res = runner.run_family(session, BY_NAME[family], registered(DYNAMIC, right), F32, max_examples=10)
         assert res.outcome == "pass", (family, res.message)
     # the declared choice done otherwise, on a case that shows it: a NaN and a float8 qdtype for the
     # NaN policy (int8 has no NaN), an all-zero row for the floor (that the search finds them is
@@ -142,9 +138,9 @@ def test_a_kernel_is_judged_by_the_contract_choice_it_declares(session, right, w
     if right is not planted.dq_nan_ignored:
         x[1] = 0.0
     case = fit(Case("rms_norm_dynamic_quant", {"x": x, "weight": torch.ones(16, dtype=wrong_dtype)},
-                    {"eps": 1e-6, "qdtype": "float8_e4m3fn", "scale_ub": None}), _impl(wrong).domain)
+                    {"eps": 1e-6, "qdtype": "float8_e4m3fn", "scale_ub": None}), registered(DYNAMIC, wrong).domain)
     with pytest.raises(PropertyFailure):
-        BY_NAME["extremes"].check(session, _impl(wrong), case, Worst())
+        BY_NAME["extremes"].check(session, registered(DYNAMIC, wrong), case, Worst())
 
 
 def test_the_scale_floor_is_the_declared_one():
@@ -226,11 +222,6 @@ def test_tail_partial_fits_rows_that_are_not_multiples():
     assert tails.count(0) == 2 * whole and 0 < whole < len(seeds) / 2 and len(set(tails)) > 5
 
 
-def _group_impl(fn, op="rms_norm_group_quant", declared=True):
-    impl = make(op, fn.__name__, "plugin", fn, target=f"normcert.properties.tests.meta.planted:{fn.__name__}")
-    return impl if declared else dataclasses.replace(impl, domain=Domain())
-
-
 @pytest.mark.parametrize("fn, op", [(planted.gq_tail_partial, "rms_norm_group_quant"),
                                     pytest.param(planted.sgq_tail_partial, "silu_and_mul_group_quant",
                                                  marks=pytest.mark.normcert_heavy)])  # test_meta certifies it too
@@ -238,13 +229,13 @@ def test_a_kernel_declaring_tail_partial_is_certified_on_partial_groups(session,
     """A correct kernel with a partial last group of its own scale, declared: certified by accuracy and
     extremes in float32 and bfloat16 on rows that are not multiples of the group; undeclared, drawn
     whole groups only, and certified so."""
-    impl = _group_impl(fn, op)
+    impl = registered(op, fn)
     assert impl.domain.describe() == "tail=partial"
     for family in ("accuracy", "extremes"):
         for dtype in (F32, torch.bfloat16):
             res = runner.run_family(session, BY_NAME[family], impl, dtype, max_examples=3)
             assert res.outcome == "pass", (family, dtype, res.message)
-    res = runner.run_family(session, BY_NAME["accuracy"], _group_impl(fn, op, declared=False), F32, max_examples=3)
+    res = runner.run_family(session, BY_NAME["accuracy"], registered(op, fn, declared=False), F32, max_examples=3)
     assert res.outcome == "pass", res.message
 
 
@@ -257,8 +248,8 @@ def test_a_kernel_that_handles_the_tail_wrongly_is_rejected(session, wrong, show
     values dropped (padded with zeros, the amax over the pad right): rejected on the partial groups;
     undeclared, never drawn one, both pass (the bugs live in the tail alone)."""
     with pytest.raises(PropertyFailure, match=rf"accuracy fails.*{shown}"):
-        runner.run_family(session, BY_NAME["accuracy"], _group_impl(wrong), F32, max_examples=10, shrink=False)
-    res = runner.run_family(session, BY_NAME["accuracy"], _group_impl(wrong, declared=False), F32, max_examples=5)
+        runner.run_family(session, BY_NAME["accuracy"], registered(GROUP, wrong), F32, max_examples=10, shrink=False)
+    res = runner.run_family(session, BY_NAME["accuracy"], registered(GROUP, wrong, declared=False), F32, max_examples=5)
     assert res.outcome == "pass", res.message
 
 

@@ -16,16 +16,18 @@ import numpy as np
 import pytest
 import torch
 
-from ....impls import make
 from ....oracle.formats import E4M3
 from ....oracle.fp4_scales import Floored, SharedExponent, scale_format
-from ...declared.domain import Domain, parse
+from ...declared.domain import parse
 from ...families import BY_NAME
 from ...harness.measure import PropertyFailure
 from ...harness.session import Session
 from ...run import runner
 
 from . import planted
+from .expect import registered
+
+FP4 = "rms_norm_fp4_quant"  # the op of the planted kernels here
 
 F32 = torch.float32
 
@@ -69,17 +71,11 @@ def test_an_mx_kernel_takes_no_global_scale_unless_it_declares_one(tmp_path):
     scale to NVFP4 alone is certified; declaring mx_global_scale=taken, it is fitted others, rejected."""
     session = Session(failures_dir=str(tmp_path))
     fn = planted.mx_without_global_scale
-    res = runner.run_family(session, BY_NAME["accuracy"], _impl(fn), F32, max_examples=20)
+    res = runner.run_family(session, BY_NAME["accuracy"], registered(FP4, fn), F32, max_examples=20)
     assert res.outcome == "pass", res.message
-    taking = dataclasses.replace(_impl(fn), domain=parse("mx_global_scale=taken"))
+    taking = dataclasses.replace(registered(FP4, fn), domain=parse("mx_global_scale=taken"))
     with pytest.raises(PropertyFailure, match=r"accuracy fails"):
         runner.run_family(session, BY_NAME["accuracy"], taking, F32, max_examples=20, shrink=False)
-
-
-def _impl(fn, declared=True):
-    impl = make("rms_norm_fp4_quant", fn.__name__, "plugin", fn,
-                target=f"normcert.properties.tests.meta.planted:{fn.__name__}")
-    return impl if declared else dataclasses.replace(impl, domain=Domain())
 
 
 @pytest.mark.parametrize("fn, declared, family", [
@@ -91,10 +87,10 @@ def _impl(fn, declared=True):
 ], ids=["floor", "ceil", "even", "nvfp4_floor", "nan_unspecified"])
 def test_a_kernel_is_certified_by_the_scale_rule_it_declares(tmp_path, fn, declared, family):
     session = Session(failures_dir=str(tmp_path))
-    impl = _impl(fn)
+    impl = registered(FP4, fn)
     assert impl.domain == parse(declared) and declared in impl.domain.describe()
     with pytest.raises(PropertyFailure, match=r"scales"):
-        runner.run_family(session, BY_NAME[family], _impl(fn, declared=False), F32, max_examples=20, shrink=False)
+        runner.run_family(session, BY_NAME[family], registered(FP4, fn, declared=False), F32, max_examples=20, shrink=False)
     for name in ("accuracy", "extremes"):
         res = runner.run_family(session, BY_NAME[name], impl, F32, max_examples=10)
         assert res.outcome == "pass", (name, res.message)

@@ -23,7 +23,7 @@ from .... import oracle
 from ....impls import UsageError, make
 from ....oracle.dynamic_quant import EPS32, MIN_SCALE, floor, read_floor
 from ....oracle.formats import bits
-from ...declared.domain import Domain, DomainError, parse
+from ...declared.domain import DomainError, parse
 from ...families import BY_NAME
 from ...families.bitwise import claimed
 from ...harness.measure import PropertyFailure
@@ -33,6 +33,7 @@ from ...search.case import Case
 from ...search.fitting import fit
 
 from . import planted
+from .expect import registered
 
 F32 = torch.float32
 
@@ -40,11 +41,6 @@ F32 = torch.float32
 @pytest.fixture
 def session(tmp_path):
     return Session(failures_dir=str(tmp_path))
-
-
-def _impl(op, fn, declared=True):
-    impl = make(op, fn.__name__, "plugin", fn, target=f"normcert.properties.tests.meta.planted:{fn.__name__}")
-    return impl if declared else dataclasses.replace(impl, domain=Domain())
 
 
 # ------------------------------------------------------------------ the floor's spellings
@@ -100,10 +96,10 @@ def test_the_libraries_amax_floor_is_certified_declared_and_rejected_undeclared(
     """scale = max(amax, 1e-10) / 448: certified under amax_floor=1e-10; without it, an all-zero
     group's scale 2.2e-13 is not 1 / (512 * 448) and extremes rejects it."""
     with pytest.raises(PropertyFailure, match=r"extremes fails.*scales"):
-        runner.run_family(session, BY_NAME["extremes"], _impl(op, fn, declared=False), F32, max_examples=10,
+        runner.run_family(session, BY_NAME["extremes"], registered(op, fn, declared=False), F32, max_examples=10,
                           shrink=False)
     for family in ("extremes", "accuracy"):
-        res = runner.run_family(session, BY_NAME[family], _impl(op, fn), F32, max_examples=10)
+        res = runner.run_family(session, BY_NAME[family], registered(op, fn), F32, max_examples=10)
         assert res.outcome == "pass", (family, res.message)
 
 
@@ -133,17 +129,17 @@ def test_deepgemms_masked_layout_is_certified_declared_and_rejected_undeclared(s
     two = fn(torch.randn(2, 3, 512), torch.tensor([2, 3]), 128, "float32", "mn_major")[1]
     assert two.stride() == (6, 1, 3) and not two.movedim(-1, 0).is_contiguous()
     with pytest.raises(PropertyFailure, match=r"fails.*strides"):
-        runner.run_family(session, BY_NAME["accuracy"], _impl(op, fn, declared=False), F32, max_examples=10,
+        runner.run_family(session, BY_NAME["accuracy"], registered(op, fn, declared=False), F32, max_examples=10,
                           shrink=False)
     for family in ("accuracy", "extremes"):
-        res = runner.run_family(session, BY_NAME[family], _impl(op, fn), F32, max_examples=10)
+        res = runner.run_family(session, BY_NAME[family], registered(op, fn), F32, max_examples=10)
         assert res.outcome == "pass", (family, res.message)
 
 
 def test_determinism_compares_only_the_rows_the_contract_claims(session):
     """The masked kernel leaves the rows past counts[e] unwritten (random bits on each call): its
     claimed rows are deterministic, and so is its verdict; a row-wise op with no mask compares all."""
-    impl = _impl("silu_and_mul_group_quant_masked", planted.sgqm_sglang_amax_floor)
+    impl = registered("silu_and_mul_group_quant_masked", planted.sgqm_sglang_amax_floor)
     res = runner.run_family(dataclasses.replace(session, bitwise=True), BY_NAME["determinism"], impl, F32,
                             max_examples=10)
     assert res.outcome == "pass", res.message
