@@ -25,11 +25,17 @@ def rewrite(path, meta_change=None, **members) -> None:
     np.savez_compressed(path, **arrays)
 
 
-def restamped(path) -> str:
-    """``path`` renamed to the name ``save_failure`` gives its bytes now (a file rewritten by a test is
-    another file, written under its own name); returns the new path."""
-    m = replay_names.STAMPED.match(os.path.basename(path))
+def named_as(path, cell: str) -> str:
+    """``path`` renamed, in its folder, to the name ``save_failure`` gives its bytes in the cell ``cell``
+    (``replay_names.cell``, with a "-2" suffix for a cell's second failure); returns the new path."""
     with open(path, "rb") as f:
-        new = os.path.join(os.path.dirname(path), replay_names.name(m["cell"] + (m["nth"] or ""), f.read()))
+        new = os.path.join(os.path.dirname(path), replay_names.name(cell, f.read()))
     os.replace(path, new)
     return new
+
+
+def restamped(path) -> str:
+    """``path`` renamed to the name ``save_failure`` gives its bytes now, in the cell its name holds (a
+    file rewritten by a test is another file, written under its own name); returns the new path."""
+    m = replay_names.STAMPED.match(os.path.basename(path))
+    return named_as(path, m["cell"] + (m["nth"] or ""))

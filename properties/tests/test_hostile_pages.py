@@ -4,7 +4,6 @@ drawn on a card only where it is the failure of the row that names it."""
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import numpy as np
@@ -15,7 +14,7 @@ from normcert import cli
 from ..evidence import certificate, replay_names
 from ..presentation import report, report_replay
 from . import report_samples
-from .replay_helpers import rewrite
+from .replay_helpers import named_as, rewrite
 
 KERNEL = "rms_norm:example:k"
 
@@ -105,21 +104,13 @@ def test_a_replay_file_that_is_not_the_row_s_failure_is_said_not_drawn(tmp_path)
                              "the row is rms_norm accuracy; nothing of it is drawn")
     assert "strip" not in view and "meta" not in view
     plain = report_samples.write_replay(str(tmp_path), np.ones((2, 8)))
-    with open(plain, "rb") as f:
-        data = f.read()
-    stamped = os.path.join(tmp_path, replay_names.name(replay_names.cell("rms_norm", "example:k", "accuracy",
-                                                                          "float32"), data))
-    os.replace(plain, stamped)
+    stamped = named_as(plain, replay_names.cell("rms_norm", "example:k", "accuracy", "float32"))
     (view,) = _card_views(_failing(stamped))
     assert view["error"] == "" and "strip" in view  # its own file is drawn
     rewrite(stamped, lambda m: m["notes"].update(later="a later run's case"))
     (view,) = _card_views(_failing(stamped))
     assert "not this row's failure: its bytes are not those it was saved with" in view["error"]
-    with open(stamped, "rb") as f:
-        data = f.read()
-    renamed = os.path.join(tmp_path, replay_names.name(replay_names.cell("rms_norm", "example:k", "accuracy",
-                                                                          "bfloat16"), data))
-    os.replace(stamped, renamed)
+    renamed = named_as(stamped, replay_names.cell("rms_norm", "example:k", "accuracy", "bfloat16"))
     (view,) = _card_views(_failing(renamed))
     assert "its name is the cell rms_norm-example_k-accuracy-bfloat16's, not rms_norm-example_k-accuracy-float32" \
         in view["error"]
