@@ -130,7 +130,9 @@ def assess(name: str, actual: torch.Tensor, exact: np.ndarray, bound: np.ndarray
     exact one rounds to it, i.e. it lies in [RNE(e - bound), RNE(e + bound)]; an infinite exact
     value must give RNE(e) (±max: the format saturates).  Its model units are that value's
     distance from e over the bound; its ulps are steps of ``dtype`` from RNE(e); and it counts
-    the outputs equal to RNE(e), bit-exact.
+    the outputs equal to RNE(e), bit-exact.  A bound of 0 says the kernel's value before its
+    rounding is e itself (``lattice``: every correct order forms it exactly), so the output must be
+    RNE(e) alone: where e is a tie, the even neighbour, not both ends of its closed interval.
     """
     f = _format(dtype)
     a = to_float64(actual).reshape(exact.shape)
@@ -147,6 +149,7 @@ def assess(name: str, actual: torch.Tensor, exact: np.ndarray, bound: np.ndarray
             q = f.round(e)
             bad_inf = claimed & inf_e & ~(a == q)
             err = np.where(np.isnan(a), np.inf, _needed(f, a, e))
+            err = np.where((bound == 0) & fin & (a != q), np.maximum(err, np.abs(a - e)), err)  # a tie's odd end
             overflow_ok = np.zeros(e.shape, bool)
             ulps = np.where(fin & np.isfinite(a), np.abs(f.rank(a) - f.rank(q)), 0.0)  # steps of the format
         else:

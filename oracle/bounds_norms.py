@@ -34,6 +34,7 @@ from .error_model import (COTANGENT_PATHS, FN_ULPS, ORACLE, ROUNDINGS, U_64, Con
                           normalisation_error, normalisation_vjp_error, row_mean, row_sum_error, signed_reach,
                           sum_over_rows)
 from .formats import to_float64
+from .lattice import exact_rms_rows
 from .kinds import KINDS
 
 
@@ -156,6 +157,14 @@ def rms_norm_fwd(args, exact, kernel=True, rows=None, extra_rel=0.0, multiplier=
         bound = ((rho_rel + extra_rel + moved_rho(rho, delta)) * y + np.abs(w) * rho * delta + ctx.round_out(y)
                  + ctx.lam_c * np.abs(w) + ctx.lam_o * np.abs(w))
     return (np.where(claimable_rows(ctx, rows.values) & rows.claim & np.isfinite(bound), bound, np.inf),)
+
+
+def rms_norm_exact(args, rows=None) -> tuple[np.ndarray, np.ndarray]:
+    """``lattice.exact_rms_rows`` of an rms_norm-based op's arguments (x, weight, eps by name), or of
+    ``rows`` (a ``NormInput``: a fused op's s = x + r, which must be a number of x's
+    dtype, ``lattice``)."""
+    values = to_float64(args["x"]) if rows is None else rows.values
+    return exact_rms_rows(values, affine_values(args, "weight"), float(args["eps"]), args["x"].dtype)
 
 
 def gemma_rms_norm_fwd(args, exact, kernel=True):

@@ -58,7 +58,8 @@ import torch
 from .dynamic_quant import QDTYPES, per_element, qmax, rounded_scale
 from .formats import UE8M0
 from .error_model import FN_ULPS, ORACLE, Context
-from .formats import FORMATS, IntegerFormat, fmt
+from .formats import FORMATS, IntegerFormat, compute_format, fmt
+from .lattice import normal_or_zero, power_of_two
 from .fp4 import BLOCK_FORMATS, divisor, rounding
 
 U_32 = FORMATS[torch.float32].u  # the scales are stored in float32
@@ -197,14 +198,29 @@ def quantised(base, main: str, qdtype_of, group_of, format_of, nan: str, indeter
     return bound
 
 
+def exactly_quantised(args, exact_rows, rows, v, s, d, g: float, c) -> np.ndarray:
+    """The elements whose w = v / (s g) every correct kernel forms exactly under arithmetic=ieee
+    (``lattice``): on a row ``exact_rows`` proves exact (its v, exact, equal to the oracle's ``v``), with
+    the kernel's scale ``s``, the oracle's divisor ``d`` and ``g`` powers of two and v / s, v / g and
+    w zero or normal numbers of the compute format (then 1 / s, 1 / g and the quotient are exact in
+    any order, and the oracle's w = v / (s g) is exact in float64 too); c the compute format."""
+    ok, lattice_v = exact_rows(args, rows)
+    with np.errstate(all="ignore"):
+        w = v / (s * g)
+        return (ok & (lattice_v == v) & power_of_two(s) & power_of_two(d) & bool(power_of_two(g))
+                & normal_or_zero(v / s, c) & normal_or_zero(v / g, c) & normal_or_zero(w, c))
+
+
 DIVISIONS = 2 * (2 * FN_ULPS + 1)  # two divisions, each a reciprocal good to FN_ULPS ulps and a product
 
 
-def block(base, main: str, block_format: str, global_scale: str, nan: str, indeterminate=None):
+def block(base, main: str, block_format: str, global_scale: str, nan: str, indeterminate=None, exact_rows=None):
     """The bounds (y's, the scale's, the rest) of base quantised to FP4 per block
     (``fp4.forward``): the module docstring's B_s and B_y, the peak's NaN policy ``args[nan]``.  ``indeterminate``: base's (where an
     infinite exact v may come back NaN, ``bounds_gated``): a block holding such an element has no
-    claim, on its scale (NaN's amax is NaN) or its values."""
+    claim, on its scale (NaN's amax is NaN) or its values.  ``exact_rows``: base's rows that every correct
+    order computes exactly (``bounds_norms.rms_norm_exact``), where under arithmetic=ieee y's bound against
+    the kernel's own scale is 0 (``exactly_quantised``)."""
 
     def bound(args, exact, kernel=True, kernel_scale=None, **kw):
         ctx = Context(args[main].dtype, kernel=kernel)
@@ -231,6 +247,9 @@ def block(base, main: str, block_format: str, global_scale: str, nan: str, indet
                 s = spread(kernel_scale, y)
                 w = v / (s * g)
                 y_bound = np.where(s == 0, 0.0, v_bound / (s * g) + rel * np.abs(w) + ctx.lam_c)
+                if exact_rows is not None and args.get("arithmetic") == "ieee":
+                    y_bound = np.where(exactly_quantised(args, exact_rows, kw.get("rows"), v, s, spread(d, y), g,
+                                                                compute_format(args[main].dtype)), 0.0, y_bound)
                 no_claim = ~np.isfinite(s) | (s < 0) | (s * g > ctx.cmax)
             no_claim = no_claim | np.isnan(v)
             v_reach = np.abs(v) + np.where(np.isnan(v_bound), np.inf, v_bound)  # past c's or x.dtype's range:

@@ -73,7 +73,7 @@ from .formats import E2M1, E4M3, UE8M0, toward_exact
 from .fp4_scales import scale_format
 
 RULES = ("mx_scale", "block_floor")  # the contract choices of a block scale's rounding (``fp4_scales``)
-CHOICES = (*RULES, "mx_global_scale")  # every FP4 contract choice: never passed to the base op
+CHOICES = (*RULES, "mx_global_scale", "arithmetic")  # every FP4 contract choice: never passed to the base op
 
 GLOBAL_SCALES = (1.0, 1.0, 0.375, 2.0 ** -5, 11 / 8192, 3.0)  # drawn (NVFP4): float32-exact, one saturating E4M3
 BLOCK_LAYOUTS = ("linear", "swizzled")

@@ -71,6 +71,9 @@ sets them (``properties.declared.domain``, ``properties.search.fitting``); the o
     mx_global_scale  whether an MXFP4 kernel takes a global scale, one of
              ``fp4_scales.MX_GLOBAL_SCALES``: None or "none" (called with 1, as OCP MX has none) or
              "taken" (fitted a global scale from ``fp4.GLOBAL_SCALES``, applied as NVFP4's is)
+    arithmetic  the kernel's square roots, divisions and reciprocals, one of ``lattice.ARITHMETICS``:
+             None or "approximate" (good to FN_ULPS ulps, ``error_model``) or "ieee" (correctly
+             rounded: on the rows ``lattice`` proves exact an FP4 y is checked bit for bit)
     qdtype   the name of the format an output is quantised to, one of ``dynamic_quant.QDTYPES``:
              "float8_e4m3fn" or "int8" (the output's dtype follows it: ``record.Out.dtype_arg``)
     scale_ub None (no bound) or a positive finite float: the largest row peak a dynamic scale is
@@ -112,6 +115,7 @@ from .dynamic_quant import NAN_POLICIES, QDTYPES, SCALE_FLOORS, SCALE_FORMATS, T
 from .formats import to_float64
 from .fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS, GLOBAL_SCALES
 from .fp4_scales import BLOCK_FLOORS, MX_GLOBAL_SCALES, MX_SCALES
+from .lattice import ARITHMETICS
 
 APPROXIMATE = ("none", "tanh")
 LAYERS = (1, 6, 12, 24, 100)  # DeepNorm depths drawn: alpha = (2N)^(1/4)
@@ -312,4 +316,5 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     _contract_kind("mx_scale", MX_SCALES),
     _contract_kind("block_floor", BLOCK_FLOORS),
     _contract_kind("mx_global_scale", MX_GLOBAL_SCALES),
+    _contract_kind("arithmetic", ARITHMETICS),
 )}

@@ -66,6 +66,7 @@ BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT = Arg("block_format", "block_format"), 
     Arg("layout", "block_layout")
 MX_SCALE, BLOCK_FLOOR = Arg("mx_scale", "mx_scale"), Arg("block_floor", "block_floor")  # contract choices (``fp4_scales``)
 MX_GLOBAL = Arg("mx_global_scale", "mx_global_scale")  # a contract choice: an MXFP4 kernel takes a global scale
+ARITHMETIC = Arg("arithmetic", "arithmetic")  # a contract choice: IEEE division and square root (``lattice``)
 Y_FP4 = Out("y", dtype=torch.uint8, quantised=True, packed=True, scale="scales")  # e2m1 codes, two a byte
 BLOCK_SCALES = Out("scales", dtype_arg="block_format", shape="groups", group_arg="block_format",
                    format_arg="block_format", layout_arg="layout")  # E4M3 or UE8M0, one per block
@@ -175,16 +176,16 @@ def _counted(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
               max_rank=base.max_rank)
 
 
-def _fp4_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
+def _fp4_quantised(name: str, base: Op, args: tuple[Arg, ...], call, exact=None) -> Op:
     """base with its first output quantised to FP4 with a scale per block it computes
     (``oracle.fp4``): outputs (y packed, the block scales in their layout, base's others); rows a
     multiple of the largest block (twice that for a halves op: the multiple is the main tensor's
-    width); an inference op."""
+    width); an inference op.  ``exact``: base's exactly computed rows (``lattice``), if any."""
     main = args[0].name
     form, scale, layout, nan = (next(a.name for a in args if a.kind == k)
                                 for k in ("block_format", "global_scale", "block_layout", "nan"))
     return Op(name, args, (Y_FP4, BLOCK_SCALES, *base.outs[1:]), (), fp4.forward(base.forward, form, scale, layout, nan),
-              None, bounds_quant.block(base.forward_bound, main, form, scale, nan, base.indeterminate), None, call=call,
+              None, bounds_quant.block(base.forward_bound, main, form, scale, nan, base.indeterminate, exact), None, call=call,
               rowwise=base.rowwise, scale_invariant=base.scale_invariant, halves=base.halves,
               width_multiple=fp4.MAX_BLOCK * (2 if base.halves else 1), max_width=base.max_width,
               max_rank=base.max_rank)
@@ -203,8 +204,10 @@ RMS_NORM_GROUP_QUANT = _group_quantised(
     "rms_norm_group_quant", RMS_NORM, (X, WEIGHT, EPS, GROUP, SCALE_FORMAT, LAYOUT, NAN, FLOOR, TAIL),
     call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["group"], a["scale_format"], a["layout"]))
 RMS_NORM_FP4_QUANT = _fp4_quantised(
-    "rms_norm_fp4_quant", RMS_NORM, (X, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT, NAN, MX_SCALE, BLOCK_FLOOR, MX_GLOBAL),
-    call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["block_format"], a["global_scale"], a["layout"]))
+    "rms_norm_fp4_quant", RMS_NORM,
+    (X, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT, NAN, MX_SCALE, BLOCK_FLOOR, MX_GLOBAL, ARITHMETIC),
+    call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["block_format"], a["global_scale"], a["layout"]),
+    exact=bounds_norms.rms_norm_exact)
 RMS_NORM_FP8 = _quantised("rms_norm_fp8", RMS_NORM, (X, WEIGHT, EPS, SCALE),
                           call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["scale"]))
 LAYER_NORM = Op("layer_norm", (X, WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS, EPS), (Y,), ("x", "weight", "bias"),
@@ -258,7 +261,8 @@ OPS: dict[str, Op] = {
                                      a["layout"])),
         RMS_NORM_FP4_QUANT,
         _fused("add_rms_norm_fp4_quant", RMS_NORM_FP4_QUANT,
-               (X, RESIDUAL, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT, NAN, MX_SCALE, BLOCK_FLOOR, MX_GLOBAL),
+               (X, RESIDUAL, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT, NAN, MX_SCALE, BLOCK_FLOOR, MX_GLOBAL,
+                ARITHMETIC),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["block_format"],
                                      a["global_scale"], a["layout"])),
         LAYER_NORM,
@@ -280,7 +284,7 @@ OPS: dict[str, Op] = {
         SILU_AND_MUL_GROUP_QUANT,
         SILU_AND_MUL_GROUP_QUANT_MASKED,
         _fp4_quantised("silu_and_mul_fp4_quant", SILU_AND_MUL, (X, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT, NAN, MX_SCALE,
-                                                                BLOCK_FLOOR, MX_GLOBAL),
+                                                                BLOCK_FLOOR, MX_GLOBAL, ARITHMETIC),
                        call=lambda fn, a: fn(a["x"], a["block_format"], a["global_scale"], a["layout"])),
         GEGLU,
         _on_halves("gelu_and_mul", GEGLU, (X, APPROXIMATE), call=lambda fn, a: fn(a["x"], a["approximate"])),

@@ -90,6 +90,11 @@ was certified.
                               default: OCP MX has none, MXFP4 cases are drawn with global_scale 1) or
                               taken (MXFP4 cases fitted a global scale of ``fp4.GLOBAL_SCALES``, spun
                               from the case's seed, applied as NVFP4's: ``properties.search.fitting``)
+    arithmetic=approximate|ieee  the kernel's square roots, divisions and reciprocals (a contract
+                              choice, ``oracle.lattice``): approximate (the default, good to FN_ULPS
+                              ulps, as rsqrt.approx and rcp.approx) or ieee (correctly rounded: on the
+                              rows the oracle proves exact an FP4 kernel's y is checked bit for bit, so
+                              an E2M1 tie is decided).  Only the FP4 ops have one
 
 A case is drawn as for any kernel, then *fitted* into the domain
 (``properties.search.fitting``): the row length rounded up to the multiple (cut short of a
@@ -116,6 +121,7 @@ from ...oracle.formats import DTYPE_NAMES
 from ...oracle.fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS
 from ...oracle.kinds import GROUPS, SCALE_LAYOUTS
 from ...oracle.fp4_scales import BLOCK_FLOORS, MX_GLOBAL_SCALES, MX_SCALES
+from ...oracle.lattice import ARITHMETICS
 
 MANY_ROWS = 65537
 """The most rows a drawn case has: the search's "many" bucket, past 2**16 rows (grid and block-count
@@ -132,11 +138,11 @@ narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to
 
 KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
         "unsupported", "capturable", "nan", "scale_floor", "tail", "amax_floor", "groups", "layouts", "block_formats",
-        "mx_scale", "block_floor", "mx_global_scale")
+        "mx_scale", "block_floor", "mx_global_scale", "arithmetic")
 ARG_KEYS = {"groups": ("group",), "layouts": ("layout", "block_layout"), "block_formats": ("block_format",)}
 """The keys restricting an argument's drawn values to some of its kind's: key -> the argument kinds."""
 CONTRACT = {"nan": NAN_POLICIES, "scale_floor": SCALE_FLOORS, "tail": TAILS, "mx_scale": MX_SCALES,
-            "block_floor": BLOCK_FLOORS, "mx_global_scale": MX_GLOBAL_SCALES}  # the contract choices: key = the argument kind it sets, and its values
+            "block_floor": BLOCK_FLOORS, "mx_global_scale": MX_GLOBAL_SCALES, "arithmetic": ARITHMETICS}  # the contract choices: key = the argument kind it sets, and its values
 RANKS = (2, 3, 4)
 
 
@@ -169,6 +175,7 @@ class Domain:
     mx_scale: str | None = None  # MXFP4's shared-exponent rule, ``fp4_scales.MX_SCALES`` (a contract choice)
     block_floor: str | None = None  # NVFP4's block-scale floor, ``fp4_scales.BLOCK_FLOORS`` (a contract choice)
     mx_global_scale: str | None = None  # "none" | "taken": an MXFP4 kernel's global scale (a contract choice)
+    arithmetic: str | None = None  # "approximate" | "ieee": its divisions and square roots (a contract choice)
 
     def arg_values(self) -> dict:
         """The values each key of ``ARG_KEYS`` admits (None: every drawn one)."""
@@ -187,7 +194,7 @@ class Domain:
         as the scale_floor "amax:A", ``oracle.dynamic_quant.read_floor``)."""
         floor = "amax:" + self.amax_floor if self.amax_floor is not None else self.scale_floor
         every = {"nan": self.nan, "scale_floor": floor, "tail": self.tail, "mx_scale": self.mx_scale,
-                 "block_floor": self.block_floor, "mx_global_scale": self.mx_global_scale}
+                 "block_floor": self.block_floor, "mx_global_scale": self.mx_global_scale, "arithmetic": self.arithmetic}
         return {key: value for key, value in every.items() if value is not None}
 
     @property

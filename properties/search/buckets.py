@@ -11,7 +11,8 @@ run's seed (``choice``, ``integer``), so that the first case differs per seed
 and a failure still shrinks.  A centred op (``Op.centred``) also gets the near-constant
 buckets (``near_constant_buckets``): offset rows whose mean cancels, at four bucket widths.  An FP4
 op also gets the tiny-scale buckets (``tiny_scale_buckets``): blocks whose scale is at or below its
-format's smallest normal, one bucket per block format.
+format's smallest normal, one bucket per block format; an FP4 norm the ties buckets (``ties_buckets``):
+rows every correct order computes exactly, their values on E2M1's ties.
 "long_run" (``LONG_RUN``) is not a shape but a count: one small case the served family calls
 ``Bucket.calls`` times in a row (``families.long_run``).
 
@@ -80,7 +81,7 @@ class Bucket:
         return text + (f" ({self.note})" if self.note else "")
 
 
-BUCKETS = ("long", "odd", "strided", "many", "qk", "million", "near_constant", "tiny_scale", "loud")
+BUCKETS = ("long", "odd", "strided", "many", "qk", "million", "near_constant", "tiny_scale", "ties", "loud")
 LOUD_SCALE = 4  # "loud": the top decade the search draws (``strategies.tensors``' scale in [-4, 4])
 LOUD_ELEMS = 1 << 15  # "loud": about this many elements
 MILLION = 1 << 20  # elements: "million" is one call past it (on CPU; --profile large goes past 2**31 on a GPU)
@@ -133,7 +134,7 @@ def buckets(rec, spin: int, interpreted: bool = False, calls: int = LONG_RUN_CAL
             make("odd", 3, ODD_WIDTHS[odd]),
             make("strided", 3, ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], layout="sliced"),
             make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1])) + qk \
-        + _million(rec, spin) + near_constant_buckets(rec, spin) + tiny_scale_buckets(rec, spin) + (long_run,) \
+        + _million(rec, spin) + near_constant_buckets(rec, spin) + tiny_scale_buckets(rec, spin) + ties_buckets(rec, spin) + (long_run,) \
         + _loud(rec, spin, make)
 
 
@@ -206,6 +207,25 @@ def tiny_scale_buckets(rec, spin: int) -> tuple[Bucket, ...]:
         return ()
     return tuple(Bucket("tiny_scale", TINY_SCALE_ROWS, TINY_SCALE_WIDTH, None, _mix(spin, f"tiny_scale {form}"), form,
                         profile="tiny_scale", fixed=(("block_format", form),)) for form in ("mxfp4", "nvfp4"))
+
+
+TIES_ROWS, TIES_WIDTH = 4, 64  # a power of two: the mean of squares is exact (``oracle.lattice``)
+
+
+def ties_buckets(rec, spin: int) -> tuple[Bucket, ...]:
+    """For an FP4 norm (arguments of kinds "block_format" and "eps"), TIES_ROWS x TIES_WIDTH rows of
+    profile "ties" (``strategies.ties_rows``), once with block format "mxfp4" and once "nvfp4",
+    global scale 1 and weight ones (fixed): every intermediate of rms_norm on them is exact
+    (``oracle.lattice``'s conditions; eps is fitted to the rows, ``strategies.ties_eps``), each
+    block's scale is a power of two and v / s lands on E2M1's ties 0.25 ... 5, so that under
+    arithmetic=ieee y is checked bit for bit where the rounding of a tie decides it.  A residual is
+    zeros (s = x)."""
+    kinds = {a.kind for a in rec.args}
+    if not {"block_format", "eps"} <= kinds:
+        return ()
+    return tuple(Bucket("ties", TIES_ROWS, TIES_WIDTH, None, _mix(spin, f"ties {form}"), form, profile="ties",
+                        fixed=(("block_format", form), ("global_scale", 1.0), ("weight", "ones")))
+                 for form in ("mxfp4", "nvfp4"))
 
 
 def _million(rec, spin: int) -> tuple[Bucket, ...]:

@@ -26,6 +26,8 @@ Profiles (``x`` and friends):
     tiny_scale  (buckets only) rows alternately of +-(1 + U(0, 0.2)) 2**-62 (float16: its least
                subnormal) and of exponents in [-4, -3]: an FP4 activation's blocks at UE8M0's least scale and at
                E4M3's subnormal ones (``buckets.tiny_scale_buckets``)
+    ties       (buckets only) rows whose values, each a block's peak or 4 times an E2M1 tie, have an
+               exact mean square, eps fitted to make it a power of four (``ties_rows``, ``ties_eps``)
     near_constant  (buckets only) each row around its own mean m, |m| = 10**U(0, 4.8): constant,
                one step of the dtype either side of m, or a relative spread of 10**U(-7, -3)
 Hostile rows (optional): a few rows replaced by zeros, a constant, near-max
@@ -45,7 +47,7 @@ from hypothesis import strategies as st
 
 from ..declared import conventions
 from ...oracle import OPS
-from ...oracle.formats import compute_format, fmt
+from ...oracle.formats import compute_format, fmt, to_float64
 from ...oracle.kinds import KINDS
 from ...oracle.validate import stream_dtypes
 
@@ -215,6 +217,8 @@ def fill(rng, dtype, shape, profile, scale_exp):
         return lattice(rng, f, shape, f.emin - f.p + 1, f.emax)
     if profile == "near_constant":
         return near_constant(rng, f, shape)
+    if profile == "ties":
+        return ties_rows(rng, shape)
     if profile == "tiny_scale":
         low = f.emin - f.p + 1
         rows = np.arange(int(np.prod(shape[:-1], dtype=np.int64))).reshape(shape[:-1] + (1,))
@@ -222,6 +226,42 @@ def fill(rng, dtype, shape, profile, scale_exp):
         tiny = f.round(sign * np.ldexp(1 + 0.2 * rng.random(shape), max(-62, low)))
         return np.where(rows % 2 == 0, tiny, lattice(rng, f, shape, -4, -3))
     raise ValueError(f"unknown profile {profile!r}")
+
+
+TIE_STEPS = (1, 3, 5, 7, 10, 14, 20)  # 4 w for E2M1's ties w = 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5
+TIE_PEAK, TIE_BLOCK = 24, 16  # 4 x 6, one per block of 16 (and so two per MXFP4 block of 32)
+
+
+def ties_rows(rng, shape):
+    """Rows of a TIE_BLOCK multiple wide on E2M1's ties: one base row of blocks, each a peak
+    +-TIE_PEAK and TIE_STEPS drawn, every row that base with its blocks and each block's elements
+    permuted and signs drawn, all times 2**(k - 4), k in [-4, -1].  Every row has the same sum of
+    squares (``ties_eps`` fits eps to it), every value has at most 5 significant bits (exact in
+    every dtype), and under rms_norm with rho = 2**-j a block's scale amax / 6 is 2**(k - 2 - j), a
+    power of two, against which a value is TIE_STEPS / 4: a tie."""
+    rows, n = int(np.prod(shape[:-1], dtype=np.int64)), shape[-1]
+    base = rng.choice(TIE_STEPS, size=(n // TIE_BLOCK, TIE_BLOCK)).astype(np.float64)
+    base[:, 0] = TIE_PEAK
+    every = rng.permuted(np.broadcast_to(base, (rows,) + base.shape), axis=-1)  # within each block
+    order = np.argsort(rng.random((rows, base.shape[0])), axis=1)  # and the blocks, whole
+    every = np.take_along_axis(every, order[..., None], axis=1)
+    sign = np.where(rng.random(every.shape) < 0.5, -1.0, 1.0)
+    return np.ldexp(sign * every, int(rng.integers(-4, 0)) - 4).reshape(shape)
+
+
+def ties_eps(x) -> float:
+    """eps that makes mean(x**2) + eps a power of four for the rows of ``x`` (``ties_rows``, all
+    with one mean square m; rows a hostile kind replaced are outside): 4**j - m for the least
+    4**j > m, exact in float32 (m has at most 16 significant bits)."""
+    rows = x.reshape(-1, x.shape[-1])
+    ms = np.mean(rows * rows, axis=-1)
+    ms = ms[np.isfinite(ms)]
+    values, counts = np.unique(ms, return_counts=True)
+    m = float(values[np.argmax(counts)]) if len(values) else 0.0
+    top = 4.0 ** math.floor(math.log(m, 4) + 1) if m > 0 else 1.0
+    while top <= m:
+        top *= 4
+    return top - m
 
 
 def near_constant(rng, f, shape):
@@ -441,9 +481,14 @@ class Drawing:
     def stream(self, name: str) -> torch.Tensor:
         """A residual stream: ``rows`` in the case's dtype or, for float16 / bfloat16, float32 (a
         ``residual_in_fp32`` stream) in half the cases."""
-        return self.rows(name, self.choose(list(stream_dtypes(self.dtype)), name + " dtype"))
+        dtype = self.choose(list(stream_dtypes(self.dtype)), name + " dtype")
+        if self.bucket is not None and self.bucket.profile == "ties":  # s = x, as ``ties_eps`` fitted eps to x
+            return torch.zeros(self.shape, dtype=dtype, device=self.device)
+        return self.rows(name, dtype)
 
     def vector(self, name: str, around: float, profiles: tuple[str, ...]) -> torch.Tensor:
+        fixed = dict(self.bucket.fixed) if self.bucket is not None else {}
+        profiles = (fixed[name],) if name in fixed else profiles
         return self.draw(vectors(self.rng, self.n, self.dtype, self.device, name, around, profiles, self.bucket))
 
     @property
@@ -482,6 +527,8 @@ class Drawing:
         return c
 
     def eps(self) -> float:
+        if self.bucket is not None and self.bucket.profile == "ties":
+            return ties_eps(to_float64(self.tensors[self.main]))
         return self.draw(eps(self.bucket))
 
     def quantisation_scale(self) -> float:

@@ -16,16 +16,21 @@ import numpy as np
 import pytest
 import torch
 
-from ....oracle.formats import E4M3
+from ....impls.eager import to_e2m1
+from ....oracle.assessment import assess
+from ....oracle.formats import DTYPES, E2M1, E4M3
 from ....oracle.fp4_scales import Floored, SharedExponent, scale_format
+from ....oracle.lattice import exact_rms_rows, power_of_two
 from ...declared.domain import parse
 from ...families import BY_NAME
 from ...harness.measure import PropertyFailure
 from ...harness.session import Session
 from ...run import runner
+from ...search.strategies import TIE_STEPS, ties_eps, ties_rows
 
 from . import planted
 from .expect import registered
+from .planted.fp4_rules import _ieee_formula as _ieee, e2m1_half_away
 
 FP4 = "rms_norm_fp4_quant"  # the op of the planted kernels here
 
@@ -94,3 +99,66 @@ def test_a_kernel_is_certified_by_the_scale_rule_it_declares(tmp_path, fn, decla
     for name in ("accuracy", "extremes"):
         res = runner.run_family(session, BY_NAME[name], impl, F32, max_examples=10)
         assert res.outcome == "pass", (name, res.message)
+
+
+def test_the_ties_rows_are_exact_in_every_dtype_and_a_moved_one_is_not():
+    """``strategies.ties_rows`` with ``ties_eps``: every condition of ``oracle.lattice`` holds in each
+    dtype, each block's scale is a power of two and v over it is on E2M1's ties; one value moved by a
+    step, another eps or a width that is no power of two and the row is no longer exact."""
+    rng = np.random.default_rng(0)
+    x = ties_rows(rng, (4, 64))
+    eps, ones = ties_eps(x), np.ones(64)
+    for dtype in DTYPES:
+        ok, v = exact_rms_rows(x, ones, eps, dtype)
+        assert ok.all(), dtype
+    rho = 1 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    assert (v == x * rho).all()
+    blocks = v.reshape(4, 4, 16)
+    scale = np.abs(blocks).max(-1, keepdims=True) / 6
+    assert power_of_two(scale).all()
+    w = np.abs(blocks / scale)
+    assert set(np.unique(w)) <= {6.0, *(t / 4 for t in TIE_STEPS)} and np.isin(w, (0.25, 1.25, 2.5, 5.0)).any()
+    moved = x.copy()
+    moved[0, 1] += 2.0 ** -12
+    assert exact_rms_rows(moved, ones, eps, F32)[0][:, 0].tolist() == [False, True, True, True]
+    assert not exact_rms_rows(x, ones, 1e-6, F32)[0].any()
+    assert not exact_rms_rows(x[:, :48], ones[:48], eps, F32)[0].any()
+
+
+def test_a_reciprocal_one_ulp_high_returns_the_half_away_bytes():
+    """Why the half-away kernel is right under arithmetic=approximate (``oracle.lattice``): on the
+    ties rows, nearest-even after a reciprocal of s one ulp high (inside FN_ULPS) gives exactly the
+    half-away kernel's values, and these differ from nearest-even after an exact division."""
+    rng = np.random.default_rng(1)
+    x = torch.from_numpy(ties_rows(rng, (4, 64))).float()
+    v = _ieee(x, torch.ones(64), ties_eps(x.double().numpy()))
+    blocks = v.unflatten(-1, (4, 16))
+    s = blocks.abs().amax(-1, keepdim=True) / 6
+    high = torch.nextafter(1 / s, torch.full_like(s, float("inf")))
+    assert torch.equal(to_e2m1(blocks * high), e2m1_half_away(blocks / s))
+    assert not torch.equal(to_e2m1(blocks / s), e2m1_half_away(blocks / s))
+
+
+def test_a_bound_of_zero_admits_the_even_end_of_a_tie_alone():
+    """``assessment.assess`` (quantised): with a bound of 0 a tie must round to even; with any
+    positive bound both ends of its interval pass."""
+    e = np.array([0.25, 1.25, 2.5, 5.0, 0.75])
+    even, away = torch.tensor([0.0, 1.0, 2.0, 4.0, 1.0]), torch.tensor([0.5, 1.5, 3.0, 6.0, 1.0])
+    for bound, away_passes in ((np.zeros(5), False), (np.full(5, 1e-9), True)):
+        assert assess("y", even, e, bound, E2M1, quantised=True).ok
+        assert assess("y", away, e, bound, E2M1, quantised=True).ok == away_passes
+
+
+def test_the_half_away_kernel_is_certified_as_approximate_and_rejected_as_ieee(tmp_path):
+    """E2M1 half away from zero: certified without a declaration (its bytes are a correct
+    approximate kernel's), rejected on a ties bucket once it declares arithmetic=ieee, which the
+    certificate's domain names."""
+    session = Session(failures_dir=str(tmp_path))
+    fn = planted.fp4_ties_half_away
+    res = runner.run_family(session, BY_NAME["accuracy"], registered(FP4, fn, declared=False), F32, max_examples=5)
+    assert res.outcome == "pass", res.message
+    impl = registered(FP4, fn)
+    assert impl.domain == parse("arithmetic=ieee") and "arithmetic=ieee" in impl.domain.describe()
+    with pytest.raises(PropertyFailure, match=r"(?s)exact (0\.25|1\.25|2\.5|5\.0) \(rounds to [0-9.]+\), "
+                                             r"the value rounded is off by [0-9.]+ > bound 0 .*bucket=ties"):
+        runner.run_family(session, BY_NAME["accuracy"], impl, F32, max_examples=5, shrink=False)

@@ -12,6 +12,9 @@ each correct under its declaration, and the meta-tests reject it without one.
         a block comes out all zeros; only the tiny-scale buckets reach it
     mx_without_global_scale  rms_norm_fp4_quant applying the global scale to NVFP4 only, as OCP MX has
         none: right where MXFP4 is called with 1 (the default), wrong declaring mx_global_scale=taken
+    fp4_ties_half_away   (a bug) rms_norm_fp4_quant declaring arithmetic=ieee whose E2M1 rounds ties
+        half away from zero: only the ties buckets (``buckets.ties_buckets``) put w exactly on a tie
+    fp4_ieee_ties_even   its twin, nearest-even, declaring arithmetic=ieee: certified
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from .....oracle.fp4 import BLOCK_FORMATS
 from ..expect import bucket_bug, correct
 
 __all__ = ["mx_floor_scale", "mx_ceil_scale", "mx_even_scale", "nvfp4_scale_floored", "fp4_nan_any_scale",
-           "mx_without_global_scale", "silu_fp4_byte0_unit_reciprocal"]
+           "mx_without_global_scale", "silu_fp4_byte0_unit_reciprocal", "fp4_ties_half_away", "fp4_ieee_ties_even"]
 
 
 def _exponent(a, mode):
@@ -38,7 +41,15 @@ def _exponent(a, mode):
     return torch.where(a > 0, top - 2, -127).clamp(-127, 127)
 
 
-def _quantise(v, block_format, global_scale, layout, mode=None, least=None, drop_nan=False):
+def e2m1_half_away(w):
+    """w rounded to E2M1 to nearest, ties half away from zero (0.25 -> 0.5, 1.25 -> 1.5, 2.5 -> 3,
+    5 -> 6), saturating at +-6: differs from nearest-even (``impls.eager.to_e2m1``) on those ties alone."""
+    a = w.abs().clamp(max=6.0)
+    step = torch.where(a < 2, 0.5, torch.where(a < 4, 1.0, 2.0)).to(w.dtype)
+    return torch.sign(w) * torch.floor(a / step + 0.5) * step
+
+
+def _quantise(v, block_format, global_scale, layout, mode=None, least=None, drop_nan=False, e2m1=to_e2m1):
     """v (compute format) per block: the scale by the MX ``mode`` (mxfp4), or E4M3 of the scale
     clamped to >= ``least`` (nvfp4), or as the eager kernel; y = E2M1(v / (s g)), 0 where s = 0."""
     block = BLOCK_FORMATS[block_format].block
@@ -54,15 +65,23 @@ def _quantise(v, block_format, global_scale, layout, mode=None, least=None, drop
     else:
         scales = fp4_round_scale(peak / (6.0 * global_scale), block_format)
     s = scales[..., None].to(v.dtype)
-    y = torch.where(s == 0, 0.0, to_e2m1(blocks / (s * global_scale))).flatten(-2)
+    y = torch.where(s == 0, 0.0, e2m1(blocks / (s * global_scale))).flatten(-2)
     return pack_fp4(y), fp4_scales_in(scales, block_format, layout)
 
 
-def _ruled(mode=None, least=None, drop_nan=False, mx_global=True, domain="", doc=""):
+def _ieee_formula(s, w, eps):
+    """s / sqrt(mean(s**2) + eps) * w with a correctly rounded square root and division on every
+    device (CUDA's rsqrt is rsqrt.approx; its sqrt and / round correctly)."""
+    return s * (1.0 / torch.sqrt(s.pow(2).mean(-1, keepdim=True) + eps)) * w
+
+
+def _ruled(mode=None, least=None, drop_nan=False, mx_global=True, domain="", doc="", e2m1=to_e2m1):
+    formula = _ieee_formula if "arithmetic=ieee" in domain else rms_formula
+
     def kernel(x, weight, eps, block_format, global_scale, layout):
-        v = rms_formula(up(x), up(weight, x), eps)
+        v = formula(up(x), up(weight, x), eps)
         g = global_scale if mx_global or block_format == "nvfp4" else 1.0
-        return _quantise(v, block_format, g, layout, mode, least, drop_nan)
+        return _quantise(v, block_format, g, layout, mode, least, drop_nan, e2m1)
     kernel.__doc__ = doc
     kernel.normcert_domain = domain
     return kernel
@@ -84,6 +103,12 @@ fp4_nan_any_scale = correct("rms_norm_fp4_quant")(_ruled(
     doc="A block holding a NaN gets the finite scale of its other elements (its amax drops the NaN)."))
 mx_without_global_scale = correct("rms_norm_fp4_quant")(_ruled(
     mx_global=False, doc="The global scale applied to NVFP4 blocks only: an MXFP4 block is scaled by amax / 6 alone."))
+
+fp4_ties_half_away = bucket_bug("rms_norm_fp4_quant", "accuracy")(_ruled(
+    domain="arithmetic=ieee", e2m1=e2m1_half_away,
+    doc="E2M1 rounded half away from zero; its square root and divisions correctly rounded (it declares ieee)."))
+fp4_ieee_ties_even = correct("rms_norm_fp4_quant")(_ruled(
+    domain="arithmetic=ieee", doc="E2M1 nearest-even, its square root and divisions correctly rounded."))
 
 
 @bucket_bug("silu_and_mul_fp4_quant", "accuracy")
