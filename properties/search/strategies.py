@@ -26,7 +26,7 @@ Profiles (``x`` and friends):
     tiny_scale  (buckets only) rows alternately of +-(1 + U(0, 0.2)) 2**-62 (float16: its least
                subnormal) and of exponents in [-4, -3]: an FP4 activation's blocks at UE8M0's least scale and at
                E4M3's subnormal ones (``buckets.tiny_scale_buckets``)
-    ties       (buckets only) rows whose values, each a block's peak or 4 times an E2M1 tie, have an
+    ties       (buckets only; no decade: its note is "ties") rows whose values, each a block's peak or 4 times an E2M1 tie, have an
                exact mean square, eps fitted to make it a power of four (``ties_rows``, ``ties_eps``)
     near_constant  (buckets only) each row around its own mean m, |m| = 10**U(0, 4.8): constant,
                one step of the dtype either side of m, or a relative spread of 10**U(-7, -3)
@@ -352,7 +352,7 @@ def tensors(draw, rng, dtype, shape, device, profiles=PROFILES, hostile=True, la
     values = hostile_rows(rng, dtype, values, kinds)
     layout = bucket.layout if bucket is not None and bucket.layout else draw(choice(layouts, bucket, name + "layout"))
     if notes is not None:
-        notes[name] = f"{profile}@1e{scale}" + (f"+{'/'.join(kinds)}" if kinds else "") + \
+        notes[name] = profile + ("" if profile == "ties" else f"@1e{scale}") + (f"+{'/'.join(kinds)}" if kinds else "") + \
             ("" if layout == "contiguous" else f"/{layout}")
     return layout_tensor(values, dtype, layout, device)
 
