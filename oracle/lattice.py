@@ -16,8 +16,8 @@ up either way).  Under ``approximate`` no check can tell the two apart, on any i
 correct kernel whose reciprocal 1 / (s g) is one ulp high (r (1 + 2**(1-p)), inside FN_ULPS).  Where
 v and s g are exact, v r is t (1 + 2**(1-p)) for a tie t, and t 2**(1-p) >= ulp(t) > ulp(t) / 2, so
 the rounded product is strictly above t and nearest-even takes the neighbour away from zero: the
-half-away kernel's bytes, element for element (elements off a tie are at least a lattice step from
-one and round alike).  So the half-away kernel is certified under ``approximate``, rightly: its
+half-away kernel's bytes, element for element (on such rows an element off a tie is a lattice step
+from one, so the one-ulp move does not carry it across; elsewhere the bound already admits both).  So the half-away kernel is certified under ``approximate``, rightly: its
 bytes are a correct kernel's.  Under ``ieee`` the reciprocal is exact, and so is the whole chain on
 the rows below: there y must be E2M1(w) itself, and the tie decides.
 
