@@ -30,7 +30,7 @@ from ...search.strategies import TIE_STEPS, ties_eps, ties_rows
 
 from . import planted
 from .expect import registered
-from .planted.fp4_rules import _ieee_formula as _ieee, e2m1_half_away
+from .planted.fp4_rules import _e2m1_half_away as e2m1_half_away, _ieee_formula as _ieee
 
 FP4 = "rms_norm_fp4_quant"  # the op of the planted kernels here
 

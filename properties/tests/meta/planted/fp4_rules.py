@@ -41,7 +41,7 @@ def _exponent(a, mode):
     return torch.where(a > 0, top - 2, -127).clamp(-127, 127)
 
 
-def e2m1_half_away(w):
+def _e2m1_half_away(w):
     """w rounded to E2M1 to nearest, ties half away from zero (0.25 -> 0.5, 1.25 -> 1.5, 2.5 -> 3,
     5 -> 6), saturating at +-6: differs from nearest-even (``impls.eager.to_e2m1``) on those ties alone."""
     a = w.abs().clamp(max=6.0)
@@ -105,7 +105,7 @@ mx_without_global_scale = correct("rms_norm_fp4_quant")(_ruled(
     mx_global=False, doc="The global scale applied to NVFP4 blocks only: an MXFP4 block is scaled by amax / 6 alone."))
 
 fp4_ties_half_away = bucket_bug("rms_norm_fp4_quant", "accuracy")(_ruled(
-    domain="arithmetic=ieee", e2m1=e2m1_half_away,
+    domain="arithmetic=ieee", e2m1=_e2m1_half_away,
     doc="E2M1 rounded half away from zero; its square root and divisions correctly rounded (it declares ieee)."))
 fp4_ieee_ties_even = correct("rms_norm_fp4_quant")(_ruled(
     domain="arithmetic=ieee", doc="E2M1 nearest-even, its square root and divisions correctly rounded."))
