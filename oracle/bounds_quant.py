@@ -198,15 +198,14 @@ def quantised(base, main: str, qdtype_of, group_of, format_of, nan: str, indeter
     return bound
 
 
-def exactly_quantised(args, exact_rows, rows, v, s, d, g: float, c) -> np.ndarray:
-    """The elements whose w = v / (s g) every correct kernel forms exactly under arithmetic=ieee
-    (``lattice``): on a row ``exact_rows`` proves exact (its v, exact, equal to the oracle's ``v``), with
+def exactly_quantised(args, exact_rows, rows, v, w, s, d, g: float, c) -> np.ndarray:
+    """The elements whose w = v / (s g) (the caller's) every correct kernel forms exactly under
+    arithmetic=ieee (``lattice``): on a row ``exact_rows`` proves exact (its v, exact, equal to the oracle's ``v``), with
     the kernel's scale ``s``, the oracle's divisor ``d`` and ``g`` powers of two and v / s, v / g and
     w zero or normal numbers of the compute format (then 1 / s, 1 / g and the quotient are exact in
     any order, and the oracle's w = v / (s g) is exact in float64 too); c the compute format."""
     ok, lattice_v = exact_rows(args, rows)
     with np.errstate(all="ignore"):
-        w = v / (s * g)
         return (ok & (lattice_v == v) & power_of_two(s) & power_of_two(d) & bool(power_of_two(g))
                 & normal_or_zero(v / s, c) & normal_or_zero(v / g, c) & normal_or_zero(w, c))
 
@@ -248,7 +247,7 @@ def block(base, main: str, block_format: str, global_scale: str, nan: str, indet
                 w = v / (s * g)
                 y_bound = np.where(s == 0, 0.0, v_bound / (s * g) + rel * np.abs(w) + ctx.lam_c)
                 if exact_rows is not None and args.get("arithmetic") == "ieee":
-                    y_bound = np.where(exactly_quantised(args, exact_rows, kw.get("rows"), v, s, spread(d, y), g,
+                    y_bound = np.where(exactly_quantised(args, exact_rows, kw.get("rows"), v, w, s, spread(d, y), g,
                                                                 compute_format(args[main].dtype)), 0.0, y_bound)
                 no_claim = ~np.isfinite(s) | (s < 0) | (s * g > ctx.cmax)
             no_claim = no_claim | np.isnan(v)

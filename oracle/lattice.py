@@ -25,8 +25,8 @@ Exact rows (``exact_rms_rows``; rms_norm's v_i = x_i rho w_i, rho = 1 / sqrt(mea
 o = x's dtype, c its compute format, p_c c's significand bits).  A row is exact when
 
     1. n is a power of two;
-    2. every x_i and x_i w_i is zero or a normal number of o and of c, and every x_i**2 one of c
-       (a kernel that flushes subnormals to zero moves none of them);
+    2. every x_i and x_i w_i is zero or a normal number of o (and so of c, which holds o), and
+       every x_i**2 one of c (a kernel that flushes subnormals to zero moves none of them);
     3. with U the least significant bit among the row's nonzero x_i**2, T = sum x_i**2 < 2**p_c U:
        every x_i**2 is a multiple of U, so every partial sum, in any order and any tree, is a
        multiple of U below 2**p_c U, a number of c, and the sum is T exactly, whatever the order;
@@ -96,8 +96,8 @@ def exact_rms_rows(rows, weight, eps: float, dtype) -> tuple[np.ndarray, np.ndar
     with np.errstate(all="ignore"):
         sq = rows * rows
         xw = rows * weight
-        ok = (normal_or_zero(rows, o) & normal_or_zero(rows, c) & normal_or_zero(xw, o) & normal_or_zero(xw, c)
-              & normal_or_zero(sq, c) & normal_or_zero(sq / n, c)).all(-1, keepdims=True)
+        ok = (normal_or_zero(rows, o) & normal_or_zero(xw, o) & normal_or_zero(sq, c)
+              & normal_or_zero(sq / n, c)).all(-1, keepdims=True)
         unit = np.min(_least_bit(np.where(np.isfinite(sq), sq, 0.0)), axis=-1, keepdims=True)
         total = np.sum(np.where(ok, sq, 0.0), axis=-1, keepdims=True)
         ok &= total < np.ldexp(unit, c.p)

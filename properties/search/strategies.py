@@ -487,7 +487,7 @@ class Drawing:
         return self.rows(name, dtype)
 
     def vector(self, name: str, around: float, profiles: tuple[str, ...]) -> torch.Tensor:
-        fixed = dict(self.bucket.fixed) if self.bucket is not None else {}
+        fixed = self.fixed
         profiles = (fixed[name],) if name in fixed else profiles
         return self.draw(vectors(self.rng, self.n, self.dtype, self.device, name, around, profiles, self.bucket))
 
@@ -534,8 +534,13 @@ class Drawing:
     def quantisation_scale(self) -> float:
         return self.draw(quantisation_scales(self.bucket))
 
+    @property
+    def fixed(self) -> dict:
+        """The choices the bucket makes instead of drawing them (``Bucket.fixed``): salt -> value."""
+        return dict(self.bucket.fixed) if self.bucket is not None else {}
+
     def choose(self, xs, salt: str):
-        fixed = dict(self.bucket.fixed) if self.bucket is not None else {}
+        fixed = self.fixed
         return fixed[salt] if salt in fixed else self.draw(choice(xs, self.bucket, salt))
 
     def note(self, name: str, text: str) -> None:
