@@ -2,9 +2,10 @@
 
     normcert certify OP=MODULE:ATTR [...] [--agree OP=MODULE:ATTR OP=MODULE:ATTR] [--device cpu|cuda] [--profile dev|ci|thorough|large]
                      [--domain SPEC] [--compile] [--certificate PATH] [--seed N] [--bitwise] [--require-backward]
-                     [--kernel-timeout S] [-n N] [--shard K/N]
+                     [--kernel-timeout S] [-n N] [--shard K/N] [-v/--pytest-output]
                      [-- PYTEST-ARGS...]
     normcert replay FILE [--impl OP=MODULE:ATTR ...] [--device cpu|cuda] [--kernel-timeout S] [--export REPRO.py]
+                    [-v/--pytest-output]
     normcert list
     normcert schema
     normcert report CERT.json [-o REPORT.html]
@@ -49,9 +50,15 @@ from collections import defaultdict
 
 from normcert.properties.evidence import verdict
 from normcert.properties.harness.run_settings import HEARTBEAT, KERNEL_TIMEOUT, NEWS, PROFILES, RUN_RECORD, STALLED
+from normcert.properties.presentation.console import Console
+from normcert.properties.run.news import read
 
 USAGE = 4
 NO_TESTS = 5  # pytest's exit status when it collected nothing
+
+
+PYTEST_OUTPUT = ("print pytest's own report of the run (its session, a line per test module, its failures "
+                 "and counts) in place of normcert's console; the verdict and table stay")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -81,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--dtype", action="append", default=[], metavar="DTYPE",
                    help="declare the scope: only these dtypes (repeatable); the certificate says so")
     c.add_argument("--shard", metavar="K/N", help="run the K-th of N shards of the checks (normcert merge joins them)")
+    c.add_argument("-v", "--pytest-output", action="store_true", help=PYTEST_OUTPUT)
     r = sub.add_parser("replay", help="re-run one saved failing case")
     r.add_argument("file")
     r.add_argument("--impl", action="append", default=[], metavar="OP=MODULE:ATTR",
@@ -89,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--kernel-timeout", metavar="SECONDS", help="a call with no result nor progress for this long is hung")
     r.add_argument("--export", metavar="REPRO.py", help="write a standalone reproducer (torch, numpy and the kernel "
                                                        "only) instead of replaying")
+    r.add_argument("-v", "--pytest-output", action="store_true", help=PYTEST_OUTPUT)
     sub.add_parser("list", help="the registry of implementations")
     sub.add_parser("schema", help="print the certificate's JSON Schema")
     rep = sub.add_parser("report", help="a certificate as one offline HTML page")
@@ -227,11 +236,12 @@ def _grace(a) -> float:
     return given if 0 < given < float("inf") else KERNEL_TIMEOUT
 
 
-def _start(cmd: list[str], env: dict) -> subprocess.Popen:
+def _start(cmd: list[str], env: dict, stdout=None) -> subprocess.Popen:
     """The child, in a process group of its own: Ctrl-C at a terminal reaches this process alone,
     which hands it on once (``_wait``), so pytest in the child sees one interrupt, not two.  On
-    Linux it is killed when this process dies (``PR_SET_PDEATHSIG``)."""
-    return subprocess.Popen(cmd, env=env, preexec_fn=_orphan_proof)
+    Linux it is killed when this process dies (``PR_SET_PDEATHSIG``).  Its standard output (pytest's
+    report) goes to ``stdout``, a file, where normcert's console speaks instead (None: this one's)."""
+    return subprocess.Popen(cmd, env=env, stdout=stdout, preexec_fn=_orphan_proof)
 
 
 def _orphan_proof() -> None:
@@ -253,22 +263,26 @@ def _end(child: subprocess.Popen) -> int:
     return child.wait()
 
 
-def _relay(news: str, offset: int) -> int:
-    """Print the run's news (``properties.run.news``: a first counterexample as soon as it is found)
-    written since ``offset``, whole lines only; the new offset."""
-    try:
-        with open(news, "rb") as f:
-            f.seek(offset)
-            text = f.read()
-    except OSError:
-        return offset
-    done = text.rfind(b"\n") + 1
-    for line in text[:done].decode(errors="replace").splitlines():
-        print(f"\nnormcert: {line}", flush=True)
-    return offset + done
+class _Relay:
+    """The run's news (``properties.run.news``) written since the last call, whole events only, fed to
+    normcert's console (``properties.presentation.console``); without one (pytest's own report shown,
+    ``--pytest-output``) only a first counterexample is printed, the moment it is found."""
+
+    def __init__(self, path: str, console=None):
+        self.path, self.console, self.offset = path, console, 0
+
+    def __call__(self) -> None:
+        events, self.offset = read(self.path, self.offset)
+        for event in events:
+            if self.console is not None:
+                self.console.feed(event)
+            elif event["kind"] == "found":
+                print(f"\nnormcert: {event['line']}", flush=True)
+        if self.console is not None:
+            self.console.tick()
 
 
-def _wait(child: subprocess.Popen, record: str, heartbeat: str, grace: float, news: str = "") -> tuple[int, str]:
+def _wait(child: subprocess.Popen, record: str, heartbeat: str, grace: float, relay=None) -> tuple[int, str]:
     """The child's exit status, and what went wrong with its ending ("" if nothing).  A child that
     makes no progress (its ``heartbeat`` file untouched) for STALLED kernel timeouts is stuck in
     kernel code outside the watchdog (a finalizer, an exception's ``__str__``, an import) and is
@@ -277,10 +291,10 @@ def _wait(child: subprocess.Popen, record: str, heartbeat: str, grace: float, ne
     (The whole step is guarded: Ctrl-C may land anywhere in it.)"""
     written = None
     interrupts = 0
-    said = 0
     while True:
         try:
-            said = _relay(news, said) if news else said
+            if relay is not None:
+                relay()
             try:
                 return child.wait(timeout=0.1), ""
             except subprocess.TimeoutExpired:
@@ -359,14 +373,24 @@ def main(argv: list[str] | None = None) -> int:
         heartbeat = env[HEARTBEAT] = os.path.join(folder, "heartbeat")
         news = env[NEWS] = os.path.join(folder, "news")
         open(heartbeat, "w").close()
+        open(news, "w").close()
         cmd = [sys.executable, "-c", BOOT, *_child_config(folder), *_pytest_args(a)]
-        with _ends_with_us() as child:
-            status, ending = _wait(child(cmd, env), record, heartbeat, _grace(a), news)
+        console = None if a.pytest_output else Console(sys.stdout)
+        relay = _Relay(news, console)
+        log = os.path.join(folder, "pytest.log")
+        with open(log, "wb") as out, _ends_with_us() as child:
+            status, ending = _wait(child(cmd, env, None if a.pytest_output else out), record, heartbeat, _grace(a),
+                                   relay)
+        relay()  # what the run said last, before it exited
+        if console is not None:
+            console.close()
         try:
             with open(record) as f:
                 run = json.load(f)
         except (OSError, ValueError):
             run = None
+        if console is not None and (run is None or status not in (0, 1, USAGE)):
+            _show(log)  # it ended other than by a verdict: what pytest said is the evidence
     if run is None:
         why = ending or f"the kernel's process exited with status {status} before normcert's end of run"
         if certificate and status != USAGE:  # a usage error was refused before the run began
@@ -415,6 +439,18 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
     if judged in verdict.PASSED:  # a shard's "shard passed" too: merging its certificate judges the whole
         return 0
     return final if final not in (0, NO_TESTS) else 1
+
+
+def _show(log: str) -> None:
+    """pytest's report of a run that ended other than by a verdict (interrupted, an internal error,
+    killed): normcert's console holds no more than its events, and pytest's words say where it stopped."""
+    try:
+        with open(log, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return
+    if text.strip():
+        print("normcert: pytest's report of the run:\n" + text.rstrip("\n"), file=sys.stderr)
 
 
 def _export(a) -> int:
@@ -492,7 +528,7 @@ def _ends_with_us():
 
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        yield lambda cmd, env: started.append(_start(cmd, env)) or started[-1]
+        yield lambda cmd, env, stdout=None: started.append(_start(cmd, env, stdout)) or started[-1]
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)

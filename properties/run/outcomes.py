@@ -1,7 +1,7 @@
 """pytest glue: a property family's run as a pytest test, its ``Result`` mapped to pytest's outcome.
 
 pass passes; fail fails with the run's message (the shrunk case and the replay
-command, not the suite's frames); a case study's failure is an expected failure
+command, not the suite's frames), once (``failed``); a case study's failure is an expected failure
 (xfail); not-supported, not-certified and a kernel registered without a backward
 skip, saying why; a bitwise family's failure without --bitwise is a ``warn`` row, which passes
 the test: the plugin's terminal summary says it (``plugin.Suite.pytest_terminal_summary``), never
@@ -34,13 +34,22 @@ def certify(session, family, impl, dtype, *, judge=None) -> Result:
         res = run_family(session, family, impl, dtype, gating=gating, judge=judge or expected(impl))
     except PropertyFailure as e:
         if impl.expected_failure:
-            pytest.xfail(f"{impl.expected_failure} | {e}")
-        pytest.fail(str(e), pytrace=False)  # the message is the report; the suite's frames are noise
+            raise pytest.xfail.Exception(f"{impl.expected_failure} | {e}") from None
+        raise failed(str(e)) from None
     if res.outcome == "not-supported":
         pytest.skip(f"not-supported: {impl.id} {res.message}")
     if res.outcome == "not-certified":
         pytest.skip(f"not-certified: {impl.id} in {res.dtype}: {res.message}")
     return res
+
+
+def failed(message: str) -> BaseException:
+    """pytest's failure of a test, said as ``message`` alone: the message is the report (the shrunk
+    case, its context, the replay command), the suite's frames are noise.  Raised ``from None`` where
+    it replaces the ``PropertyFailure`` being handled: pytest prints an exception's context as well,
+    after "During handling of the above exception, another exception occurred", which printed every
+    failure twice."""
+    return pytest.fail.Exception(message, pytrace=False)
 
 
 def expected(impl):
@@ -59,7 +68,7 @@ def backward_gate(session, family, impl, dtype) -> None:
     try:
         res = forward_only(session, family, impl, dtype)
     except PropertyFailure as e:
-        pytest.fail(str(e), pytrace=False)
+        raise failed(str(e)) from None
     if res is None:
         return
     if res.outcome == "fail":

@@ -71,8 +71,10 @@ from hypothesis import settings
 
 from ..evidence import shards
 from ..harness.run_settings import KERNEL_TIMEOUT, PROFILES, RUN_RECORD
+from . import news
 from . import scope
 from . import warmup
+from .announce import Announcer, note
 
 
 def flag(name: str) -> str:
@@ -254,8 +256,6 @@ def _device(config) -> str:
     return asked or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
-
-
 def _agreeing(plugins: list, specs: list[str]) -> list:
     """The --impl kernels and the --agree kernels: each --agree kernel of an op after the first
     must agree with the first (``Impl.agrees_with``); one the --impl list also names is listed once."""
@@ -358,7 +358,9 @@ def _trusted(path: str, named: str, op_name: str, registry, plugged):
     if op != op_name or module not in REPLAYABLE or not attr.partition("@")[0].isidentifier():
         raise pytest.UsageError(f"{flag('replay')} {path}: the file names the kernel {named!r}, which is not in "
                                 f"normcert's registry; if you trust it, pass {flag('impl')} {named}")
-    print(f"normcert replay: importing {target}, named by {path}")
+    said = f"normcert replay: importing {target}, named by {path}"
+    print(said)
+    news.tell("note", line=said)
     return impls.plugin(named)
 
 
@@ -453,6 +455,8 @@ class Suite:
             # plain @given tests (the oracle's own) draw from --seed too; the
             # properties set a per-test seed of their own (Session.derive_seed)
             hypothesis.core.global_force_seed = config.getoption("--normcert-seed")
+        if self.controller and news.listening():  # the command's console (``announce``)
+            config.pluginmanager.register(Announcer(self), "normcert-announcer")
 
     def pytest_generate_tests(self, metafunc):
         from ...oracle.formats import DTYPE_NAMES  # noqa: PLC0415
@@ -552,22 +556,22 @@ class Suite:
         if not self.controller:
             return
         if self.tier != "all":
-            terminalreporter.write_line(f"normcert: tier {self.tier}: {self.tier_left} registry kernels and the "
+            note(terminalreporter, f"normcert: tier {self.tier}: {self.tier_left} registry kernels and the "
                                         f"{'quick' if self.tier == 'heavy' else 'heavy'} meta-tests run under "
                                         f"--normcert-tier {'quick' if self.tier == 'heavy' else 'heavy'} (or all)")
         from ... import impls  # noqa: PLC0415
 
         if not _plugged(self.config) and not impls.triton_installed():
-            terminalreporter.write_line("normcert: Triton is not installed here: the registry's Triton kernels were "
+            note(terminalreporter, "normcert: Triton is not installed here: the registry's Triton kernels were "
                                         "not run (pip install triton==3.7.1)", yellow=True)
         forward_only = sorted({r["impl"] for r in self.results if r["outcome"] == "not-certified"})
         for impl in forward_only:
-            terminalreporter.write_line(f"normcert: {impl} not certified for gradients or gradcheck: forward only "
+            note(terminalreporter, f"normcert: {impl} not certified for gradients or gradcheck: forward only "
                                         f"(its outputs carry no grad_fn; --require-backward makes this a failure)",
                                         yellow=True)
         for r in self.results:  # said here, not with warnings.warn: -W error would make it the kernel's failure
             if r["outcome"] == "warn":
-                terminalreporter.write_line(f"normcert: {r['prop']} (not gating without --bitwise): {r['impl']} in "
+                note(terminalreporter, f"normcert: {r['prop']} (not gating without --bitwise): {r['impl']} in "
                                             f"{r['dtype']}: {r['message']}", yellow=True)
 
     def pytest_deselected(self, items):
@@ -590,7 +594,7 @@ class Suite:
         report = session.config.pluginmanager.get_plugin("terminalreporter")
         bad = certificate.unexpected_passes(self.results)
         if bad:
-            report.write_line("case studies expected to fail but passed every property: " + ", ".join(bad), red=True)
+            note(report, "case studies expected to fail but passed every property: " + ", ".join(bad), red=True)
             session.exitstatus = 1
         replaying = bool(session.config.getoption("--normcert-replay"))
         expected = [] if replaying else self.expected()
@@ -600,7 +604,7 @@ class Suite:
         certifying = not replaying and (_plugged(session.config) or bool(self.certificate))
         if missing and certifying:
             report.ensure_newline()
-            report.write_line(f"normcert: not certified: {len(missing)} check(s) of the run's scope did not run, "
+            note(report, f"normcert: not certified: {len(missing)} check(s) of the run's scope did not run, "
                               f"e.g. {missing[0]} (narrowed by -k, -m, --co or the run's configuration; "
                               f"--normcert-property / --normcert-dtype declare a scope)", red=True)
         status = int(session.exitstatus)
@@ -609,7 +613,7 @@ class Suite:
             f"stopped early: {stopped}" if stopped else "complete")
         judged, disagreement = verdict.judge(self.results, expected, status, self.crashed, state, certifying, self.shard)
         if disagreement:
-            report.write_line(f"normcert: not certified: {disagreement}", red=True)
+            note(report, f"normcert: not certified: {disagreement}", red=True)
         self.failed_run = (judged not in verdict.PASSED and certifying) or bool(disagreement) or (
             replaying and self.replayed != "pass")
         if self.failed_run and status == 0:
@@ -625,7 +629,7 @@ class Suite:
                 if not os.environ.get(RUN_RECORD):  # under ``normcert certify`` its parent writes it, judged again
                     certificate.append_step_summary(cert)
             except OSError as e:  # its folder removed or made read-only mid-run (by the kernel, say), a link
-                report.write_line(f"normcert: not certified: the certificate {self.certificate} could not be "
+                note(report, f"normcert: not certified: the certificate {self.certificate} could not be "
                                   f"written ({e.strerror or e})", red=True)
                 run["verdict"] = "not certified"
                 self.failed_run = True
