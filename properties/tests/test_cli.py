@@ -104,20 +104,18 @@ def test_workers_without_pytest_xdist_are_a_usage_error_naming_the_option(tmp_pa
                                   "pip install pytest-xdist (or leave -n out)")
 
 
-def test_news_is_relayed_in_whole_lines(tmp_path, capsys, monkeypatch):
-    """``certify`` prints the run's news file (``run.news``) line by line as it grows, never half a line."""
-    from normcert.cli import _relay  # noqa: PLC0415 - the one private helper this test reads
+def test_news_is_read_in_whole_events(tmp_path, monkeypatch):
+    """``certify`` reads the run's news file (``run.news``) event by event as it grows, never half a line."""
     from normcert.properties.run import news  # noqa: PLC0415
 
     path = tmp_path / "news"
-    path.write_text("accuracy fails for k in float32: y[0]\npartial")
-    offset = _relay(str(path), 0)
-    assert capsys.readouterr().out == "\nnormcert: accuracy fails for k in float32: y[0]\n"
+    path.write_text('{"kind": "found", "line": "accuracy fails for k in float32: y[0]"}\n{"kind": "no')
+    events, offset = news.read(str(path), 0)
+    assert events == [{"kind": "found", "line": "accuracy fails for k in float32: y[0]"}]
     with open(path, "a") as f:
-        f.write(" line\n")
-    assert _relay(str(path), offset) == path.stat().st_size
-    assert capsys.readouterr().out == "\nnormcert: partial line\n"
+        f.write('te", "line": "partial"}\n')
+    events, offset = news.read(str(path), offset)
+    assert events == [{"kind": "note", "line": "partial"}] and offset == path.stat().st_size
     monkeypatch.setenv("NORMCERT_NEWS", str(path))
     news.say("second\nline")
-    _relay(str(path), path.stat().st_size - len("second line\n"))
-    assert capsys.readouterr().out == "\nnormcert: second line\n"
+    assert news.read(str(path), offset)[0] == [{"kind": "found", "line": "second line"}]
