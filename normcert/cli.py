@@ -411,6 +411,8 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
         if ending:
             print(f"normcert: {ending}", file=sys.stderr)
         held = final == 0 and status == 0 and not ending and run.get("replayed") == "pass"
+        print("\nnormcert replay: " + ("the property holds on this case" if held else "the property still fails"
+                                       if run.get("replayed") == "fail" else "the case was not replayed"))
         return 0 if held else (final or 1)
     judged, disagreement = verdict.judge(run["results"], run["expected"], final, run["crashed"], run["run"],
                                          shard=run.get("shard"))

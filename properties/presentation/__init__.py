@@ -4,6 +4,8 @@
     report_replay the replay cards of a report
     compare       the cells that changed between two certificates
     report_cli    ``normcert report`` and ``normcert compare``
+    console       what ``normcert certify`` and ``replay`` print while the run goes on
 
-Imports ``properties.evidence``; judges the rows again rather than trusting a stored verdict.
+Imports ``properties.evidence``; judges the rows again rather than trusting a stored verdict. The
+console imports nothing of normcert: ``cli`` feeds it the run's events (``properties.run.news``).
 """

@@ -87,14 +87,13 @@ class Console:
         self.several = len(e["kernels"]) > 1
         self.started = self.clock()  # the checks' time, not the start of Python, torch and the workers
         ops = ", ".join(e["ops"])
-        where = f"on {e['device']}, profile {e['profile']}, seed {e['seed']}"
-        if e.get("replay"):
+        if e.get("replay"):  # the file holds the case: no profile or seed draws it
             self.line(f"normcert {e['version']} replay {e['replay']}: {e['property']} for {e['kernels'][0]} "
-                      f"(op {ops}) {where}")
+                      f"(op {ops}) on {e['device']}")
             self.line(f"  case: {e['case']}")
             return
         self.line(f"normcert {e['version']} certify: {', '.join(e['kernels'])} (op{'s' * (len(e['ops']) > 1)} "
-                  f"{ops}) {where}")
+                  f"{ops}) on {e['device']}, profile {e['profile']}, seed {e['seed']}")
         scope = e["scope"]
         words = [("every property" if scope["properties"] == "all" else "properties " + ", ".join(scope["properties"])),
                  ("every dtype" if scope["dtypes"] == "all" else "dtypes " + ", ".join(scope["dtypes"]))]

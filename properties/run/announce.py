@@ -63,8 +63,9 @@ class Announcer:
                               message=(row.get("message") or "").split("\n")[0], seconds=row.get("seconds"))
                 elif key == "normcert-replay":
                     meta, _ = self.suite.session.replay
+                    said = report.longreprtext.split("\n")[0].partition(": ")[2] if report.failed else ""
                     news.tell("cell", impl=self.suite.session.replay_impl.id, prop=meta["property"], dtype="",
-                              outcome=row, units=0, message="")
+                              outcome=row, units=0, message=said)
         if report.failed:
             news.tell("failure", test=label(report.nodeid), when=report.when, text=report.longreprtext)
 
