@@ -161,3 +161,15 @@ def test_pytest_s_session_is_back_with_the_flag(folder):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "test session starts" in out.stdout and re.search(r"\n=+ \d+ passed", out.stdout), out.stdout
     assert "[1/1] pass" not in out.stdout and "normcert verdict: certified" in out.stdout
+
+
+@pytest.mark.normcert_heavy  # two workers, each starting torch: the heavy tier
+def test_the_lines_come_through_the_controller_with_workers(folder):
+    """With ``-n 2`` the checks run in xdist's workers: the controller, which receives their reports,
+    tells every check's line, once."""
+    out = _certify(folder, "rms_norm=mykern:right", "--property", "contract", "--property", "extremes", "-n", "2")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    cells = [ln for ln in out.stdout.splitlines() if ln.startswith("[")]
+    assert len(cells) == 8 and cells[-1].startswith("[8/8] pass  "), out.stdout
+    assert sorted(ln.split()[2:4] for ln in cells) == sorted(
+        [p, d] for p in ("contract", "extremes") for d in ("float64", "float32", "float16", "bfloat16"))
