@@ -136,7 +136,8 @@ class Console:
     def _bar(self, columns: int) -> str:
         done = min(len(self.done), self.total)
         elapsed = self.clock() - self.started
-        left = f"~{_clock(elapsed / done * (self.total - done))} left" if done else "estimating"
+        left = (f"~{_clock(elapsed / done * (self.total - done))} left" if done < self.total else "judging") \
+            if done else "estimating"
         now = ""
         if self.running:  # the test started last (with -n, others run beside it)
             now = self.running[-1] if self.several else self.running[-1].replace(f" {self.kernels[0]}", "")

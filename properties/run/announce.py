@@ -25,7 +25,8 @@ def label(nodeid: str) -> str:
     name = nodeid.rpartition("::")[2]
     function, _, params = name.partition("[")
     family = function.removeprefix("test_").replace("_", "-")
-    return " ".join([family, *params.rstrip("]").rsplit("-", 1)]) if params else family
+    shown = [p for p in params.rstrip("]").rsplit("-", 1) if p and p != "NOTSET"]  # NOTSET: no kernel applies
+    return " ".join([family, *shown])
 
 
 class Announcer:

@@ -21,6 +21,7 @@ import traceback
 import pytest
 
 from normcert.properties.presentation.console import Console, interactive
+from normcert.properties.run.announce import label
 
 KERNELS = ("import torch\n\n"
            "def right(x, weight, eps):\n"
@@ -81,6 +82,7 @@ def test_a_progress_bar_is_drawn_on_a_terminal_alone(tmp_path):
     _fed(live, live=True)
     assert "\r\x1b[K" in live.getvalue() and "1/2 checks" in live.getvalue() and "left" in live.getvalue()
     assert "left  accuracy float32" in live.getvalue()  # the test running (its kernel named in the header alone)
+    assert "2/2 checks  0:00, judging" in live.getvalue()  # every check done: the verdict is being written
     with open(tmp_path / "log", "w") as f:
         assert not interactive(f)
         _fed(f)
@@ -92,6 +94,12 @@ def test_a_progress_bar_is_drawn_on_a_terminal_alone(tmp_path):
         piped = r.read()
     for text in ((tmp_path / "log").read_text(), piped):
         assert "checks" not in text.replace("2 checks", "") and not any(c in text for c in "\r\x1b\b")
+
+
+def test_a_test_is_named_by_its_family_and_parameters():
+    assert label("p/test_accuracy.py::test_accuracy[rms_norm:k:f-float32]") == "accuracy rms_norm:k:f float32"
+    assert label("p/test_agreement.py::test_agreement[NOTSET-float16]") == "agreement float16"  # no kernel applies
+    assert label("p/test_masks.py::test_row_independence[k]") == "row-independence k"
 
 
 def test_a_failure_is_raised_without_the_property_failure_as_its_context(monkeypatch):
