@@ -249,7 +249,7 @@ def test_replay_refuses_normcert_names_outside_the_registry_and_the_planted_bugs
 def test_a_kernel_registered_for_another_device_is_not_in_the_certificate(normcert_session):
     """The registry's compiled kernels are registered for GPU runs: a CPU run does not list them (nor
     their declared domains in its headline), a GPU run does."""
-    listed = implementations(normcert_session)
+    listed = implementations(normcert_session, {})
     assert set(listed) == {i.id for i in normcert_session.impls if normcert_session.device in i.devices}
     assert "rms_norm:eager" in listed
     assert ("rms_norm:compiled" in listed) == (normcert_session.device == "cuda")
