@@ -9,10 +9,11 @@ from its own package or folder, and the installed distribution it comes from.
   for a module of a package, the modules of the same top-level package (and the ``__init__`` of each
   package above them, which runs on import); for a top-level module (``mykern.py`` in a folder), the
   modules found in the folder it was loaded from.  A module of an installed release (a distribution
-  installed from a wheel or sdist, not an editable one) is named by the distribution's version and
+  pip installed whose ``.dist-info/RECORD`` lists the module's file; not an editable one) is named by the distribution's version and
   its own file alone: walking a released package costs what its size does (torch.nn.functional
   reaches 1,699 files of torch, 69 s on a loaded 2-core machine), and code under development, which
-  is what changes between two shards' runs, is a folder, a checkout or an editable install, all walked;
+  is what changes between two shards' runs, is a folder, a checkout (an ``.egg-info`` beside it
+  included) or an editable install, all walked (``_holds``);
 * ``digest``: SHA-256 of the lines "<sha256>  <module name>" sorted by name (``sha256sum``'s form):
   it names the code by content and module name alone, not by path, so the same code checked out in
   two places has one digest, and any edit of any file listed gives another;
@@ -173,8 +174,8 @@ class _Reader:
         spec = _spec(module)
         origin = _file(spec)
         top = module.split(".")[0]
-        distribution, editable = self.distribution(top, origin)
-        if distribution and not editable:  # a release: named by its version, its own file hashed
+        distribution, developed = self.distribution(top, origin)
+        if distribution and not developed:  # a release: named by its version, its own file hashed
             files = {module: self.read(module, spec, origin)[0]} if origin else {}
             within = f"module alone (installed {_dist(distribution)})"
         else:
@@ -214,7 +215,7 @@ class _Reader:
 
     def distribution(self, top: str, origin: str | None) -> tuple[dict | None, bool]:
         """(``{"name", "version"}`` of the distribution that holds ``origin``, the module of top-level
-        name ``top``, or None; is it an editable install)."""
+        name ``top``, or None; is it code under development: ``_holds``)."""
         if origin is None:
             return None, False
         if self._by_top is None:
@@ -226,13 +227,15 @@ class _Reader:
                 continue
             held = _holds(dist, origin)
             if held:
-                return {"name": dist.metadata["Name"], "version": dist.version}, held == "editable"
+                return {"name": dist.metadata["Name"], "version": dist.version}, held == "source"
         return None, False
 
 
 def _holds(dist, origin: str) -> str:
-    """"installed" where ``origin`` is one of ``dist``'s installed files, "editable" where it lies
-    under its editable install's project folder, else ""."""
+    """"installed" where ``origin`` is one of the files a wheel's install of ``dist`` recorded (its
+    ``.dist-info/RECORD``); "source" where it lies under ``dist``'s editable install's project folder,
+    or is listed by an ``.egg-info`` (a source checkout's, ``setup.py develop``'s: code under
+    development, walked); else ""."""
     real = os.path.realpath(origin)
     try:
         direct = json.loads(dist.read_text("direct_url.json") or "{}")
@@ -240,6 +243,8 @@ def _holds(dist, origin: str) -> str:
         direct = {}
     if direct.get("dir_info", {}).get("editable"):
         root = os.path.realpath(unquote(urlparse(direct.get("url", "")).path))
-        return "editable" if real.startswith(root + os.sep) else ""
+        return "source" if real.startswith(root + os.sep) else ""
     where = os.path.relpath(real, os.path.realpath(str(dist.locate_file(""))))
-    return "installed" if where.replace(os.sep, "/") in {str(p) for p in dist.files or []} else ""
+    if where.replace(os.sep, "/") not in {str(p) for p in dist.files or []}:
+        return ""
+    return "installed" if dist.read_text("RECORD") is not None else "source"
