@@ -69,7 +69,7 @@ import hypothesis.core
 import pytest
 from hypothesis import settings
 
-from ..evidence import shards
+from ..evidence import code, shards
 from ..harness.run_settings import KERNEL_TIMEOUT, PROFILES, RUN_RECORD
 from . import scope
 from . import warmup
@@ -445,8 +445,6 @@ class Suite:
         self.tier = "all" if plugins or replay else config.getoption("--normcert-tier")
         self.session.impls = plugins or tiered(registry, self.tier, device)
         if self.certificate and self.controller:  # the code as imported for the run, before any check
-            from ..evidence import code  # noqa: PLC0415
-
             self.code = code.of({i.id: i.target for i in self.session.impls})
         quick = self.tier == "quick" and device == "cpu"  # the registry's CPU kernels, in the clone
         self.session.long_run = QUICK_LONG_RUN if quick else LONG_RUN_CALLS  # (``buckets.QUICK_LONG_RUN``)
