@@ -44,6 +44,7 @@ import json
 import os
 import sys
 from importlib import metadata
+from importlib.machinery import PathFinder
 from urllib.parse import unquote, urlparse
 
 
@@ -94,7 +95,8 @@ def _dist(d: dict | None) -> str:
 def _spec(name: str, folder: str | None = None):
     """The module spec of ``name``, imported or not (found by the import system's finders without
     running anything: a package above it not yet imported is located the same way); None where none
-    is found.  A top-level name outside a package run (``folder``) is looked for in ``folder`` alone."""
+    is found.  For a kernel that is a top-level module, ``folder`` is the folder it was loaded from,
+    and a top-level name not yet imported is looked for there alone."""
     module = sys.modules.get(name)
     if module is not None:
         return getattr(module, "__spec__", None)
@@ -109,8 +111,6 @@ def _spec(name: str, folder: str | None = None):
     else:
         path = None
     finders = [f for f in sys.meta_path if hasattr(f, "find_spec")] if parent or folder is None else []
-    from importlib.machinery import PathFinder  # noqa: PLC0415 - the finder of files on a path
-
     for finder in finders or [PathFinder]:
         try:
             spec = finder.find_spec(name, path)
