@@ -31,7 +31,9 @@ it.  The child's plugin writes its verdict to a run record as its very last step
 (``run_settings.RUN_RECORD``); a child that ended without one (a kernel called
 ``os._exit(0)``, or died) never exits 0 here, and one that does not exit after its
 run ended (a kernel's non-daemon thread or finalizer) is ended after the kernel
-timeout, as any call into kernel code would be.
+timeout, as any call into kernel code would be: its certificate's run state then reads
+"complete, but then ... ended by normcert" (``_state``), which the verdict is judged from, so
+``compare`` and ``merge`` judging it again find it not certified too.
 """
 from __future__ import annotations
 
@@ -414,19 +416,18 @@ def _judged(a, run: dict, status: int, ending: str, certificate: str | None) -> 
         print("\nnormcert replay: " + ("the property holds on this case" if held else "the property still fails"
                                        if run.get("replayed") == "fail" else "the case was not replayed"))
         return 0 if held else (final or 1)
-    judged, disagreement = verdict.judge(run["results"], run["expected"], final, run["crashed"], run["run"],
+    state = _state(run, status, ending)
+    judged, disagreement = verdict.judge(run["results"], run["expected"], final, run["crashed"], state,
                                          shard=run.get("shard"))
     disagreement = disagreement or run.get("disagreement", "")
-    if ending or status != 0:
-        judged = "not certified"
-    if certificate and judged != run["verdict"]:
-        _correct(certificate, judged, disagreement)
+    if certificate and (judged != run["verdict"] or state != run["run"]):
+        _correct(certificate, judged, disagreement, state)
     if certificate:
         _summarise(certificate)
     if run["results"]:
         from normcert.properties.evidence.certificate import claimed, verdict_line  # noqa: PLC0415
 
-        line = verdict_line(judged, claimed(run["domains"], run["results"]), run["scope"], run["run"],
+        line = verdict_line(judged, claimed(run["domains"], run["results"]), run["scope"], state,
                             getattr(a, "profile", None), run.get("shard"))
         print("\nnormcert verdict: " + line)
         print("\n".join(verdict_table(run["results"])))
@@ -502,15 +503,30 @@ def _incomplete(certificate: str, why: str) -> None:
         print(f"normcert: the certificate {certificate} could not be written ({e.strerror or e})", file=sys.stderr)
 
 
-def _correct(certificate: str, judged: str, disagreement: str) -> None:
-    """Rewrite the certificate's verdict where the child's differs from this process's judgement."""
+def _state(run: dict, status: int, ending: str) -> str:
+    """The run's state as the certificate records it: the child's (``run["run"]``), with ", but then
+    <what>" where its process did not end as its run said (``ending``: kept alive past the kernel
+    timeout and ended here; or an exit status other than pytest's).  The verdict is judged from this
+    state (``verdict.judge``: only "complete" certifies), so ``compare`` and ``merge``, judging the
+    certificate again, find the same verdict."""
+    if ending:
+        return f"{run['run']}, but then {ending}"
+    if status != run["pytest_exit_status"]:
+        return (f"{run['run']}, but then the kernel's process exited with status {status} after its run "
+                f"(pytest's exit status: {run['pytest_exit_status']})")
+    return run["run"]
+
+
+def _correct(certificate: str, judged: str, disagreement: str, state: str) -> None:
+    """Rewrite the certificate's verdict and run state where the child's differ from this process's."""
     from normcert.properties.evidence.certificate import write_files  # noqa: PLC0415
 
     try:
         with open(certificate) as f:
             cert = json.load(f)
-        cert.update(verdict=judged, disagreement=disagreement or "the run's own verdict differed from its result "
-                                                                  "rows; corrected by normcert's parent process")
+        cert.update(run=state, verdict=judged, disagreement=disagreement or (
+            "" if state != cert.get("run") else "the run's own verdict differed from its result rows; corrected "
+                                                "by normcert's parent process"))
         write_files(certificate, cert)
     except (OSError, ValueError, KeyError):
         _incomplete(certificate, "the run's certificate disagreed with its result rows and could not be corrected")

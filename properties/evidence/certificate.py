@@ -1,10 +1,12 @@
 """The certificate: what was checked, on what, and the worst error seen.
 
-JSON schema ``normcert-certificate/9`` (``normcert-certificate.schema.json`` beside this file, printed by
+JSON schema ``normcert-certificate/10`` (``normcert-certificate.schema.json`` beside this file, printed by
 ``normcert schema``; documented in docs/reference/certificate.md):
 
     {"run": "complete" | "incomplete: ..." | "interrupted" | "stopped early: ..." (always the first line),
-     "schema": "normcert-certificate/9",
+            with ", but then <what>" added by ``normcert certify``'s parent where the kernel's process
+            did not end as its run said (kept alive past the kernel timeout, another exit status),
+     "schema": "normcert-certificate/10",
      "verdict": "certified" | "not certified" | "incomplete" (``verdict.judge``: from the result rows)
                 | "shard passed" (a shard's run whose own checks all pass: never "certified"),
      "shard": null, or {"index" K, "count" N, "checks" [its checks], "total" (the run's), "identity"
@@ -25,7 +27,9 @@ JSON schema ``normcert-certificate/9`` (``normcert-certificate.schema.json`` bes
                                      "certified_on" (the same in words, "" for all),
                                      "configs" (an autotuned kernel's configs, each checked by every
                                      property; [] if none), "configs_ran_on",
-                                     "agrees_with" (the kernel id it must give the bits of, --agree; null)}},
+                                     "agrees_with" (the kernel id it must give the bits of, --agree; null),
+                                     "code" (the code certified, ``code.record``: {"digest", "files"
+                                     {module: sha256}, "within", "distribution" {"name", "version"} or null})}},
      "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "refused", "domain",
                   "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay",
                   "modes" (how the kernel was called: "grad on", the served family's modes and why
@@ -66,6 +70,7 @@ from collections import Counter
 
 import normcert
 
+from .code import short
 from .files import UnsafePath, why_not_writable, write_atomic
 from ..harness.run_settings import PROFILES
 from .verdict import DTYPE_ORDER
@@ -78,11 +83,12 @@ def _usage(message: str) -> Exception:
 
     return pytest.UsageError(message)
 
-SCHEMA = "normcert-certificate/9"
-READABLE = ("normcert-certificate/7", "normcert-certificate/8", SCHEMA)
-"""The certificate formats ``normcert report`` and ``compare`` read: every /7 and /8 certificate is a
-/9 one but for its name (/8 added the outcome "not-run", /9 the optional ``shard`` and the verdict
-"shard passed"), so all are held to this schema."""
+SCHEMA = "normcert-certificate/10"
+READABLE = ("normcert-certificate/7", "normcert-certificate/8", "normcert-certificate/9", SCHEMA)
+"""The certificate formats ``normcert report``, ``compare`` and ``merge`` read: every older certificate
+is a /10 one but for its name (/8 added the outcome "not-run", /9 the optional ``shard`` and the
+verdict "shard passed", /10 each implementation's ``code`` and the run state "..., but then ..."),
+so all are held to this schema; one without ``code`` names no code, and ``merge`` refuses it."""
 
 
 def schema() -> dict:
@@ -94,8 +100,6 @@ def schema() -> dict:
 def check_writable(path: str, flag: str = "--certificate") -> None:
     """Fail early, in one line naming the option ``flag``, if the certificate (JSON, and the Markdown
     and badge beside it) may not be written (``files.why_not_writable``)."""
-    if path.lower().endswith(".md"):
-        raise _usage(f"{flag} {path}: give the JSON path; the Markdown is written beside it as .md")
     problem = why_not_written(path)
     if problem:
         raise _usage(f"{flag} {path}: {problem}")
@@ -103,7 +107,10 @@ def check_writable(path: str, flag: str = "--certificate") -> None:
 
 def why_not_written(path: str, taken: dict[str, str] | None = None) -> str:
     """Why the certificate's three files may not be written at ``path`` ("" where they may), naming
-    the file refused; ``taken`` as for ``files.why_not_writable``."""
+    the file refused; ``taken`` as for ``files.why_not_writable``.  A path ending in .md (any case)
+    is refused: the Markdown written beside the JSON would be the JSON's own path."""
+    if path.lower().endswith(".md"):
+        return "give the JSON path; the Markdown is written beside it as .md"
     for target, kind in own_files(path):
         problem = why_not_writable(target, kind, taken)
         if problem:
@@ -206,21 +213,24 @@ def _configs(session, impl) -> dict:
     return {"configs": list(forcing.names), "configs_ran_on": where}
 
 
-def implementations(session) -> dict:
+def implementations(session, code: dict[str, dict]) -> dict:
     """The certificate's ``implementations``: each kernel the run checks on its device (one
-    registered for another, e.g. the compiled kernels on CPU, is not run there, so not listed)."""
+    registered for another, e.g. the compiled kernels on CPU, is not run there, so not listed),
+    with ``code``'s record of the code it runs (``evidence.code``; null where none was read)."""
     return {i.id: {"op": i.op, "backend": i.backend, "target": i.target, "convention": i.convention or "out-of-place",
                    "expected_failure": i.expected_failure, "domain": i.domain.spec() or "all",
                    "certified_on": i.domain.describe(), **_configs(session, i),
-                   "agrees_with": i.agrees_with.id if i.agrees_with is not None else None}
+                   "agrees_with": i.agrees_with.id if i.agrees_with is not None else None,
+                   "code": code.get(i.id)}
             for i in session.impls if session.device in i.devices}
 
 
-def build(session, results: list[dict], config, run: dict) -> dict:
+def build(session, results: list[dict], config, run: dict, code: dict[str, dict]) -> dict:
     """The certificate of ``session``'s run; ``results`` as gathered from every worker;
-    ``run`` = {"run", "verdict", "pytest_exit_status", "deselected", "crashed", "scope", "not_run"}."""
+    ``run`` = {"run", "verdict", "pytest_exit_status", "deselected", "crashed", "scope", "not_run"};
+    ``code``: kernel id -> the code it runs (``evidence.code.of``)."""
     rows = [_row(r) for r in results]
-    impls = implementations(session)
+    impls = implementations(session, code)
     return {"run": run["run"], "schema": SCHEMA, "verdict": run["verdict"], "disagreement": run["disagreement"],
             "pytest_exit_status": run["pytest_exit_status"], "deselected": run["deselected"],
             "crashed": run["crashed"], "scope": run["scope"], "not_run": run["not_run"], "shard": run.get("shard"),
@@ -273,6 +283,8 @@ def markdown(cert: dict) -> str:
         lines += [f"**The run's reports and its results disagree:** {md(cert['disagreement'])}", ""]
     lines += ["| | |", "|---|---|"]
     lines += [f"| {md(k)} | {md(v)} |" for k, v in env.items()]
+    lines += ["", "| code certified | |", "|---|---|"]
+    lines += [f"| {md(k)} | {md(short(v.get('code')))} |" for k, v in sorted(cert["implementations"].items())]
     lines += ["", "Summary: " + ", ".join(f"{v} {k}" for k, v in sorted(cert["summary"].items())), ""]
     lines += ["| implementation | property | dtype | outcome | examples | worst ulp | worst error/bound | domain | "
               "modes | threads | calls in a row |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -415,9 +427,9 @@ def case_studies(cert: dict) -> list[str]:
     return lines
 
 
-def write(path: str, session, results: list[dict], config, run: dict) -> dict:
+def write(path: str, session, results: list[dict], config, run: dict, code: dict[str, dict]) -> dict:
     """Write the certificate of the run (JSON, Markdown, badge); returns it."""
-    cert = finite_json(build(session, results, config, run))
+    cert = finite_json(build(session, results, config, run, code))
     write_files(path, cert)
     return cert
 

@@ -15,7 +15,9 @@ shards' rows, with expected checks the union of the C_K, and run state "complete
 
     {K_1, ..., K_m} = {1, ..., N} with each K once, one N, one identity, the C_K disjoint and their
     union of M checks hashing to the identity, no check with rows in two shards, every shard run
-    complete, and the settings of ``SAME`` and the scope and kernels equal in every shard;
+    complete, and the settings of ``SAME``, the scope, the kernels and the code each kernel runs
+    (``code.record``: its module and the files it imports from its package or folder, by SHA-256)
+    equal in every shard;
 
 otherwise the state says which of these failed ("merged with problems: ..."), and the verdict is
 "not certified".
@@ -27,6 +29,7 @@ import os
 import re
 from collections import Counter
 
+from . import code
 from .verdict import judge, key
 
 SAME = ("normcert", "commit", "torch", "device", "device_name", "profile", "seed", "bitwise")
@@ -86,10 +89,24 @@ def problems(named: list[tuple[str, dict]]) -> list[str]:
             mine, theirs = first.get("environment", {}).get(field), cert.get("environment", {}).get(field)
             if mine != theirs:
                 out.append(f"{name}: {field} {theirs!r}, but {first_name} has {mine!r}")
-    for field in ("scope", "implementations"):
-        for name, cert in named[1:]:
-            if cert.get(field) != first.get(field):
-                out.append(f"{name}: its {field} differ from {first_name}'s")
+    for name, cert in named[1:]:
+        if cert.get("scope") != first.get("scope"):
+            out.append(f"{name}: its scope differ from {first_name}'s")
+        if _kernels(cert) != _kernels(first):
+            out.append(f"{name}: its implementations differ from {first_name}'s")
+    for name, cert in named:
+        for kernel, impl in sorted(cert.get("implementations", {}).items()):
+            if "code" not in impl or impl["code"] is None:
+                out.append(f"{name}: names no code for {kernel} (a certificate before normcert-certificate/10): "
+                           f"its code cannot be told the same as the other shards'")
+        if name == first_name:
+            continue
+        for kernel, impl in sorted(cert.get("implementations", {}).items()):
+            theirs = first.get("implementations", {}).get(kernel, {}).get("code")
+            changed = code.changes(theirs, impl.get("code")) if theirs and impl.get("code") else []
+            if changed:
+                out.append(f"{name}: the code of {kernel} differs from {first_name}'s ({'; '.join(changed)}): "
+                           f"shards of two versions of a kernel certify neither")
     n = shards[0][1]["count"]
     seen = Counter(s["index"] for _, s in shards)
     out += [f"shard {k}/{n} is given {seen[k]} times" for k in sorted(seen) if seen[k] > 1]
@@ -132,6 +149,11 @@ def merge(named: list[tuple[str, dict]], schema: str) -> dict:
             "summary": dict(Counter(r["outcome"] for r in rows)), "implementations": first.get("implementations", {}),
             "results": rows, "shard": None,
             "merged_from": [{"file": os.path.basename(name), "shard": _words(c.get("shard"))} for name, c in named]}
+
+
+def _kernels(cert: dict) -> dict:
+    """The certificate's implementations but for their code (compared on its own: ``code.changes``)."""
+    return {k: {f: v for f, v in impl.items() if f != "code"} for k, impl in cert.get("implementations", {}).items()}
 
 
 def _words(shard: dict | None) -> str:

@@ -13,6 +13,11 @@ parent does; where that differs from the verdict it stores, the page says so.  B
 (or was not there) fails in B (``verdict.FAILING``): ``normcert compare`` then exits 1.  What counts
 is chosen with ``--fail-on`` (``FAIL_ON``, ``failures``), as ``diff`` exits 1 on any difference and
 ``git diff --exit-code`` only when asked.
+
+The code each kernel ran (``evidence.code``) is a fact of the run too: where it changed, the page
+names the kernel and the files edited, added or removed (``code_changes``).  A code change is what
+a comparison is usually made across (a kernel's pull request against its base), so it is no
+regression: ``--fail-on any-change`` counts it, the default does not.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import math
 from dataclasses import dataclass
 
 from .report import environment, number, short, split_not_run, worst_row
+from ..evidence import code
 from ..evidence.verdict import DTYPE_ORDER, FAILING, rejudge
 
 
@@ -94,7 +100,8 @@ def regressions(a: dict, b: dict, found: list[Change]) -> list[str]:
 
 FAIL_ON = ("regression", "any-change", "never")
 """``normcert compare --fail-on``: exit 1 on a regression (the default), on any change (a cell, the
-judged verdict or a fact of the run: ``diff``'s rule), or never (the comparison is only shown)."""
+judged verdict, a fact of the run or a kernel's code: ``diff``'s rule), or never (the comparison is
+only shown)."""
 
 
 def failures(a: dict, b: dict, found: list[Change], fail_on: str) -> list[str]:
@@ -107,6 +114,7 @@ def failures(a: dict, b: dict, found: list[Change], fail_on: str) -> list[str]:
     judged = rejudge(a), rejudge(b)
     other = [f"verdict {judged[0]} -> {judged[1]}"] if judged[0] != judged[1] else []
     other += [f"{label} changed" for label, fact in FACTS if fact(a) != fact(b)]
+    other += [f"code of {kernel} changed" for kernel, _ in code_changes(a, b)]
     other += [f"{c.kernel} {c.property} {c.dtype}: {_state(c.before)} -> {_state(c.after)}" for c in found]
     return worse + [o for o in other if o not in worse]
 
@@ -123,7 +131,16 @@ def verdicts(a_name: str, b_name: str, a: dict, b: dict) -> list[str]:
         x, y = fact(a), fact(b)
         if x != y:
             lines.append(f"{label}: {x or '-'} -> {y or '-'}")
+    lines += [f"code of {kernel} changed: {'; '.join(what)}" for kernel, what in code_changes(a, b)]
     return lines
+
+
+def code_changes(a: dict, b: dict) -> list[tuple[str, list[str]]]:
+    """(kernel, how its code changed: ``code.changes``) for each kernel of both certificates whose
+    code differs: the files edited, added or removed and the distribution's version."""
+    x, y = a.get("implementations", {}), b.get("implementations", {})
+    found = [(k, code.changes(x[k].get("code"), y[k].get("code"))) for k in sorted(x.keys() & y.keys())]
+    return [(k, what) for k, what in found if what]
 
 
 def _domains(cert: dict) -> str:

@@ -33,6 +33,7 @@ import jinja2
 from ..evidence.bounded_json import loads
 from ..evidence.files import regular_or_absent
 from ..evidence.certificate import READABLE, SCHEMA, headline, schema
+from ..evidence.code import short as code_line
 from .report_replay import Replays, replay_view
 from ..evidence.verdict import DTYPE_ORDER, rejudge
 
@@ -318,6 +319,7 @@ def environment() -> jinja2.Environment:
     env.filters["short"] = short
     env.filters["plain"] = plain
     env.filters["sortkey"] = sortkey
+    env.filters["code"] = code_line
     return env
 
 

@@ -69,7 +69,7 @@ import hypothesis.core
 import pytest
 from hypothesis import settings
 
-from ..evidence import shards
+from ..evidence import code, shards
 from ..harness.run_settings import KERNEL_TIMEOUT, PROFILES, RUN_RECORD
 from . import news
 from . import scope
@@ -375,6 +375,7 @@ class Suite:
         self.deselected: list[str] = []
         self.crashed: list[str] = []
         self.replayed: str | None = None  # a replay's outcome: "pass" (the property holds) or "fail"
+        self.code: dict[str, dict] = {}  # kernel id -> the code it runs (``evidence.code``), for the certificate
         self.controller = not os.environ.get("PYTEST_XDIST_WORKER")
         from ..evidence import certificate  # noqa: PLC0415 - no torch: usage errors come fast
 
@@ -445,6 +446,8 @@ class Suite:
         self.session.eager = {i.op: i for i in registry if i.backend == "eager"}
         self.tier = "all" if plugins or replay else config.getoption("--normcert-tier")
         self.session.impls = plugins or tiered(registry, self.tier, device)
+        if self.certificate and self.controller:  # the code as imported for the run, before any check
+            self.code = code.of({i.id: i.target for i in self.session.impls})
         quick = self.tier == "quick" and device == "cpu"  # the registry's CPU kernels, in the clone
         self.session.long_run = QUICK_LONG_RUN if quick else LONG_RUN_CALLS  # (``buckets.QUICK_LONG_RUN``)
         self.tier_left = len(registry) - len(self.session.impls) if not plugins else 0
@@ -625,7 +628,7 @@ class Suite:
                "shard": shards.record(self.shard, self.checks)}
         if self.certificate:
             try:
-                cert = certificate.write(self.certificate, self.session, self.results, session.config, run)
+                cert = certificate.write(self.certificate, self.session, self.results, session.config, run, self.code)
                 if not os.environ.get(RUN_RECORD):  # under ``normcert certify`` its parent writes it, judged again
                     certificate.append_step_summary(cert)
             except OSError as e:  # its folder removed or made read-only mid-run (by the kernel, say), a link

@@ -11,6 +11,7 @@ classes, as the tests find them.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -37,7 +38,16 @@ ENV = {"normcert": "0.1.0", "commit": None, "python": "3.11.7", "torch": "2.13.0
 def impl(op: str, backend: str = "plugin", domain: str = "all", certified_on: str = "", configs=()) -> dict:
     return {"op": op, "backend": backend, "target": f"example:{op}", "convention": "out-of-place",
             "expected_failure": "", "domain": domain, "certified_on": certified_on, "configs": list(configs),
-            "configs_ran_on": "cpu" if configs else "", "agrees_with": None}
+            "configs_ran_on": "cpu" if configs else "", "agrees_with": None,
+            "code": code({"example": "kernel source v1", "example_helpers": "helpers v1"})}
+
+
+def code(sources: dict[str, str]) -> dict:
+    """The ``code`` record (``evidence.code``) of modules holding ``sources`` (module name -> text)."""
+    files = {m: hashlib.sha256(text.encode()).hexdigest() for m, text in sorted(sources.items())}
+    lines = "".join(f"{files[m]}  {m}\n" for m in sorted(files))
+    return {"digest": hashlib.sha256(lines.encode()).hexdigest(), "files": files, "within": "folder of example.py",
+            "distribution": None}
 
 
 def row(kernel: str, prop: str, dtype: str, outcome: str = "pass", units=0.25, ulps=1.0, message: str = "",
@@ -61,6 +71,11 @@ def build(rows: list[dict], impls: dict, verdict: str, not_run=(), scope=None) -
             "scope": scope or {"properties": "all", "dtypes": "all"}, "not_run": list(not_run),
             "config": {"inifile": None, "rootdir": "/src", "args": ["--pyargs", "normcert.properties"]},
             "environment": dict(ENV), "summary": summary, "implementations": impls, "results": rows}
+    return validate(cert)
+
+
+def validate(cert: dict) -> dict:
+    """``cert``, held to the certificate's JSON Schema."""
     jsonschema.validate(cert, schema())
     return cert
 

@@ -14,20 +14,26 @@
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from importlib import metadata
 
 import pytest
 import torch
 
+import normcert
+
 from ...impls import make, plugin
+from ..evidence import code
 from ..evidence.certificate import check_failures_dir, check_writable, implementations, to_json
 from ..search.case import Case
 from ..evidence.replay import save_failure
+from . import report_samples
 from .certificate_helpers import read_certificate
 
 GOOD = "rms_norm=normcert.impls.eager:rms_norm"
@@ -249,7 +255,71 @@ def test_replay_refuses_normcert_names_outside_the_registry_and_the_planted_bugs
 def test_a_kernel_registered_for_another_device_is_not_in_the_certificate(normcert_session):
     """The registry's compiled kernels are registered for GPU runs: a CPU run does not list them (nor
     their declared domains in its headline), a GPU run does."""
-    listed = implementations(normcert_session)
+    listed = implementations(normcert_session, {})
     assert set(listed) == {i.id for i in normcert_session.impls if normcert_session.device in i.devices}
     assert "rms_norm:eager" in listed
     assert ("rms_norm:compiled" in listed) == (normcert_session.device == "cuda")
+
+
+def _kernel_folder(folder, helper: str = "SCALE = 1\n"):
+    """A kernel module in ``folder`` as an author writes one: helpers beside it (one imported at the top,
+    one inside the kernel), a package with a relative import, torch, and a file it does not import."""
+    folder.mkdir()
+    (folder / "codekern.py").write_text("import torch\nfrom codekern_helpers import SCALE\n\n\n"
+                                        "def rms(x, weight, eps):\n    import codekern_pkg.deep\n"
+                                        "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)\n")
+    (folder / "codekern_helpers.py").write_text(helper)
+    (folder / "codekern_pkg").mkdir()
+    (folder / "codekern_pkg" / "__init__.py").write_text("from . import deep\n")
+    (folder / "codekern_pkg" / "deep.py").write_text("import os\n")
+    (folder / "codekern_unrelated.py").write_text("x = 1\n")
+
+
+def _record_of(folder, monkeypatch) -> dict:
+    """The code record of ``folder``'s codekern, imported from there (as ``normcert certify`` run in it would)."""
+    for name in [n for n in sys.modules if n.startswith("codekern")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(folder))
+    import importlib  # noqa: PLC0415
+
+    importlib.import_module("codekern")
+    return code.record("codekern")
+
+
+def test_the_code_record_names_the_kernel_module_and_what_it_imports_from_its_folder(tmp_path, monkeypatch):
+    """The kernel's module and the modules its imports reach in its folder (a helper imported inside the
+    kernel too, a package's __init__), by content and module name: the same code in two folders has
+    one digest, an edited helper another, named by ``code.changes``; torch and a file not imported are
+    not in it, and a module of no installed distribution names none."""
+    _kernel_folder(tmp_path / "a")
+    _kernel_folder(tmp_path / "b")
+    _kernel_folder(tmp_path / "c", helper="SCALE = 2\n")
+    a = _record_of(tmp_path / "a", monkeypatch)
+    assert set(a["files"]) == {"codekern", "codekern_helpers", "codekern_pkg", "codekern_pkg.deep"}
+    assert a["within"] == "folder of codekern.py" and a["distribution"] is None
+    assert a["files"]["codekern"] == hashlib.sha256((tmp_path / "a" / "codekern.py").read_bytes()).hexdigest()
+    b = _record_of(tmp_path / "b", monkeypatch)
+    assert b == a and code.changes(a, b) == []
+    c = _record_of(tmp_path / "c", monkeypatch)
+    assert c["digest"] != a["digest"]
+    assert code.changes(a, c) == [f"codekern_helpers edited (sha256 {a['files']['codekern_helpers'][:12]} -> "
+                                  f"{c['files']['codekern_helpers'][:12]})"]
+    report_samples.validate(report_samples.build([], {"rms_norm:codekern:rms": {**report_samples.impl("rms_norm"),
+                                                                                 "code": c}}, "not certified"))
+
+
+def test_the_code_record_of_a_package_and_of_an_installed_release():
+    """A module of a package (normcert's own, an editable install) is walked within its top-level
+    package and names its distribution; a module of an installed release (torch) is named by the
+    distribution's version and its own file alone (walking torch would read 1,699 files)."""
+    import torch.nn.functional  # noqa: F401, PLC0415
+
+    found = code.of({"eager": "normcert.impls.eager:rms_norm", "torch": "torch.nn.functional:rms_norm"})
+    eager, functional = found["eager"], found["torch"]
+    assert eager["within"] == "package normcert" and eager["distribution"] == {"name": "normcert",
+                                                                                "version": normcert.__version__}
+    assert {"normcert.impls.eager", "normcert.impls", "normcert", "normcert.oracle"} <= set(eager["files"])
+    assert all(name.split(".")[0] == "normcert" for name in eager["files"])
+    assert functional["distribution"] == {"name": "torch", "version": metadata.version("torch")}
+    assert list(functional["files"]) == ["torch.nn.functional"]
+    assert functional["within"] == f"module alone (installed torch {functional['distribution']['version']})"

@@ -96,3 +96,42 @@ def test_fail_on_takes_only_its_words(tmp_path, capsys):
         code = cli.USAGE if e.code == 2 else e.code
     assert code == cli.USAGE
     assert "--fail-on: invalid choice: 'sometimes'" in capsys.readouterr().err
+
+
+def test_a_code_change_is_listed_naming_the_kernel_and_its_files(tmp_path, capsys):
+    """The code a kernel ran is a fact of the run: a changed file is named; the default ``--fail-on``
+    (a regression) does not count it (a comparison is usually made across one), ``any-change`` does."""
+    before = report_samples.certified()
+    after = copy.deepcopy(before)
+    after["implementations"][KERNEL]["code"] = report_samples.code({"example": "kernel source v2",
+                                                                     "example_helpers": "helpers v1", "more": "x"})
+    a, b = _written(tmp_path, "a.json", before), _written(tmp_path, "b.json", after)
+    assert cli.main(["compare", a, b]) == 0
+    out = capsys.readouterr().out
+    old, new = (c["implementations"][KERNEL]["code"]["files"]["example"][:12] for c in (before, after))
+    assert f"code of {KERNEL} changed: example edited (sha256 {old} -> {new}); more added" in out
+    assert cli.main(["compare", a, b, "--fail-on", "any-change"]) == 1
+    assert capsys.readouterr().err.strip() == f"normcert compare: {b} changed from {a}: code of {KERNEL} changed"
+    assert cli.main(["compare", a, a, "--fail-on", "any-change"]) == 0
+    assert "code of" not in capsys.readouterr().out
+
+
+def test_a_run_whose_process_was_kept_alive_is_judged_not_certified_again(tmp_path, capsys):
+    """``normcert certify``'s parent ends a process a kernel's thread keeps alive after the run, and
+    records why in the run state (``cli._state``), which the verdict is judged from: comparing that
+    certificate judges it "not certified" too, a regression from a certified one (exit 1)."""
+    run = {"run": "complete", "pytest_exit_status": 0}
+    ending = "the kernel's process did not exit within 5 s of the end of its run (...): ended by normcert"
+    assert cli._state(run, 0, "") == "complete"
+    assert cli._state(run, 0, ending) == f"complete, but then {ending}"
+    assert cli._state(run, 3, "").startswith("complete, but then the kernel's process exited with status 3")
+    assert cli._state({"run": "complete", "pytest_exit_status": 1}, 1, "") == "complete"  # a failing run, as it said
+    before = report_samples.certified()
+    kept = {**copy.deepcopy(before), "run": cli._state(run, 0, ending), "verdict": "not certified"}
+    report_samples.validate(kept)
+    assert compare.rejudge(kept) == "not certified"
+    a, b = _written(tmp_path, "a.json", before), _written(tmp_path, "b.json", kept)
+    assert cli.main(["compare", a, b]) == 1
+    said = capsys.readouterr()
+    assert "verdict: certified -> not certified (judged from the rows)" in said.out
+    assert "its rows no longer certify (certified -> not certified)" in said.err

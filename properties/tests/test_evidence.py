@@ -10,7 +10,8 @@
   states it;
 * a kernel that ends its process with ``os._exit(0)``, at import (under ``-n 2`` too) or in a
   call, gets exit status 1 and an "incomplete" certificate, never an older one left in place;
-* a kernel whose thread keeps the process alive after the run is ended, and the run says so; so is
+* a kernel whose thread keeps the process alive after the run is ended, and the run says so, in
+  its certificate's run state too (judged again by ``compare``: not certified); so is
   one stuck outside the watchdog (a finalizer on its output that blocks, a module import that
   blocks): its process stops beating and is ended, with an incomplete certificate;
 * a kernel that changes the working directory does not move the certificate; one that removes
@@ -119,6 +120,34 @@ def test_a_kernel_thread_that_outlives_the_run_is_ended(tmp_path):
     r = _certify(tmp_path, "rms_norm=lingers:rms", *SCOPE, "--property", "contract", "--kernel-timeout", "2")
     assert r.returncode == 1, _said(r)
     assert "did not exit within 2 s of the end of its run" in r.stderr
+
+
+def test_a_run_kept_alive_by_a_kernel_thread_stays_not_certified_when_judged_again(tmp_path):
+    """A kernel module that starts a non-daemon thread that never ends, at import: the run's checks
+    pass, normcert ends the process, and the certificate's run state says why ("complete, but then
+    ... ended by normcert"), the state its verdict is judged from; so ``compare`` of its certificate
+    against its twin's (the thread line left out: certified) judges it "not certified" and exits 1,
+    and ``merge`` would not count it complete."""
+    source = ("import threading\nimport torch\n\n{thread}\n\n\ndef rms(x, weight, eps):\n"
+              "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)\n")
+    (tmp_path / "lingers.py").write_text(source.format(thread="threading.Thread(target=threading.Event().wait, "
+                                                              "daemon=False).start()"))
+    (tmp_path / "twin.py").write_text(source.format(thread=""))
+    args = (*SCOPE, "--property", "contract", "--kernel-timeout", "5")
+    twin = _certify(tmp_path, "rms_norm=twin:rms", *args)
+    assert twin.returncode == 0, _said(twin)
+    os.replace(tmp_path / "c.json", tmp_path / "twin.json")
+    r = _certify(tmp_path, "rms_norm=lingers:rms", *args)
+    assert r.returncode == 1 and "did not exit within 5 s of the end of its run" in r.stderr, _said(r)
+    cert = _cert(tmp_path)
+    assert cert["verdict"] == "not certified" and [x["outcome"] for x in cert["results"]] == ["pass"]
+    assert cert["run"].startswith("complete, but then the kernel's process did not exit within 5 s")
+    assert (tmp_path / "c.md").read_text().startswith("# normcert certificate: not certified")
+    compared = subprocess.run([sys.executable, "-m", "normcert", "compare", "twin.json", "c.json"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+    assert compared.returncode == 1, _said(compared)
+    assert "verdict: certified -> not certified (judged from the rows)" in compared.stdout
+    assert "says 'not certified', but its rows say" not in compared.stdout
 
 
 def test_a_kernel_that_changes_folder_does_not_move_the_certificate(tmp_path):

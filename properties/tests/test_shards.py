@@ -133,6 +133,26 @@ def test_a_shard_of_another_scope_or_other_kernels_is_not_certified():
     assert "s3.json: its scope differ from s1.json's" in _why(parts)
 
 
+def test_shards_of_two_versions_of_a_kernel_are_not_certified_naming_the_change():
+    """Shard 1/2 run on version 1, shard 2/2 on version 2 (the kernel fixed between the runs): each
+    shard passed, but no run checked either version whole, so the merge is not certified and names
+    the kernel and the file that changed; a shard that names no code (a certificate before /10)
+    cannot be told the same and is refused too."""
+    parts = _split(report_samples.certified(), 2)
+    impl = parts[1][1]["implementations"][KERNEL]
+    old = impl["code"]["files"]["example_helpers"][:12]
+    impl["code"] = report_samples.code({"example": "kernel source v1", "example_helpers": "helpers v2"})
+    new = impl["code"]["files"]["example_helpers"][:12]
+    assert [c["verdict"] for _, c in parts] == ["shard passed", "shard passed"]
+    why = _why(parts)
+    assert (f"s2.json: the code of {KERNEL} differs from s1.json's (example_helpers edited (sha256 {old} -> {new})): "
+            f"shards of two versions of a kernel certify neither") in why
+    assert "its implementations differ" not in why  # the code is named, not a vaguer difference
+    old_format = _split(report_samples.certified(), 2)
+    del old_format[0][1]["implementations"][KERNEL]["code"]
+    assert f"s1.json: names no code for {KERNEL} (a certificate before normcert-certificate/10)" in _why(old_format)
+
+
 def test_a_shard_with_no_check_of_its_own_passes_and_merges():
     whole = report_samples.certified()
     n = len(whole["results"]) + 1
@@ -161,13 +181,19 @@ def test_merge_command_writes_by_the_rules_and_exits_by_the_verdict(tmp_path):
     assert dropped.returncode == 1 and "normcert merge: shard 2/3 is missing" in dropped.stderr
     assert json.loads((tmp_path / "m.json").read_text())["verdict"] == "not certified"
     (tmp_path / "notes.md").write_text("mine\n")
+    merged_md = (tmp_path / "m.md").read_text()
     for out, problem in (("s2.json", "is s2.json, a file of the certificate s2.json"),
-                         ("s1.md", "is s1.md, a file of the certificate s1.json"),
-                         ("notes.json", "notes.md exists and is not a normcert certificate")):
+                         ("s1.badge.json", "is s1.badge.json, a file of the certificate s1.json"),
+                         ("notes.json", "notes.md exists and is not a normcert certificate"),
+                         ("m.md", "-o m.md: give the JSON path; the Markdown is written beside it as .md"),
+                         ("fresh.md", "-o fresh.md: give the JSON path"),  # its Markdown would be its own path
+                         ("new.MD", "-o new.MD: give the JSON path")):
         refused = _normcert(["merge", *names, "-o", out], tmp_path)
         assert refused.returncode == 4 and problem in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
     assert (tmp_path / "notes.md").read_text() == "mine\n"
+    assert (tmp_path / "m.md").read_text() == merged_md
+    assert not (tmp_path / "fresh.md").exists() and not (tmp_path / "new.MD").exists()
     (tmp_path / "junk.json").write_text("{")
     for args, problem in ((["junk.json", "-o", "x.json"], "junk.json: not JSON"),
                           ([*names], "-o C.json: give the merged certificate's path")):
@@ -200,3 +226,32 @@ def test_three_real_shards_merge_into_the_unsplit_runs_verdict_and_cells(tmp_pat
     assert _cells(a) == _cells(b) and len(_cells(a)) == 4
     assert _normcert(["merge", "s1.json", "s3.json", "-o", "m.json"], tmp_path).returncode == 1
     assert _normcert(["merge", "s1.json", "s2.json", "s2.json", "s3.json", "-o", "m.json"], tmp_path).returncode == 1
+
+
+@pytest.mark.normcert_heavy  # three certify runs in fresh processes: the heavy tier
+def test_shards_of_a_kernel_edited_between_their_runs_do_not_merge(tmp_path):
+    """The natural workflow, as a user runs it: shard 1/2 passes on version 1, shard 2/2 fails on it,
+    the kernel's file is fixed in place and shard 2/2 run again (it passes); the merge of shard 1
+    (version 1) and the new shard 2 (version 2) is not certified, naming the kernel and the file."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    body = "    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)\n"
+    version1 = ("import torch\n\n\ndef rms_norm(x, weight, eps):\n"
+                "    if x.dtype == torch.float64:\n        return (x * weight).contiguous()  # forgot to normalise\n"
+                + body)
+    (tmp_path / "mykern.py").write_text(version1)
+    scope = ["rms_norm=mykern:rms_norm", "--property", "accuracy", "--dtype", "float32", "--dtype", "float64",
+             "--profile", "dev"]  # its checks, sorted: accuracy float32 (shard 1/2), accuracy float64 (shard 2/2)
+    first = _normcert(["certify", *scope, "--shard", "1/2", "--certificate", "s1.json"], tmp_path)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    failed = _normcert(["certify", *scope, "--shard", "2/2", "--certificate", "s2.json"], tmp_path)
+    assert failed.returncode == 1, failed.stdout[-3000:] + failed.stderr[-3000:]
+    (tmp_path / "mykern.py").write_text("import torch\n\n\ndef rms_norm(x, weight, eps):\n" + body)  # fixed
+    again = _normcert(["certify", *scope, "--shard", "2/2", "--certificate", "s2.json"], tmp_path)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    merged = _normcert(["merge", "s1.json", "s2.json", "-o", "m.json"], tmp_path)
+    assert merged.returncode == 1, merged.stdout + merged.stderr
+    cert = json.loads((tmp_path / "m.json").read_text())
+    assert cert["verdict"] == verdict.rejudge(cert) == "not certified"
+    assert "s2.json: the code of rms_norm:mykern:rms_norm differs from s1.json's (mykern edited (sha256 " in merged.stderr
+    assert cert["run"].startswith("merged with problems: s2.json: the code of rms_norm:mykern:rms_norm differs")
+    assert (tmp_path / "m.md").read_text().startswith("# normcert certificate: not certified")
