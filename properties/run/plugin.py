@@ -118,7 +118,7 @@ def pytest_addoption(parser):
     g.addoption("--normcert-domain", default=None, metavar="SPEC",
                 help="the declared domain of every --normcert-impl kernel, e.g. 'dtypes=float16,bfloat16 width_multiple=8' "
                      "(replaces its normcert_domain attribute; keys in docs/reference/op-contracts.md)")
-    g.addoption("--normcert-tier", default="quick", choices=TIERS,
+    g.addoption("--normcert-tier", default="quick", choices=scope.TIERS,
                 help="quick (default): everything but the heavy tier; heavy: only the heavy tier (on CPU the "
                      "registry's Triton kernels, interpreted, and the meta-tests marked normcert_heavy); all: both")
     g.addoption("--normcert-compile", action="store_true",
@@ -223,23 +223,6 @@ def pytest_configure(config):
         raise pytest.UsageError(f"--hypothesis-profile {profile}: unknown profile, expected one of "
                                 f"{', '.join(PROFILES)}")
     config.pluginmanager.register(Suite(config), "normcert-suite")
-
-
-TIERS = ("quick", "heavy", "all")
-
-
-def tiered(registry: list, tier: str, device: str) -> list:
-    """The registry's kernels a run of ``tier`` on ``device`` certifies.  On CPU the registry's Triton
-    kernels run under Triton's interpreter, each program of the grid a Python loop: 40 % of a
-    complete run's time on the 2-core machine (every family, dtype and bucket), so they are the
-    heavy tier's, and the quick tier (the default ``pytest -n 2``) certifies the others.  On a GPU
-    every kernel is the quick tier's.  ``.ci/run`` runs both tiers."""
-    interpreted = [i for i in registry if i.backend == "triton" and device == "cpu"]
-    if tier == "all":
-        return registry
-    if tier == "heavy":
-        return interpreted
-    return [i for i in registry if i not in interpreted]
 
 
 def _plugged(config) -> bool:
@@ -445,7 +428,7 @@ class Suite:
         self.session.interpreter = interpreter.install() if interpreter.imported() else None
         self.session.eager = {i.op: i for i in registry if i.backend == "eager"}
         self.tier = "all" if plugins or replay else config.getoption("--normcert-tier")
-        self.session.impls = plugins or tiered(registry, self.tier, device)
+        self.session.impls = plugins or scope.tiered(registry, self.tier, device)
         if self.certificate and self.controller:  # the code as imported for the run, before any check
             self.code = code.of({i.id: i.target for i in self.session.impls})
         quick = self.tier == "quick" and device == "cpu"  # the registry's CPU kernels, in the clone

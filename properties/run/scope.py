@@ -1,5 +1,5 @@
-"""What a run checks: its declared scope's names (``--property``, ``--dtype``) and, in a shard's
-run (``--shard K/N``, ``evidence.shards``), which of the collected tests are its shard's."""
+"""What a run checks: its tier's kernels (``tiered``), its declared scope's names (``--property``,
+``--dtype``) and, in a shard's run (``--shard K/N``, ``evidence.shards``), which of the collected tests are its shard's."""
 from __future__ import annotations
 
 import pytest
@@ -32,3 +32,20 @@ def in_shard(item, family, mine: set[str], every: set[str], first: bool) -> bool
     no check of the run's ``every`` (a kernel's support of some dtype), the ``first`` shard runs it."""
     made = check(item, family)
     return made in mine if made in every else first
+
+
+TIERS = ("quick", "heavy", "all")
+
+
+def tiered(registry: list, tier: str, device: str) -> list:
+    """The registry's kernels a run of ``tier`` on ``device`` certifies.  On CPU the registry's Triton
+    kernels run under Triton's interpreter, each program of the grid a Python loop: 40 % of a
+    complete run's time on the 2-core machine (every family, dtype and bucket), so they are the
+    heavy tier's, and the quick tier (the default ``pytest -n 2``) certifies the others.  On a GPU
+    every kernel is the quick tier's.  ``.ci/run`` runs both tiers."""
+    interpreted = [i for i in registry if i.backend == "triton" and device == "cpu"]
+    if tier == "all":
+        return registry
+    if tier == "heavy":
+        return interpreted
+    return [i for i in registry if i not in interpreted]

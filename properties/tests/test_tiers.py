@@ -1,4 +1,4 @@
-"""The run's tiers (``plugin.tiered``): the quick tier (the default ``pytest -n 2``) and the heavy
+"""The run's tiers (``scope.tiered``): the quick tier (the default ``pytest -n 2``) and the heavy
 tier together certify every registry kernel, neither twice; on CPU the interpreted Triton kernels
 are the heavy tier's, on a GPU every kernel is the quick tier's."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 from ... import impls
 from ...impls import registry
-from ..run.plugin import tiered
+from ..run.scope import tiered
 
 
 def test_the_tiers_split_the_registry():
