@@ -605,10 +605,8 @@ class Suite:
                               f"e.g. {missing[0]} (narrowed by -k, -m, --co or the run's configuration; "
                               f"--normcert-property / --normcert-dtype declare a scope)", red=True)
         status = int(session.exitstatus)
-        if isinstance(sys.exc_info()[1], KeyboardInterrupt):
-            # a Ctrl-C still unwinding here escaped pytest's own handling of one (a second SIGINT during
-            # it: ``timeout -s INT`` signals the process, then its group), which never set the exit
-            # status: the session's 0 is not pytest's word, and the run did not complete
+        if isinstance(sys.exc_info()[1], KeyboardInterrupt):  # a Ctrl-C unwinding past pytest's handler
+            # (a 2nd SIGINT during it, as timeout -s INT sends) left the session's initial 0: interrupted
             session.exitstatus = status = int(pytest.ExitCode.INTERRUPTED)
         stopped = session.shouldstop or session.shouldfail  # -x, --maxfail: not every test ran
         state = "interrupted" if status == pytest.ExitCode.INTERRUPTED else (
