@@ -100,12 +100,7 @@ def _resolve(rec: Op, args: dict, outs: list) -> None:
     if not near_rows:
         return
     rows = np.array(sorted(near_rows))
-    # rows resolved are claimed ones, valid rows of a masked op: a selection of rows is one expert
-    # whose rows are all valid; an argument that may be None may be left out (a contract choice
-    # not declared: ``kinds``)
-    sub = {a.name: _rows(args[a.name], rows) if KINDS[a.kind].shape == "rows" else
-           torch.tensor(len(rows)) if KINDS[a.kind].shape == "experts" else args.get(a.name) for a in rec.args}
-    exact = forward(rec.name, path="mpmath", **sub)
+    exact = forward(rec.name, path="mpmath", **row_args(rec, args, rows))
     for k, v in enumerate(outs):
         n = v.shape[-1]
         if n:
@@ -114,9 +109,21 @@ def _resolve(rec: Op, args: dict, outs: list) -> None:
             outs[k] = flat.reshape(v.shape)
 
 
+def row_args(rec: Op, args: dict, rows) -> dict:
+    """``args`` of ``rec`` narrowed to the given rows (flattened leading dims) of its row tensors,
+    as one (len(rows), n) batch, every tensor on the main tensor's device (``Op.check`` refuses a
+    counts tensor elsewhere).  The rows are claimed ones, valid rows of a masked op: a selection
+    of rows is one expert whose rows are all valid (counts: len(rows)); an argument that may be
+    None may be left out (a contract choice not declared: ``kinds``)."""
+    device = args[rec.main].device
+    return {a.name: _rows(args[a.name], rows) if KINDS[a.kind].shape == "rows" else
+            torch.tensor(len(rows), device=device) if KINDS[a.kind].shape == "experts" else args.get(a.name)
+            for a in rec.args}
+
+
 def _rows(t: torch.Tensor, rows) -> torch.Tensor:
-    """The given rows (flattened leading dims) of t, as a (len(rows), n) tensor."""
-    return t.reshape(-1, t.shape[-1])[torch.as_tensor(rows)]
+    """The given rows (flattened leading dims) of t, as a (len(rows), n) tensor on t's device."""
+    return t.reshape(-1, t.shape[-1])[torch.as_tensor(rows, device=t.device)]
 
 
 def vjp(op: str, cotangents, path: str = "float64", **args) -> dict[str, np.ndarray]:

@@ -147,7 +147,8 @@ def _zero_padding(x, counts):
         return x
     valid = np.arange(x.shape[-2]) < np.asarray(counts)[..., None]
     if isinstance(x, torch.Tensor):
-        return torch.where(torch.from_numpy(valid).to(x.device)[..., None], x, torch.zeros((), dtype=x.dtype))
+        zero = torch.zeros((), dtype=x.dtype, device=x.device)
+        return torch.where(torch.from_numpy(valid).to(x.device)[..., None], x, zero)
     out = x.copy()
     out[~valid] = mpmath.mpf(0) if out.dtype == object else 0.0  # mpmath's arrays hold mpf objects
     return out

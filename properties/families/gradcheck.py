@@ -67,7 +67,8 @@ def finite_differences(fn, leaves: list, h: float = 1e-6) -> Mismatch | None:
             grads = torch.autograd.grad(outs, live, cot, allow_unused=True)
             rows.append(torch.cat([torch.zeros(t.numel(), dtype=torch.float64, device=t.device) if g is None
                                    else g.reshape(-1) for t, g in zip(live, grads)]))
-    analytic = torch.stack(rows) if rows else torch.zeros(0, sum(t.numel() for t in leaves))
+    analytic = torch.stack(rows) if rows else torch.zeros(0, sum(t.numel() for t in leaves), dtype=torch.float64,
+                                                          device=leaves[0].device if leaves else None)
     columns = []
     with torch.no_grad():
         for j, t in enumerate(leaves):

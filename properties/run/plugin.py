@@ -62,6 +62,7 @@ import dataclasses
 import importlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -594,6 +595,9 @@ class Suite:
                               f"e.g. {missing[0]} (narrowed by -k, -m, --co or the run's configuration; "
                               f"--normcert-property / --normcert-dtype declare a scope)", red=True)
         status = int(session.exitstatus)
+        if isinstance(sys.exc_info()[1], KeyboardInterrupt):  # a Ctrl-C unwinding past pytest's handler
+            # (a 2nd SIGINT during it, as timeout -s INT sends) left the session's initial 0: interrupted
+            session.exitstatus = status = int(pytest.ExitCode.INTERRUPTED)
         stopped = session.shouldstop or session.shouldfail  # -x, --maxfail: not every test ran
         state = "interrupted" if status == pytest.ExitCode.INTERRUPTED else (
             f"stopped early: {stopped}" if stopped else "complete")

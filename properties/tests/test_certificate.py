@@ -5,7 +5,8 @@
   whose first line says "incomplete", never the previous run's verdict;
 * a finished run records its verdict and pytest's exit status;
 * an xdist worker that dies under a kernel is named in ``crashed`` and the run is
-  not certified; Ctrl-C leaves a certificate whose first line says "interrupted";
+  not certified; Ctrl-C leaves a certificate whose first line says "interrupted" (a second
+  Ctrl-C during pytest's handling of the first too, never "pytest reported success");
 * ``--certificate`` that is a folder, ends in ``.md`` or has a folder for its
   ``.md``; ``--failures-dir`` that is a file; a kernel module that raises at
   import; an unknown ``--hypothesis-profile``; a bad replay file: one line, exit status 4.
@@ -135,6 +136,31 @@ def test_ctrl_c_leaves_an_interrupted_certificate(tmp_path):
     assert "run interrupted" in (tmp_path / "c.md").read_text().splitlines()[0]
     assert [r["outcome"] for r in cert["results"] if r["dtype"] == "float32"] == ["pass"]
     assert out.split("normcert verdict: ")[1].splitlines()[0].endswith("-- run interrupted"), out[-2000:]
+
+
+# Ctrl-C once the first check has its row, and again while pytest reports the first (``timeout -s INT``
+# signals the process, then its process group): pytest's handler never sets the exit status
+_TWICE = ("import pytest\n\n"
+          "@pytest.hookimpl(tryfirst=True)\ndef pytest_runtest_logfinish(nodeid, location):\n    raise KeyboardInterrupt\n\n"
+          "@pytest.hookimpl(tryfirst=True)\ndef pytest_keyboard_interrupt(excinfo):\n    raise KeyboardInterrupt\n")
+
+
+@pytest.mark.normcert_heavy  # an end-to-end run of pytest in a fresh process: the heavy tier
+def test_a_second_ctrl_c_during_pytest_s_handler_still_leaves_an_interrupted_certificate(tmp_path):
+    """The first GPU run's suite, stopped by ``timeout -s INT``, was recorded "complete" with "pytest
+    reported success (exit status 0) but 8 result row(s) fail ... something in the run changed its
+    reports": the second SIGINT cut pytest's KeyboardInterrupt handler short before it set the exit
+    status.  The interrupt still unwinding through the session's end says what happened."""
+    (tmp_path / "twice.py").write_text(_TWICE)
+    (tmp_path / "wrong.py").write_text("def rms(x, weight, eps):\n    return 2 * x\n")
+    r = _run(["-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-p", "twice", "--pyargs",
+              "normcert.properties.suite", "--normcert-impl", "rms_norm=wrong:rms", "--normcert-property", "accuracy",
+              "--normcert-dtype", "float32", "--normcert-dtype", "float16", "--normcert-certificate", "c.json"], tmp_path)
+    cert = read_certificate(tmp_path / "c.json")
+    assert [(x["dtype"], x["outcome"]) for x in cert["results"]] == [("float32", "fail")], r.stdout[-2000:]
+    assert (cert["run"], cert["verdict"], cert["pytest_exit_status"], cert["disagreement"]) == \
+        ("interrupted", "not certified", 2, ""), r.stdout[-2000:]
+    assert "reported success" not in r.stdout + r.stderr
 
 
 def _alive(pid: int) -> bool:

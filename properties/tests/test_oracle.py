@@ -510,3 +510,17 @@ def test_dynamic_quant_y_is_checked_against_the_kernels_own_scale():
     assert verdicts(np.float32(scale), scale) == (True, True)
     assert verdicts(np.float32(2 * scale), 2 * scale) == (False, True)
     assert verdicts(np.float32(2 * scale), scale) == (True, False)
+
+
+@pytest.mark.parametrize("op", sorted(oracle.OPS))
+def test_the_rows_resolved_on_mpmath_stay_on_the_case_device(op):
+    """A quantised output near a midpoint is evaluated again on mpmath on the rows concerned
+    (``oracle._resolve``): those rows' arguments keep the case's device, counts included (a counts
+    tensor made on the CPU beside a CUDA x was refused by ``Op.check``: the first GPU run's
+    silu_and_mul_group_quant_masked "counts must be on x's device cuda:0, got cpu").  The meta
+    device stands for a device other than the CPU."""
+    rec = oracle.OPS[op]
+    args = rec.sample(torch.float32, "meta")
+    sub = oracle.row_args(rec, args, np.array([0, 2]))
+    placed = {k: v.device.type for k, v in sub.items() if isinstance(v, torch.Tensor)}
+    assert placed and set(placed.values()) == {"meta"}, placed

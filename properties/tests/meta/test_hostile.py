@@ -373,6 +373,14 @@ def test_gradcheck_rejects_a_backward_that_is_not_the_derivative():
     assert "backward gives 3.0, finite differences" in str(finite_differences(Square.apply, [x]))
 
 
+def test_gradcheck_of_no_output_elements_stays_on_the_leaves_device():
+    """A kernel whose outputs hold no element has an empty Jacobian on its inputs' device: the
+    empty analytic one was made on the CPU, and subtracting the numerical one (on a GPU) raised
+    a device mismatch in normcert's own code.  The meta device stands for a device other than the CPU."""
+    x = torch.zeros(2, 3, dtype=torch.float64, device="meta")
+    assert finite_differences(lambda t: t[:0], [x]) is None
+
+
 def test_a_finished_call_leaves_no_reference_to_its_inputs(session):
     """The watchdog's thread drops each call once it returns: a case's tensors are freed when the
     suite drops them (on a GPU, --profile large's cases would otherwise fill the device)."""
