@@ -91,7 +91,8 @@ def pair_reference(y0: torch.Tensor, tol: np.ndarray, quantised: bool = False, f
     A quantised y0 stands for any value that rounds to it, its ``rounding_interval`` [lo, hi]:
     the reference is its centre and the bound grows by its half-width, so y1 passes iff some
     value within tol of that interval rounds to it.  At ±max of a saturating format the interval
-    is cut at ±2 max: nothing past max rounds otherwise, so no verdict changes."""
+    is cut at ±2 max: nothing past max rounds otherwise, so no verdict changes.  A tol of -inf
+    (no claim on that element) is a bound of -inf, whatever y0 is."""
     r = to_float64(y0)
     if not quantised:
         return r, tol
@@ -99,7 +100,7 @@ def pair_reference(y0: torch.Tensor, tol: np.ndarray, quantised: bool = False, f
     lo, hi = f.rounding_interval(r)
     lo, hi = np.maximum(lo, -2 * f.max), np.minimum(hi, 2 * f.max)
     with np.errstate(all="ignore"):
-        return np.where(np.isnan(r), r, (lo + hi) / 2), (hi - lo) / 2 + tol
+        return np.where(np.isnan(r), r, (lo + hi) / 2), np.where(tol == -np.inf, -np.inf, (hi - lo) / 2 + tol)
 
 
 def _needed(f, a, e):

@@ -31,6 +31,7 @@ from ...oracle.formats import BY_NAME, DTYPE_NAMES
 from ...oracle.kinds import KINDS
 
 from .. import families
+from ..declared.conventions import CONVENTIONS, split
 from ..families import CASE_CHECKS
 
 from ..search.case import MAX_ELEMENTS, Case, extent
@@ -182,11 +183,13 @@ def _check_meta(path: str, meta) -> None:
     family = families.BY_NAME[meta["property"]]
     if not family.applies(oracle.OPS[meta["op"]]):
         _fail(path, f"property {family.name!r} does not apply to {meta['op']}")
-    if not isinstance(meta.get("impl"), str):
-        _fail(path, "'impl' must be a string OP=MODULE:ATTR")
-    if family.pair != isinstance(meta.get("agrees_with"), str):
+    if family.pair != ("agrees_with" in meta):
         _fail(path, f"'agrees_with' (a string OP=MODULE:ATTR) is given exactly for the {family.name} family's "
                     f"pair of kernels" if family.pair else f"'agrees_with' is not a field of a {family.name} failure")
+    for field in ("impl", "agrees_with") if family.pair else ("impl",):
+        wrong = kernel_problem(meta[field] if field in meta else None, meta["op"])
+        if wrong:
+            _fail(path, f"{field!r}: {wrong}")
     for field in ("scalars", "params", "notes", "tensors"):
         if not isinstance(meta.get(field), dict):
             _fail(path, f"{field!r} must be an object")
@@ -218,6 +221,27 @@ def _check_meta(path: str, meta) -> None:
     for k, m in meta["tensors"].items():
         if m is None and k not in may_be_none:
             _fail(path, f"tensor {k!r} is null, and {meta['op']} needs it")
+
+
+def _dotted(name: str) -> bool:
+    return all(part.isidentifier() for part in name.split("."))
+
+
+def kernel_problem(value, op: str) -> str:
+    """Why ``value`` (a file's "impl" or "agrees_with") does not name a kernel of ``op`` as
+    OP=MODULE:ATTR[@CONVENTION]: OP the file's op, MODULE and ATTR dotted Python names, CONVENTION
+    one of ``conventions.CONVENTIONS``; "" where it does.  A name goes into an import (replay's, a
+    reproducer's) and a reproducer's text, so nothing else is one (a newline, a quote, a space)."""
+    wanted = f"expected {op}=MODULE:ATTR or {op}=MODULE:ATTR@CONVENTION ({', '.join(CONVENTIONS)}) of Python names"
+    if not isinstance(value, str):
+        return f"{_short(value)}: {wanted}"
+    named, sep, target = value.partition("=")
+    base, convention = split(target)
+    module, colon, attr = base.partition(":")
+    if named != op or not (sep and colon and _dotted(module) and _dotted(attr)) or \
+            (convention and convention not in CONVENTIONS):
+        return f"{_short(value)}: {wanted}"
+    return ""
 
 
 def tested(family) -> Context:

@@ -5,8 +5,10 @@ The script needs torch, numpy and the kernel only (never normcert).  It holds th
 file inlined, base64, up to ``INLINE_BYTES``; a larger one is read from the path it was exported from,
 or the path given as its first argument), builds each tensor bit for bit with its strides as
 ``replay.load`` does, calls the kernel as normcert called it (its arguments as the op's record passes
-them, traced by name: ``call_text``; the recorded calling context: grad mode, inputs that require
-grad, default dtype, a fresh thread, a call on negated inputs before), and holds the failing output
+them, traced by name: ``call_text``; in every field of the recorded calling context, as
+``calling.effective`` applies it to a kernel given with --impl: grad mode, inputs that require grad,
+default dtype, the calling thread, a call on negated inputs before, autocast, torch's intra-op thread
+count; a file recording a field or value the script cannot apply is refused, ``APPLIED``), and holds the failing output
 to the exact values and bounds the file stores (``elements``: the ``TOP_K`` worst elements and the
 failing row's window, from ``oracle.assessment.worst_elements``) by the rule of
 ``oracle.assessment.assess`` for a plain (not quantised) output:
@@ -25,6 +27,12 @@ Exported: accuracy and extremes failures of a kernel called out of place, on an 
 plain values (no quantised, packed, scaled or swizzled output); anything else is refused in one line
 (``ExportError``).  The script begins with ``files.MARKS["reproducer"]``: an export replaces only a
 file it wrote.
+
+No field of the file is written into the script but as data: the settings as a JSON string literal,
+the case as a base64 literal, and the kernel's op, module and attribute (the file's ``impl``, which
+``replay.load`` holds to OP=MODULE:ATTR of Python names, OP the file's op) in its first comment line.
+Without ``--impl`` the script imports the kernel the file names only where it is normcert's own (a
+registry or planted kernel): any other is named with ``--impl``, as ``normcert replay`` asks.
 """
 from __future__ import annotations
 
@@ -32,10 +40,12 @@ import base64
 import json
 import os
 import re
+from dataclasses import dataclass
+from typing import Callable
 
 from ...oracle.formats import BY_NAME, fmt
 from .. import families
-from ..harness.calling import _rewritten, leaf_names
+from ..harness.calling import _rewritten, effective, leaf_names
 from .files import why_not_writable, write_atomic
 from .replay import load, tested
 
@@ -99,21 +109,34 @@ def _eligible(meta: dict, case, module: str, attr: str, convention: str) -> str:
     return ""
 
 
+def _untrusted(spec: str) -> str:
+    """Why the kernel a file names by itself (``spec``, validated by ``load``) is not imported by its
+    reproducer without ``--impl``: one outside normcert's own modules (its registry's, the planted
+    kernels) is imported only where the user names it, as ``normcert replay`` imports it ("" where
+    it is normcert's own)."""
+    module, _, attr = spec.partition("=")[2].partition(":")
+    if module.partition(".")[0] == "normcert" and attr.isidentifier():
+        return ""
+    return f"the file names the kernel {spec}, not one of normcert's own; if you trust it, pass --impl {spec}"
+
+
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def export(replay: str, output: str, given: list[str]) -> str:
     """Write the reproducer of the replay file ``replay`` to ``output``: of the first kernel of
-    ``given`` (OP=MODULE:ATTR, ``--impl``) for the file's op, else of the file's own kernel, named
-    "OP:MODULE:ATTR" as normcert names a kernel given so.  Returns what was written, in one line;
-    ExportError (one line) where it cannot be."""
-    meta, case = load(replay, "cpu")
-    spec = next((g for g in given if g.partition("=")[0] == meta["op"]), meta["impl"])
-    op, _, target = spec.partition("=")
+    ``given`` (OP=MODULE:ATTR, ``--impl``) for the file's op, else of the file's own kernel where it
+    is normcert's own (``_untrusted``), named "OP:MODULE:ATTR" as normcert names a kernel given so.
+    Returns what was written, in one line; ExportError (one line) where it cannot be."""
+    meta, case = load(replay, "cpu")  # its "impl" validated: OP=MODULE:ATTR of Python names, OP the file's op
+    op = meta["op"]
+    mine = next((g for g in given if g.partition("=")[0] == op), None)
+    spec = mine or meta["impl"]
+    target = spec.partition("=")[2]
     impl_id = f"{op}:{target}"
     base, _, convention = target.partition("@")
     module, _, attr = base.partition(":")
-    problem = _eligible(meta, case, module, attr, convention)
+    problem = _eligible(meta, case, module, attr, convention) or ("" if mine else _untrusted(spec))
     if problem:
         raise ExportError(f"{replay}: {problem}")
     _check_output(output, replay)
@@ -122,15 +145,17 @@ def export(replay: str, output: str, given: list[str]) -> str:
     rec = case.record
     form = fmt(BY_NAME[meta["elements"]["format"]])
     family = families.BY_NAME[meta["property"]]
-    context = case.context
+    context = effective(_Named(op, target), case)  # as ``normcert replay`` calls a kernel given with --impl
+    problem = unapplied(context)
+    if problem:
+        raise ExportError(f"{replay}: {problem}")
     leaves = leaf_names(case, context) if rec.grads else ()
     described = context.describe(tested(family))
     settings = {"impl_id": impl_id, "module": module, "attr": attr, "property": meta["property"],
                 "prefix": f"in context {described}: " if context != tested(family) else "",
                 "output": meta["elements"]["output"], "outputs": list(rec.outputs), "format": form.name,
-                "p": form.p, "emin": form.emin, "max": float(form.max), "grad": context.grad,
-                "leaves": list(leaves), "default_dtype": context.dtype, "fresh": context.thread == "fresh",
-                "rewritten": list(_rewritten(case, context.state)), "scalars": meta["scalars"]}
+                "p": form.p, "emin": form.emin, "max": float(form.max), "context": context.as_dict(),
+                "leaves": list(leaves), "rewritten": list(_rewritten(case, context.state)), "scalars": meta["scalars"]}
     inline = base64.b64encode(data).decode() if len(data) <= INLINE_BYTES else ""
     text = TEMPLATE.format(settings=repr(json.dumps(settings)), call=call_text(rec, case.oracle_args()),
                            inline=repr(inline), path=repr(os.path.abspath(replay)), spec=f"{op}={module}:{attr}")
@@ -138,6 +163,46 @@ def export(replay: str, output: str, given: list[str]) -> str:
     os.chmod(output, 0o755 & ~_umask())
     how = "the case inlined" if inline else f"reading {os.path.abspath(replay)}"
     return f"{output}: a reproducer of {meta['property']} for {impl_id} ({how}); run: python {output}"
+
+
+@dataclass(frozen=True)
+class _Named:
+    """The kernel a reproducer calls, as ``calling.effective`` reads it, not imported: a plug-in's
+    (its backward undeclared, as ``--impl`` gives one)."""
+
+    op: str
+    target: str
+    backward: None = None
+
+
+APPLIED: dict[str, Callable[[str], bool]] = {
+    "grad": lambda v: v in ("on", "no_grad", "inference_mode"),
+    "requires": lambda v: True,  # the leaves (``calling.leaf_names``), named in the script's settings
+    "dtype": lambda v: v in ("float32", "bfloat16", "float16"),
+    "thread": lambda v: v in ("worker", "fresh", "importer"),
+    "dy": lambda v: v == "contiguous",  # a cotangent's layout: no backward is called
+    "state": lambda v: v in ("fresh", "x rewritten", "params rewritten"),
+    "autocast": lambda v: v in ("off", "on"),
+    "threads": lambda v: v == "run" or (v.isdigit() and int(v) >= 1),
+}
+"""Each calling-context field (``search.context.Context``) the script applies, with the values it
+applies: grad (the grad mode entered around the call), requires (the inputs made leaves that require
+grad), dtype (the default dtype), thread (the thread that calls: a long-lived one that did not import
+the kernel, a fresh one per call, or the importer, the main thread), state (a call on the inputs
+negated first), autocast (``torch.autocast`` of the script's device, bfloat16), threads (torch's
+intra-op thread count, on CPU); dy is a backward's.  The script's ``AROUND`` table enters the
+fields applied around each call.  A field this table lacks, or a value it does not accept, is
+refused (``unapplied``): a field added to ``Context`` is never dropped from a reproducer unsaid."""
+
+
+def unapplied(context) -> str:
+    """Why the script cannot call a kernel in ``context`` (a field or value ``APPLIED`` lacks), "" where
+    it can."""
+    for name, value in context.as_dict().items():
+        if name not in APPLIED or not APPLIED[name](value):
+            return (f"the file records the calling context {name}={value}, which a reproducer cannot apply "
+                    f"(it applies {', '.join(APPLIED)}): not exported")
+    return ""
 
 
 def _check_output(output: str, replay: str) -> None:
@@ -163,13 +228,14 @@ failure line while the kernel still fails, 0 once the stored failing elements ar
 Optional argument: the replay file, where the case is not inlined.
 """
 import base64
+import concurrent.futures
+import contextlib
 import importlib
 import io
 import json
 import math
 import os
 import sys
-import threading
 
 import numpy as np
 import torch
@@ -177,6 +243,7 @@ import torch
 S = json.loads({settings})
 INLINE = {inline}
 PATH = {path}
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def load_case(device):
@@ -215,31 +282,61 @@ def own(t):
     return torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, t.storage_offset(), t.shape, t.stride())
 
 
+@contextlib.contextmanager
+def default_dtype(value):
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, value))
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+@contextlib.contextmanager
+def intra_op_threads(value):
+    """torch's intra-op thread count at value ("run": as it is), on CPU alone (a CPU setting), put back after."""
+    before = torch.get_num_threads()
+    if value != "run" and DEVICE == "cpu":
+        torch.set_num_threads(int(value))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+AROUND = {{  # the recorded context's fields entered around each call, in the thread that calls
+    "grad": lambda v: {{"on": torch.enable_grad, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}}[v](),
+    "dtype": default_dtype,
+    "autocast": lambda v: torch.autocast(DEVICE, torch.bfloat16) if v == "on" else contextlib.nullcontext(),
+    "threads": intra_op_threads,
+}}
+# the others: requires and state (the inputs, below), thread (which thread calls: ``once``), dy (a backward's)
+
+
 def called(kernel, args):
     for name in S["leaves"]:
         args[name] = own(args[name]).requires_grad_(True)
     for name in S["rewritten"]:
         if name not in S["leaves"]:
             args[name] = own(args[name])
-    grad = {{"on": torch.enable_grad, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}}[S["grad"]]
+    worker = concurrent.futures.ThreadPoolExecutor(1)  # a long-lived thread that did not import the kernel
+
+    def body():
+        with contextlib.ExitStack() as stack:
+            for name, enter in AROUND.items():
+                stack.enter_context(enter(S["context"][name]))
+            return {call}
 
     def once():
-        result = []
+        thread = S["context"]["thread"]
+        if thread == "importer":  # the main thread imported the kernel
+            return body()
+        if thread == "fresh":  # a thread started for this call alone
+            with concurrent.futures.ThreadPoolExecutor(1) as fresh:
+                return fresh.submit(body).result()
+        return worker.submit(body).result()
 
-        def body():
-            with grad():
-                result.append({call})
-        if S["fresh"]:
-            thread = threading.Thread(target=body)
-            thread.start()
-            thread.join()
-        else:
-            body()
-        return result[0]
-
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(getattr(torch, S["default_dtype"]))
-    try:
+    with worker:
         if S["rewritten"]:
             with torch.no_grad():
                 for name in S["rewritten"]:
@@ -249,8 +346,6 @@ def called(kernel, args):
                 for name in S["rewritten"]:
                     args[name].neg_()
         out = once()
-    finally:
-        torch.set_default_dtype(before)
     outs = (out,) if len(S["outputs"]) == 1 else tuple(out)
     return outs[S["outputs"].index(S["output"])]
 
@@ -276,8 +371,7 @@ def judged(a, e, b):
 
 
 def main():
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    meta, tensors = load_case(device)
+    meta, tensors = load_case(DEVICE)
     elements = meta["elements"]
     args = dict(tensors)
     args.update(S["scalars"])

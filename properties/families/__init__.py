@@ -24,7 +24,7 @@ from ...oracle.formats import DTYPE_NAMES
 from ...oracle.validate import finite_number
 
 from . import accuracy, agreement, bitwise, compiled, contract, fusion, gradients, invariance, large, masks, served
-from ..search.buckets import BUCKETS, LARGE, LONG_RUN
+from ..search.buckets import BUCKETS, LARGE, LONG_RUN, LONG_RUN_CALLS
 from ..search.strategies import REFILLS, transforms
 
 # the call past 2**20 elements is accuracy's alone (its cost); the near-constant groups accuracy's and gradients';
@@ -59,12 +59,15 @@ class Param:
     float         a finite number
     choice        one of ``choices(op)``
 
-    default: the value of a file written before the param existed (None: every file must carry it)."""
+    default: the value of a file written before the param existed (None: every file must carry it);
+    most: a count's largest value (a replay file asking for more is refused: a long run of 2**62 calls
+    would replay for ever)."""
 
     name: str
     kind: str
     choices: Callable[[Op], tuple[str, ...]] | None = None
     default: object = None
+    most: int = 2 ** 62
 
     def problem(self, op: Op, value, rows: int) -> str | None:
         """Why ``value`` cannot be this parameter of a case of ``op`` with ``rows`` rows (None: it can)."""
@@ -81,7 +84,7 @@ class Param:
             return None if k == int(k) and -6 <= k <= 6 else "expected 2**k for an integer k in [-6, 6]"
         if not isinstance(value, int):
             return "expected an integer"
-        lo, hi = {"seed": (0, 2 ** 32 - 1), "count": (1, 2 ** 62), "row": (0, rows - 1)}[self.kind]
+        lo, hi = {"seed": (0, 2 ** 32 - 1), "count": (1, self.most), "row": (0, rows - 1)}[self.kind]
         return None if lo <= value <= hi else f"expected an integer in [{lo}, {hi}]"
 
 
@@ -137,7 +140,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("contract", contract.check_contract, contract.contract_cases, core=True),
     Family("extremes", accuracy.check_accuracy, accuracy.extreme_cases, core=True, buckets=SHAPES),
     Family("served", served.check_served, served.served_cases, core=True, divide=3,
-           buckets=("odd", "strided", LONG_RUN), params=(Param("cot_seed", "seed"), Param("calls", "count", default=1))),
+           buckets=("odd", "strided", LONG_RUN),
+           params=(Param("cot_seed", "seed"), Param("calls", "count", default=1, most=LONG_RUN_CALLS))),
     Family("compiled", compiled.check_compiled, compiled.compiled_cases, divide=3, compiles=True,
            buckets=("odd", "strided")),
     Family("fusion", fusion.check_fusion, fusion.fusion_cases, applies=lambda op: op.unfused is not None,

@@ -437,6 +437,9 @@ class _Search:
         self.cover.examples += 1
         self.worst.example_units = 0.0
         self.forcing.select(case.config)
+        called_in = effective(self.impl, case)
+        if called_in != case.context:  # the context the call runs in: what its worst_where, replay and modes name
+            case = case.copy(context=called_in)
         try:
             self.check(self.session, self.impl, case, self.worst)
         except NotSupported as e:
@@ -459,7 +462,7 @@ class _Search:
         finally:
             target(min(self.worst.example_units, 1e6), label="error / bound")
         self.cover.checked(case)
-        tally(self.cover.contexts, effective(self.impl, case))
+        tally(self.cover.contexts, case.context)
 
     def _known(self, case, e: BaseException, message: str) -> bool:
         """Is ``e`` on ``case`` a failure of a kind found already (a later round passes over it: it

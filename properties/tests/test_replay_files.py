@@ -27,6 +27,7 @@ import pytest
 import torch
 
 from ...impls import plugin
+from ..search.buckets import LONG_RUN_CALLS
 from ..search.case import Case
 from ..evidence import files
 from ..evidence.replay import ReplayError, load, save_failure
@@ -212,6 +213,10 @@ def test_two_members_of_one_name_are_refused(tmp_path):
     ("row-independence", {"row": 2, "fill": "posinf", "fill_seed": 3}, "param 'row' = 2: expected an integer in [0, 1]"),
     ("row-independence", {"row": 1, "fill": "lava", "fill_seed": 3}, "expected one of 'nan', 'posinf'"),
     ("batch-invariance", {"shift": 1}, None),
+    ("served", {"cot_seed": 3, "calls": LONG_RUN_CALLS}, None),  # the longest run a certify makes
+    ("served", {"cot_seed": 3, "calls": LONG_RUN_CALLS + 1},  # one past it: a replay of 2**62 calls runs for ever
+     f"param 'calls' = {LONG_RUN_CALLS + 1}: expected an integer in [1, {LONG_RUN_CALLS}]"),
+    ("served", {"cot_seed": 3, "calls": 2 ** 62}, f"expected an integer in [1, {LONG_RUN_CALLS}]"),
 ])
 def test_a_property_s_own_draws_round_trip_and_are_checked(tmp_path, prop, params, says):
     """Invariance's transform and the mask properties' fill are names, not numbers: a failing case of

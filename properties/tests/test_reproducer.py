@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import runpy
 import subprocess
 import shlex
 import sys
@@ -28,11 +29,12 @@ from normcert import cli
 from ... import impls
 from ...oracle import OPS
 from ..evidence import files, reproducer
-from ..evidence.replay import save_failure
+from ..evidence.replay import ReplayError, load, save_failure
 from ..harness.measure import PropertyFailure, Worst, check_against_oracle
 from ..search.case import Case
 from ..search.context import AS_TESTED, Context
 from . import report_samples
+from .replay_helpers import restamped, rewrite
 from .meta.planted.rms_norms import rms_no_upcast
 
 SPEC = "rms_norm=plantedkern:rms_no_upcast"
@@ -195,3 +197,113 @@ def test_the_call_is_the_records_own_traced_by_name():
             assert str(e).startswith(f"{name}'s call does more than pass its arguments")
             continue
         assert all(text.count(f"args[{a.name!r}]") <= 1 for a in rec.args) and text.count("args[") >= 1, text
+
+
+CONTEXTUAL = "normcert.properties.tests.meta.planted_context"
+
+
+def _context_failure(folder, name: str, context: Context) -> str:
+    """The planted context bug ``name``'s accuracy failure on a float32 case called in ``context``
+    (autocast entered, torch's thread count set, as ``harness.calling`` does), saved as normcert
+    saves one; its path."""
+    impl = impls.plugin(f"rms_norm={CONTEXTUAL}:{name}")
+    x = torch.from_numpy(np.linspace(-3, 5, 4 * 64).reshape(4, 64)).float()
+    weight = torch.linspace(0.5, 1.5, 64)
+    case = Case("rms_norm", {"x": x, "weight": weight}, {"eps": 1e-6}, context=context)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int(context.threads) if context.threads != "run" else threads)
+    try:
+        with torch.autocast("cpu", torch.bfloat16, enabled=context.autocast == "on"):
+            y = impl.fn(x, weight, 1e-6)
+    finally:
+        torch.set_num_threads(threads)
+    with pytest.raises(PropertyFailure):
+        check_against_oracle((y,), case, Worst())
+    return shlex.split(save_failure(impl, "accuracy", case, str(folder / "failures")))[-1]
+
+
+def _ran(script, capsys) -> tuple[int, str]:
+    """The exported ``script`` run in this process (the kernel importable here): its exit status and line."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the run that xdist workers make: a count of 2 is the context's alone
+    try:
+        with pytest.raises(SystemExit) as ended:
+            runpy.run_path(str(script), run_name="__main__")
+    finally:
+        torch.set_num_threads(threads)
+    return ended.value.code, capsys.readouterr().out.strip()
+
+
+@pytest.mark.parametrize("name, context, says", [
+    ("rms_autocast_bf16_statistics", Context(autocast="on"), "autocast=on"),
+    ("rms_threads_drop_a_half", Context(threads="2"), "threads=2"),
+])
+def test_the_reproducer_applies_autocast_and_the_thread_count(tmp_path, capsys, name, context, says):
+    """A failure that needs autocast, or two intra-op threads, is one in the script too (issue 53):
+    exit 1 and the context named, as normcert replay names it."""
+    replay = _context_failure(tmp_path, name, context)
+    assert cli.main(["replay", replay, "--export", str(tmp_path / "repro.py")]) == 0
+    capsys.readouterr()
+    status, line = _ran(tmp_path / "repro.py", capsys)
+    assert status == 1 and line.startswith(f"accuracy still fails for rms_norm:{CONTEXTUAL}:{name}: in context {says}: y["), line
+
+
+def test_a_context_field_the_script_cannot_apply_is_refused_by_name(tmp_path, monkeypatch, capsys):
+    """A recorded field or value the script has no way to apply (a cotangent's layout, or a field
+    ``reproducer.APPLIED`` lacks, as a field added to ``Context`` is until it is given one) is
+    refused in one line naming it: never dropped from the script unsaid."""
+    replay = _context_failure(tmp_path, "rms_autocast_bf16_statistics", Context(autocast="on"))
+    out = tmp_path / "repro.py"
+    monkeypatch.delitem(reproducer.APPLIED, "autocast")
+    assert cli.main(["replay", replay, "--export", str(out)]) == cli.USAGE
+    err = capsys.readouterr().err
+    assert "the calling context autocast=on, which a reproducer cannot apply" in err and err.count("\n") == 1, err
+    monkeypatch.undo()
+    rewrite(replay, lambda meta: meta["context"].update(dy="transposed"))
+    assert cli.main(["replay", restamped(replay), "--export", str(out)]) == cli.USAGE
+    err = capsys.readouterr().err
+    assert "the calling context dy=transposed, which a reproducer cannot apply" in err and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+INJECTED = "import pathlib; pathlib.Path('injected').write_text('ran')"
+
+
+@pytest.mark.parametrize("field, value", [
+    ("impl", f"rms_norm\n{INJECTED}\n#=normcert.impls.eager:rms_norm"),  # a line of its own in the script's first comment
+    ("impl", f"rms_norm=normcert.impls.eager:rms_norm\n{INJECTED}"),
+    ("impl", "layer_norm=normcert.impls.eager:layer_norm"),  # another op's kernel
+    ("impl", "rms_norm=normcert.impls.eager:rms_norm@\n" + INJECTED),
+    ("impl", "rms_norm=normcert.impls.eager:rms_norm; " + INJECTED),
+    ("impl", ["rms_norm=normcert.impls.eager:rms_norm"]),
+])
+def test_a_replay_file_s_kernel_name_is_a_name_or_the_file_is_refused(tmp_path, monkeypatch, capsys, field, value):
+    """No field of a replay file reaches the exported script but as data (issue 53): a file whose
+    kernel name is not OP=MODULE:ATTR of Python names (OP its own op) is refused by ``replay.load``,
+    in one line, exit 4, and no script is written; nothing it holds runs."""
+    replay = _context_failure(tmp_path, "rms_autocast_bf16_statistics", Context(autocast="on"))
+    rewrite(replay, lambda meta: meta.update({field: value}))
+    replay = restamped(replay)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ReplayError, match=f"'{field}': .* expected rms_norm=MODULE:ATTR"):
+        load(replay, "cpu")
+    assert cli.main(["replay", replay, "--export", str(tmp_path / "repro.py")]) == cli.USAGE
+    err = capsys.readouterr().err
+    assert f"'{field}': " in err and err.count("\n") == 1, err
+    assert not (tmp_path / "repro.py").exists() and not (tmp_path / "injected").exists()
+
+
+def test_a_kernel_the_file_names_is_imported_by_its_script_only_where_normcert_s_or_given(tmp_path, capsys):
+    """Without --impl the script imports the file's kernel only where it is normcert's own, as
+    normcert replay does: any other is named again with --impl, and then exported; the header's
+    kernel is the file's op and the validated names."""
+    replay = _context_failure(tmp_path, "rms_autocast_bf16_statistics", Context(autocast="on"))
+    foreign = "rms_norm=mykern.ops:rms_norm"
+    rewrite(replay, lambda meta: meta.update(impl=foreign))
+    replay = restamped(replay)
+    out = tmp_path / "repro.py"
+    assert cli.main(["replay", replay, "--export", str(out)]) == cli.USAGE
+    err = capsys.readouterr().err
+    assert f"not one of normcert's own; if you trust it, pass --impl {foreign}" in err and err.count("\n") == 1, err
+    assert cli.main(["replay", replay, "--impl", foreign, "--export", str(out)]) == 0
+    assert out.read_text().splitlines()[1] == f"# normcert reproducer: {foreign}"

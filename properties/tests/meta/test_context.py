@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from ....impls import make
+from ....impls.eager import rms_norm as eager_rms_norm
 from ...families import BY_NAME
 from ...harness.calling import laid_out
 from ...evidence.replay import ReplayError, load
@@ -200,3 +201,18 @@ def test_a_kernel_that_makes_a_frozen_input_trainable_fails(normcert_session, tm
     with pytest.raises(PropertyFailure, match="set requires_grad on its input 'weight'"):
         runner.run_family(_session(normcert_session, 0, tmp_path), BY_NAME["accuracy"],
                           _impl(planted_context.rms_marks_weight_trainable), F32, shrink=False)
+
+
+def test_a_row_s_worst_where_names_the_context_its_call_ran_in(normcert_session, tmp_path, one_thread):
+    """A float64 row: autocast meets float32 cases alone (``calling.effective``), so a case drawn with
+    autocast=on runs without it; the row's worst_where names the context the call ran in, every field
+    of it one its modes count (issue 53: it named the drawn autocast=on beside "autocast off 16")."""
+    session = Session(device=normcert_session.device, seed=0, failures_dir=str(tmp_path), eager=normcert_session.eager)
+    impl = make("rms_norm", "eager", "plugin", eager_rms_norm, target="normcert.impls.eager:rms_norm")
+    res = runner.run_family(session, BY_NAME["accuracy"], impl, torch.float64, max_examples=10)
+    assert res.outcome == "pass" and "autocast off" in res.modes and "autocast on" not in res.modes, res.modes
+    named = re.search(r"context: ([^)]*)\)$", res.worst_where)
+    assert named, res.worst_where  # seed 0's worst case is called away from as tested
+    for pair in named.group(1).split(", "):
+        field, value = pair.split("=")
+        assert re.search(rf"(?:^contexts: |; ){field} (?:[^;]*, )?{re.escape(value)} \d+", res.modes), (pair, res.modes)

@@ -33,6 +33,7 @@ from .expect import registered
 from .planted.fp4_rules import _e2m1_half_away as e2m1_half_away, _ieee_formula as _ieee
 
 FP4 = "rms_norm_fp4_quant"  # the op of the planted kernels here
+ADD_FP4 = "add_rms_norm_fp4_quant"  # the fused one's
 
 F32 = torch.float32
 
@@ -162,3 +163,21 @@ def test_the_half_away_kernel_is_certified_as_approximate_and_rejected_as_ieee(t
     with pytest.raises(PropertyFailure, match=r"(?s)exact (0\.25|1\.25|2\.5|5\.0) \(rounds to [0-9.]+\), "
                                              r"the value rounded is off by [0-9.]+ > bound 0 .*bucket=ties"):
         runner.run_family(session, BY_NAME["accuracy"], impl, F32, max_examples=5, shrink=False)
+
+
+
+def test_fusion_makes_no_claim_on_a_block_either_side_makes_none_on(normcert_session, tmp_path):
+    """Fused add + FP4 declaring nan=unspecified (issue 55): on a block whose exact v holds a NaN both
+    bounds are -inf (no claim) while |exact_F - exact_G| is NaN; the fusion family compares the fused
+    kernel with the unfused one where both claim, so the NaN-dropping kernel is certified.  Undeclared
+    (nan=propagate: NaN blocks claimed, their scale must be NaN) it is rejected, and so is a kernel
+    wrong on the claimed blocks that declares nan=unspecified."""
+    session = Session(failures_dir=str(tmp_path), eager=normcert_session.eager)
+    fusion, fn = BY_NAME["fusion"], planted.add_fp4_nan_any_scale
+    assert registered(ADD_FP4, fn).domain == parse("nan=unspecified")
+    res = runner.run_family(session, fusion, registered(ADD_FP4, fn), F32)
+    assert res.outcome == "pass", res.message
+    wrong = dataclasses.replace(registered(ADD_FP4, planted.add_fp4_scale_before_add), domain=parse("nan=unspecified"))
+    for impl, says in ((registered(ADD_FP4, fn, declared=False), r"got [-0-9.e]+, exact nan"), (wrong, "")):
+        with pytest.raises(PropertyFailure, match=r"fusion fails .* vs rms_norm_fp4_quant:eager\(residual_out\).*" + says):
+            runner.run_family(session, fusion, impl, F32, shrink=False)

@@ -7,6 +7,9 @@ each correct under its declaration, and the meta-tests reject it without one.
     nvfp4_scale_floored   rms_norm_fp4_quant whose E4M3 block scale is clamped to >= 2**-6 first
     fp4_nan_any_scale     rms_norm_fp4_quant whose amax drops a NaN (so a block holding one gets
         the finite scale of its other elements): right only where NaN blocks carry no claim
+    add_fp4_nan_any_scale  the same after the residual add (add_rms_norm_fp4_quant), declaring
+        nan=unspecified: the fusion family compares it with the unfused kernel on the blocks both
+        claim alone (a NaN block's bounds are -inf on both sides)
     silu_fp4_byte0_unit_reciprocal  (a bug) silu_and_mul_fp4_quant whose MXFP4 values are multiplied
         by 1.0 where the block's UE8M0 exponent byte is 0 (s = 2**-127), torchao RCEIL's corner: such
         a block comes out all zeros; only the tiny-scale buckets reach it
@@ -26,7 +29,8 @@ from .....oracle.fp4 import BLOCK_FORMATS
 from ..expect import bucket_bug, correct
 
 __all__ = ["mx_floor_scale", "mx_ceil_scale", "mx_even_scale", "nvfp4_scale_floored", "fp4_nan_any_scale",
-           "mx_without_global_scale", "silu_fp4_byte0_unit_reciprocal", "fp4_ties_half_away", "fp4_ieee_ties_even"]
+           "add_fp4_nan_any_scale", "mx_without_global_scale", "silu_fp4_byte0_unit_reciprocal", "fp4_ties_half_away",
+           "fp4_ieee_ties_even"]
 
 
 def _exponent(a, mode):
@@ -101,6 +105,18 @@ nvfp4_scale_floored = correct("rms_norm_fp4_quant")(_ruled(
 fp4_nan_any_scale = correct("rms_norm_fp4_quant")(_ruled(
     drop_nan=True, domain="nan=unspecified",
     doc="A block holding a NaN gets the finite scale of its other elements (its amax drops the NaN)."))
+
+
+@correct("add_rms_norm_fp4_quant")
+def add_fp4_nan_any_scale(x, residual, weight, eps, block_format, global_scale, layout):
+    """fp4_nan_any_scale after the residual add: a block holding a NaN gets its other elements' scale."""
+    s = up(x) + up(residual)
+    return (*_quantise(rms_formula(s, up(weight, x), eps), block_format, global_scale, layout, drop_nan=True),
+            s.to(residual.dtype))
+
+
+add_fp4_nan_any_scale.normcert_domain = "nan=unspecified"
+
 mx_without_global_scale = correct("rms_norm_fp4_quant")(_ruled(
     mx_global=False, doc="The global scale applied to NVFP4 blocks only: an MXFP4 block is scaled by amax / 6 alone."))
 
