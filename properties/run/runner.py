@@ -54,7 +54,8 @@ from ..harness.calling import effective
 from ..harness.sandbox import ContractViolation, KernelHung, NotSupported, first_line, invoke, kernel_code
 from ..search.buckets import LONG_RUN
 from ..families.long_run import said
-from .failures import kind_of, narrowed
+from .failures import kind_of
+from .reduce import reduce
 from .news import say
 from .schedule import rotated, scheduled
 
@@ -310,10 +311,9 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
         raise PropertyFailure(
             f"{prop} {'could not be checked' if res.outcome == 'error' else 'fails'} for {impl.id} ({impl.backend}) "
             f"in {res.dtype}: {res.message}\n"
-            f"  {'first failing case (not shrunk: ' + search.shrinks_not + ')' if search.shrinks_not else 'shrunk case'}: "
-            f"{res.worst_where}\n  replay: {res.replay}"
-            + "".join(f"\n  and a failure of another kind: {f['message']}\n    on: {f['where']}\n    replay: {f['replay']}"
-                      for f in res.failures[1:])
+            f"  {search.found[0].label if search.found else search._label()}: {res.worst_where}\n  replay: {res.replay}"
+            + "".join(f"\n  and a failure of another kind: {f['message']}\n    {found.label}: {f['where']}\n"
+                      f"    replay: {f['replay']}" for f, found in zip(res.failures[1:], search.found[1:]))
         ) from None
     return res
 
@@ -344,6 +344,7 @@ class Found:
     kind: str
     units: float | None = None
     ulps: float | None = None
+    label: str = "failing case"  # how the case is named where it is reported (``_Search._label``)
 
     def entry(self, replay: str) -> dict:
         """The certificate's entry for it (``Result.failures``), ``replay`` the command that replays it."""
@@ -378,6 +379,7 @@ class _Search:
         self.until = None  # perf_counter() past which another round stops (``_OutOfBudget``)
         self.partial = None  # the last failing case of the round's new kind, held where its time runs out
         self.hung = None  # (case, message) of the case the kernel hung on (``sandbox.KernelHung``)
+        self.reduction = None  # how the last failing case was reduced (``reduce.Reduction``), None: it was not
         self.forcing = session.forcing(impl)
 
     def in_domain(self, strategy, buckets):
@@ -465,6 +467,7 @@ class _Search:
         """Is ``e`` on ``case`` a failure of a kind found already (a later round passes over it: it
         seeks another kind, and its target no longer climbs this one)?  Else it is kept as the case
         that failed."""
+        self.cover.checked(case)  # it ran: the cell's coverage says so, failing or not
         kind = kind_of(e, message)
         if any(f.kind == kind for f in self.found):
             self.worst.example_units = 0.0
@@ -474,7 +477,8 @@ class _Search:
         self.failed = (case, message)
         self.failed_as = (kind, getattr(e, "units", None), getattr(e, "ulps", None))
         if self.round:
-            self.partial = Found(case, message, *self.failed_as)
+            self.partial = Found(case, message, *self.failed_as,
+                                 label="first failing case (not shrunk: the time for other failures ran out)")
         return False
 
     def others(self, e: BaseException, outcome: str, message: str, strategy, max_examples, buckets,
@@ -488,7 +492,7 @@ class _Search:
         nothing or costs too much)."""
         if self.failed is None:
             return
-        self.found = [Found(self.failed[0], message, *self.failed_as)]
+        self.found = [Found(self.failed[0], message, *self.failed_as, label=self._label())]
         if outcome != "fail" or isinstance(e, Flaky) or self.hung or self.shrinks_not or self.session.most_failures < 2:
             return
         self.until = time.perf_counter() + max(MORE_TIME * seconds, MORE_TIME_FLOOR)
@@ -514,11 +518,20 @@ class _Search:
                     outcome, message, case = self.failure(again)
                     if case is None:
                         return
-                    self.found.append(Found(case, message, *self.failed_as))
+                    self.found.append(Found(case, message, *self.failed_as, label=self._label()))
                     if outcome != "fail" or isinstance(again, Flaky) or self.hung:
                         return
         finally:
             self.worst, self.until = kept, None
+
+    def _label(self) -> str:
+        """How the failing case is named: ``reduce.Reduction.label`` where it went through reduction,
+        else the first failing case and why it was not reduced (a hang, a nondeterministic kernel,
+        normcert's own error, or ``shrinks_not``)."""
+        if self.reduction is not None:
+            return self.reduction.label
+        why = self.shrinks_not or ("the kernel hung on it" if self.hung else "not a reproducible failure")
+        return f"first failing case (not shrunk: {why})"
 
     def _pruned(self) -> str:
         """What a failure's message adds where the case's config was pruned away for a call's key
@@ -547,8 +560,10 @@ class _Search:
         failure = isinstance(e, (AssertionError, Flaky))
         outcome = ("fail" if self.gating else "warn") if failure else "error"
         case, message = self.failed or (None, first_line(e) or type(e).__name__)
+        self.reduction = None
         if failure and case is not None and not self.shrinks_not and not isinstance(e, Flaky) and not self.hung:
-            case, message = self.failed = narrowed(self, case, message, self.failed_as[0])
+            case, message, self.reduction = reduce(self, case, message, self.failed_as[0])
+            self.failed = case, message
         if isinstance(e, Flaky):
             message = f"nondeterministic: the same case gave another result when run again ({message})"
         elif not failure:
