@@ -16,7 +16,9 @@ list started again after each kept step:
                failing element, to its first row, to its first or second half
     rank       a leading dim of size 1 dropped (where the domain admits the lower rank)
     row        the row length halved (rounded down to the width step), keeping the window of
-               columns that holds the failing element, else the first columns
+               columns that holds the failing element, else the first columns; then a half, a
+               quarter or an eighth of the columns taken out, each in turn (not for a gated
+               norm's groups)
     layout     every tensor made contiguous
     values     every float input rounded towards zero to a power of two, then to an integer; a
                weight or bias set to its identity (ones, zeros)
@@ -76,23 +78,38 @@ def reduce(search, case: Case, message: str, kind: str, budget: int = BUDGET) ->
         return case, message, Reduction(skipped=f"a long run of {int(case.params['calls'])} calls in a row")
     done = Reduction()
     steps: list[str] = []
+    tried: set = set()
+    memo = {"parts": 2}  # the finest cut-out that held: the next pass starts there (as ddmin does)
     progress = True
     while progress and done.calls < budget:
         progress = False
-        for step, candidate in _candidates(search, case, message):
+        for step, candidate in _candidates(search, case, message, memo):
+            key = _key(candidate)
+            if key in tried:
+                continue
             if done.calls >= budget:
                 done.spent = True
                 break
+            tried.add(key)
             done.calls += 1
             said = _same(search, candidate, kind)
             if said is not None:
                 case, message, progress = candidate, said, True
                 steps.append(step)
+                memo["parts"] = memo.get("cut", 2) if step.startswith("row length") else memo["parts"]
                 break
     done.steps = tuple(steps)
     if steps:
         case.notes["reduced"] = "; ".join(_merged(steps)) + (" (budget spent)" if done.spent else "")
     return case, message, done
+
+
+def _key(case: Case):
+    """What tells two candidates apart: their tensors' shapes, strides and bits, scalars and context."""
+    return (tuple((k, None) if t is None else (k, tuple(t.shape), tuple(t.stride()), t.detach().cpu().contiguous()
+                                               .view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+                  for k, t in case.tensors.items()),
+            repr(sorted(case.scalars.items())), case.context, case.config)
 
 
 def _same(search, candidate: Case, kind: str) -> str | None:
@@ -112,7 +129,7 @@ def _same(search, candidate: Case, kind: str) -> str | None:
     return None
 
 
-def _candidates(search, case: Case, message: str):
+def _candidates(search, case: Case, message: str, memo: dict):
     """(step in words, candidate) pairs from ``case``, in the module docstring's order."""
     yield from _contexts(search, case)
     rec = case.record
@@ -128,10 +145,11 @@ def _candidates(search, case: Case, message: str):
                 yield f"rows {n0} -> {b - a}", _along_rows(case, lambda t: t[a:b])
         if n0 == 1 and search.impl.domain.rank(main.dim() - 1) == main.dim() - 1:
             yield f"rank {main.dim()} -> {main.dim() - 1}", _along_rows(case, lambda t: t[0])
-    yield from _shorter(search, case, at[-1] if at else None)
+    yield from _halved(search, case, at[-1] if at else None, memo)
     if any(t is not None and not t.is_contiguous() for t in case.tensors.values()):
         yield "made contiguous", case.copy(tensors={k: None if t is None else t.contiguous()
                                                     for k, t in case.tensors.items()})
+    yield from _cut_out(search, case, memo)
     yield from _simpler(case)
 
 
@@ -139,6 +157,9 @@ def _contexts(search, case: Case):
     if search.prop not in BY_NAME or not BY_NAME[search.prop].contexts:
         return
     plain = tested(BY_NAME[search.prop])
+    off = [f.name for f in fields(Context) if getattr(case.context, f.name) != getattr(plain, f.name)]
+    if len(off) > 1:
+        yield "context as tested", case.copy(context=plain)
     for f in fields(Context):
         value = getattr(plain, f.name)
         if getattr(case.context, f.name) != value:
@@ -158,7 +179,7 @@ def _along_rows(case: Case, cut) -> Case:
                               for k, t in case.tensors.items()})
 
 
-def _shorter(search, case: Case, column: int | None):
+def _halved(search, case: Case, column: int | None, memo: dict):
     """The case with its row length halved, inside the kernel's declared domain (``fit``): the
     window of output columns holding ``column`` brought to the front first (each row input and
     weight rotated alike: the same op on other, equally valid values), then the first columns."""
@@ -177,9 +198,55 @@ def _shorter(search, case: Case, column: int | None):
     shifts = [0]
     if column is not None and 0 <= column < m and column >= keep:
         shifts.insert(0, column // max(keep, 1) * keep)
+    memo["cut"] = 2  # a halving kept: the cut-outs start again from halves
     for shift in shifts:
         moved = _rotated(case, shift) if shift else case
         yield f"row length {n} -> {limit}", fit(moved, domain)
+
+
+def _cut_out(search, case: Case, memo: dict):
+    """The case with a half, a quarter or an eighth of its output columns taken out, each in turn
+    (``_without``), where the row length left is one the kernel's domain admits."""
+    rec, main = case.record, case.main
+    if not main.dim():
+        return
+    n = main.shape[-1]
+    step = replace(search.impl.domain, max_width=None).width(1, rec.halves, rec.width_multiple)
+    m = n // 2 if rec.halves else n
+    if any(case.scalars.get(a.name) is not None for a in rec.args if a.kind == "group_size"):
+        return  # a gated norm's groups: only the halving above, which refits group_size
+    for parts in (p for p in (2, 4, 8) if p >= memo["parts"]):
+        memo["cut"] = parts
+        k = max(step // (2 if rec.halves else 1), m // parts // step * step)
+        for first in range(0, m - k + 1, k):
+            left = (m - k) * (2 if rec.halves else 1)
+            if left and search.impl.domain.width(left, rec.halves, rec.width_multiple) == left:
+                yield f"row length {n} -> {left}", _without(case, first, first + k)
+
+
+def _without(case: Case, a: int, b: int) -> Case:
+    """``case`` with output columns a:b taken out of every row input, weight, bias and matrix (a
+    [gate | up] row loses them from both halves): the same op on fewer, equally valid values."""
+    rec = case.record
+    kinds = {x.name: KINDS[x.kind].shape for x in rec.args}
+
+    def drop(t, dim):
+        n = t.shape[dim]
+        return torch.cat([t.narrow(dim, 0, a), t.narrow(dim, b, n - b)], dim=dim)
+
+    out = {}
+    for k, t in case.tensors.items():
+        shape = kinds.get(k)
+        if t is None or shape not in ("rows", "vector", "matrix"):
+            out[k] = t
+        elif shape == "rows" and rec.halves:
+            gate, up = t.chunk(2, dim=-1)
+            out[k] = torch.cat([drop(gate, -1), drop(up, -1)], dim=-1)
+        elif shape == "matrix":
+            out[k] = drop(drop(t, -1), -2)
+        else:
+            out[k] = drop(t, -1)
+    return case.copy(tensors=out)
 
 
 def _rotated(case: Case, shift: int) -> Case:

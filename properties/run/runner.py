@@ -413,7 +413,7 @@ class _Search:
         try:
             if strategy is not None:
                 again = ("another kind", self.round) if self.round else ()
-                self.search(strategy, max_examples, *again, **({"phases": _NO_SHRINK} if self.shrinks_not else {}))
+                self.search(strategy, max_examples, *again, phases=_NO_SHRINK)
             for k, (label, strat) in enumerate(buckets):
                 if k in self.ran:
                     continue
