@@ -98,6 +98,7 @@ def reduce(search, case: Case, message: str, kind: str, budget: int = BUDGET) ->
                 steps.append(step)
                 memo["parts"] = memo.get("cut", 2) if step.startswith("row length") else memo["parts"]
                 break
+    done.spent = done.spent or progress  # the last pass ended on a step kept: the next was never tried
     done.steps = tuple(steps)
     if steps:
         case.notes["reduced"] = "; ".join(_merged(steps)) + (" (budget spent)" if done.spent else "")

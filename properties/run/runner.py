@@ -2,8 +2,9 @@
 
 ``run`` drives one property for one (implementation, dtype): it draws cases,
 calls the property's check, keeps the worst error seen (and steers Hypothesis
-towards it with ``target``), and on failure re-raises with the shrunk case,
-the property, the dtype and the replay command.  Every run leaves one
+towards it with ``target``), and on failure re-raises with the failing case
+reduced (``reduce``: Hypothesis's own shrinking is not run, the reducer costs far
+fewer kernel calls), the property, the dtype and the replay command.  Every run leaves one
 ``Result`` in its session's ``results`` for the certificate, made once at its end
 (``record``): ``pass`` only when the search completed with every case checked and
 some case held an element (``not-run`` where none did: nothing checked is no evidence),
@@ -231,7 +232,7 @@ def run_family(session, family, impl, dtype, *, max_examples=None, gating=True, 
                gating=gating, buckets=schedule, judge=judge, shrink=shrink)
 
 
-_NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
+_NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))  # a failure is reduced by ``reduce``
 _OVERRIDES = {"suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
               # too_slow: an 8192-wide row through the Triton interpreter is slow by design;
               # data_too_large: the case strategy draws many structural choices on purpose.
@@ -270,9 +271,10 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
         judge=as_run, shrink=True) -> Result:
     """Run ``check(session, impl, case, worst)`` over ``strategy`` (``max_examples`` cases, default:
     the profile's; None: no random search), then over each (label, strategy) of ``buckets`` (one
-    case each: the first one Hypothesis tries, not shrunk); record the result and raise on failure.
+    case each: the first one Hypothesis tries); record the result and raise on failure.  A failing
+    case, drawn or a bucket's, is reduced (``reduce``) to a small one that fails the same way.
     A non-gating run (a bitwise family without --bitwise) reports a failure as a warning and does
-    not shrink it: shrinking re-runs the kernel hundreds of times for a case that fails nothing;
+    not reduce it: reducing re-runs the kernel tens of times for a case that fails nothing;
     nor is a case study's expected failure shrunk, outside ``--profile thorough``; ``shrink=False``
     asks for none (the meta-tests' detection checks: whether a bug dies, not its minimal case).
     ``judge(outcome, message)`` reads the run's own outcome (pass, fail, warn, error,
@@ -362,8 +364,8 @@ class _Search:
         self.supported, self.gating = supported, gating
         # the whole dtype refused: every case must be refused too
         self.check = check if supported else _refuses(DTYPE_NAMES[dtype])
-        # a failure is shrunk to a small case, at the price of re-running kernel and oracle hundreds of
-        # times; not where the failure decides nothing (a bitwise family without --bitwise) or is the
+        # a failure is reduced to a small case (``reduce``), at the price of re-running kernel and oracle
+        # up to ``reduce.BUDGET`` times; not where the failure decides nothing (a bitwise family without --bitwise) or is the
         # expected verdict on a case study (most of the suite's time went to shrinking those), unless
         # --profile thorough asks for their minimal cases
         self.shrinks_not = ("a warning" if not gating else "not asked" if not shrink else
@@ -418,7 +420,7 @@ class _Search:
                 if k in self.ran:
                     continue
                 self.ran.add(k)
-                # no shrinking: the bucket fixes the shape, and each step would re-run a large case
+                # one case, the bucket's: a failure is reduced afterwards (``failure``), not by Hypothesis
                 self.search(strat, 1, label, phases=(Phase.generate,))
         finally:
             self.forcing.select("")  # calls outside a search (the sample probes) run the first config
@@ -485,10 +487,10 @@ class _Search:
                seconds: float) -> None:
         """After the search failed with ``e`` (its ``outcome`` and ``message``) in ``seconds``: search on for failures
         of other kinds (``kind_of``), as Hypothesis does when it reports several distinct bugs, each
-        shrunk: round after round, each a random search on a seed of its own (then the buckets not
-        run yet), until ``session.most_failures`` are found or ``MORE_TIME`` runs out (a case being shrunk
-        then is kept as shrunk so far), or, for a family with no random search, its buckets are done.  Not after a hang, a nondeterministic
-        kernel, normcert's own error, or a failure not shrunk (``shrinks_not``: it decides
+        reduced: round after round, each a random search on a seed of its own (then the buckets not
+        run yet), until ``session.most_failures`` are found or ``MORE_TIME`` runs out (a case found
+        then is kept as found, not reduced), or, for a family with no random search, its buckets are done.  Not after a hang, a nondeterministic
+        kernel, normcert's own error, or a failure not reduced (``shrinks_not``: it decides
         nothing or costs too much)."""
         if self.failed is None:
             return
@@ -509,7 +511,6 @@ class _Search:
                     continue  # nothing new on this seed: another, while time is left
                 except _OutOfBudget:
                     if self.partial is not None:
-                        self.partial.message += " (its shrinking stopped where the time for other failures ran out)"
                         self.found.append(self.partial)
                     return
                 except KeyboardInterrupt:
