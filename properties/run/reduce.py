@@ -13,7 +13,8 @@ list started again after each kept step:
 
     context    each field of the calling context put back to its family's as-tested value
     rows       the main tensor's first dim (and a mask's, which shares it) cut to the row of the
-               failing element, to its first row, to its first or second half
+               failing element, to its first row, to its first or second half; one row to none
+               (the empty batch, where another kind of failure often lives)
     rank       a leading dim of size 1 dropped (where the domain admits the lower rank)
     row        the row length halved (rounded down to the width step), keeping the window of
                columns that holds the failing element, else the first columns; then a half, a
@@ -23,14 +24,15 @@ list started again after each kept step:
     values     every float input rounded towards zero to a power of two, then to an integer; a
                weight or bias set to its identity (ones, zeros)
 
-What changed is said in ``case.notes["reduced"]``; a masked MoE op (``counts``) keeps its rows and
+A failure of another kind met on the way is kept (``Reduction.others``) for the search for distinct
+failures (``runner._Search.others``), as Hypothesis's shrinker reports them.  What changed is said in ``case.notes["reduced"]``; a masked MoE op (``counts``) keeps its rows and
 rank; a long run's case (``params["calls"]`` > 1) is not reduced (its check replays the first
 failure rather than call the kernel again).
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 
@@ -41,7 +43,7 @@ from ..evidence.replay import tested
 from ..harness.measure import Worst
 from ..harness.sandbox import KernelHung, first_line
 from ..search.case import Case
-from ..search.context import Context
+from ..search.context import Context, choices
 from ..search.fitting import fit
 from .failures import kind_of
 
@@ -58,6 +60,7 @@ class Reduction:
     steps: tuple[str, ...] = ()
     spent: bool = False
     skipped: str = ""
+    others: list = field(default_factory=list)  # (case, message, error) of each other kind of failure met
 
     @property
     def label(self) -> str:
@@ -92,7 +95,7 @@ def reduce(search, case: Case, message: str, kind: str, budget: int = BUDGET) ->
                 break
             tried.add(key)
             done.calls += 1
-            said = _same(search, candidate, kind)
+            said = _same(search, candidate, kind, done.others)
             if said is not None:
                 case, message, progress = candidate, said, True
                 steps.append(step)
@@ -113,8 +116,10 @@ def _key(case: Case):
             repr(sorted(case.scalars.items())), case.context, case.config)
 
 
-def _same(search, candidate: Case, kind: str) -> str | None:
-    """The message of ``candidate``'s failure where it is one of ``kind``, else None."""
+def _same(search, candidate: Case, kind: str, others: list | None = None) -> str | None:
+    """The message of ``candidate``'s failure where it is one of ``kind``, else None; a failure of
+    another kind is kept in ``others`` (the first of each kind), as Hypothesis's shrinker reports the
+    distinct bugs it meets."""
     search.forcing.select(candidate.config)
     try:
         search.check(search.session, search.impl, candidate, Worst())
@@ -122,7 +127,11 @@ def _same(search, candidate: Case, kind: str) -> str | None:
         raise
     except AssertionError as e:
         said = first_line(e) or type(e).__name__
-        return said if kind_of(e, said) == kind else None
+        if kind_of(e, said) == kind:
+            return said
+        if others is not None and all(kind_of(o, m) != kind_of(e, said) for _, m, o in others):
+            others.append((candidate, said, e))
+        return None
     except Exception:  # noqa: BLE001 - another outcome (a refusal, an error): not the same failure
         return None
     finally:
@@ -140,12 +149,13 @@ def _candidates(search, case: Case, message: str, memo: dict):
     if rec.counts is None and main.dim() >= 2:
         n0 = main.shape[0]
         cuts = [(at[0], at[0] + 1)] if at and 0 <= at[0] < n0 and n0 > 1 else []
-        cuts += [(0, 1), (0, n0 // 2), (n0 // 2, n0)] if n0 > 1 else []
+        cuts += [(0, 1), (0, n0 // 2), (n0 // 2, n0)] if n0 > 1 else [(0, 0)]  # one row: the empty batch
         for a, b in dict.fromkeys(cuts):
-            if b > a:
-                yield f"rows {n0} -> {b - a}", _along_rows(case, lambda t: t[a:b])
+            yield f"rows {n0} -> {b - a}", _along_rows(case, lambda t, a=a, b=b: t[a:b])
         if n0 == 1 and search.impl.domain.rank(main.dim() - 1) == main.dim() - 1:
             yield f"rank {main.dim()} -> {main.dim() - 1}", _along_rows(case, lambda t: t[0])
+    elif rec.counts is None and main.dim() == 1 and search.impl.domain.rank(2) == 2:  # one row: the empty batch
+        yield "rows 1 -> 0", _along_rows(case, lambda t: t.unsqueeze(0)[:0])
     yield from _halved(search, case, at[-1] if at else None, memo)
     if any(t is not None and not t.is_contiguous() for t in case.tensors.values()):
         yield "made contiguous", case.copy(tensors={k: None if t is None else t.contiguous()
@@ -155,16 +165,23 @@ def _candidates(search, case: Case, message: str, memo: dict):
 
 
 def _contexts(search, case: Case):
+    """The case with its calling context put back to the as-tested one whole, then field by field to
+    each value its family draws before the one it has (the as-tested value first, then the others in
+    ``context.choices``' order: those Hypothesis shrinks towards)."""
     if search.prop not in BY_NAME or not BY_NAME[search.prop].contexts:
         return
-    plain = tested(BY_NAME[search.prop])
+    family = BY_NAME[search.prop]
+    plain = tested(family)
     off = [f.name for f in fields(Context) if getattr(case.context, f.name) != getattr(plain, f.name)]
     if len(off) > 1:
         yield "context as tested", case.copy(context=plain)
-    for f in fields(Context):
-        value = getattr(plain, f.name)
-        if getattr(case.context, f.name) != value:
-            yield f"context {f.name} as tested", case.copy(context=replace(case.context, **{f.name: value}))
+    leaves = tuple(case.record.grads_in(case.tensors))
+    for name in off:
+        first = getattr(plain, name)
+        order = (first,) + tuple(v for v in choices(name, leaves, family.backward) if v != first)
+        now = getattr(case.context, name)
+        for value in order[:order.index(now)] if now in order else order[:1]:
+            yield f"context {name} {value}", case.copy(context=replace(case.context, **{name: value}))
 
 
 def _failing_index(message: str) -> tuple[int, ...] | None:

@@ -327,7 +327,7 @@ MOST_FAILURES = 3
 MORE_TIME = 2.0
 MORE_TIME_FLOOR = 0.5
 """The search for failures of other kinds may take ``MORE_TIME`` times what the first failure took
-(its search and shrinking), or ``MORE_TIME_FLOOR`` seconds where that is more: a failing cell costs
+(its search and reduction), or ``MORE_TIME_FLOOR`` seconds where that is more: a failing cell costs
 at most about three times what it did when the search stopped at its first failure."""
 
 
@@ -497,6 +497,14 @@ class _Search:
         self.found = [Found(self.failed[0], message, *self.failed_as, label=self._label())]
         if outcome != "fail" or isinstance(e, Flaky) or self.hung or self.shrinks_not or self.session.most_failures < 2:
             return
+        met = self.reduction.others if self.reduction is not None else []
+        for case, said, again in met:  # met while reducing the first: reduced in turn, as a search's would be
+            if len(self.found) >= self.session.most_failures:
+                break
+            self.failed, self.failed_as = (case, said), (kind_of(again, said), getattr(again, "units", None),
+                                                         getattr(again, "ulps", None))
+            outcome, said, case = self.failure(again)
+            self.found.append(Found(case, said, *self.failed_as, label=self._label()))
         self.until = time.perf_counter() + max(MORE_TIME * seconds, MORE_TIME_FLOOR)
         kept = self.worst
         self.worst = Worst()  # the result's worst error stays the first search's
