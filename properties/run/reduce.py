@@ -110,8 +110,8 @@ def reduce(search, case: Case, message: str, kind: str, budget: int = BUDGET) ->
 
 def _key(case: Case):
     """What tells two candidates apart: their tensors' shapes, strides and bits, scalars and context."""
-    return (tuple((k, None) if t is None else (k, tuple(t.shape), tuple(t.stride()), t.detach().cpu().flatten()
-                                               .contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return (tuple((k, None) if t is None else (k, tuple(t.shape), tuple(t.stride()), torch.empty(t.shape, dtype=t.dtype)
+                                               .copy_(t.detach()).reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
                   for k, t in case.tensors.items()),
             repr(sorted(case.scalars.items())), case.context, case.config)
 
