@@ -219,7 +219,9 @@ def _halved(search, case: Case, column: int | None, memo: dict):
     memo["cut"] = 2  # a halving kept: the cut-outs start again from halves
     for shift in shifts:
         moved = _rotated(case, shift) if shift else case
-        yield f"row length {n} -> {limit}", fit(moved, domain)
+        out = fit(moved, domain)
+        out.notes = dict(case.notes)  # fitted to the domain already: "reduced" says what changed
+        yield f"row length {n} -> {limit}", out
 
 
 def _cut_out(search, case: Case, memo: dict):
