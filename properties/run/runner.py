@@ -2,8 +2,9 @@
 
 ``run`` drives one property for one (implementation, dtype): it draws cases,
 calls the property's check, keeps the worst error seen (and steers Hypothesis
-towards it with ``target``), and on failure re-raises with the shrunk case,
-the property, the dtype and the replay command.  Every run leaves one
+towards it with ``target``), and on failure re-raises with the failing case
+reduced (``reduce``: Hypothesis's own shrinking is not run, the reducer costs far
+fewer kernel calls), the property, the dtype and the replay command.  Every run leaves one
 ``Result`` in its session's ``results`` for the certificate, made once at its end
 (``record``): ``pass`` only when the search completed with every case checked and
 some case held an element (``not-run`` where none did: nothing checked is no evidence),
@@ -54,7 +55,8 @@ from ..harness.calling import effective
 from ..harness.sandbox import ContractViolation, KernelHung, NotSupported, first_line, invoke, kernel_code
 from ..search.buckets import LONG_RUN
 from ..families.long_run import said
-from .failures import kind_of, narrowed
+from .failures import kind_of
+from .reduce import reduce
 from .news import say
 from .schedule import rotated, scheduled
 
@@ -230,7 +232,7 @@ def run_family(session, family, impl, dtype, *, max_examples=None, gating=True, 
                gating=gating, buckets=schedule, judge=judge, shrink=shrink)
 
 
-_NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
+_NO_SHRINK = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))  # a failure is reduced by ``reduce``
 _OVERRIDES = {"suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
               # too_slow: an 8192-wide row through the Triton interpreter is slow by design;
               # data_too_large: the case strategy draws many structural choices on purpose.
@@ -269,9 +271,10 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
         judge=as_run, shrink=True) -> Result:
     """Run ``check(session, impl, case, worst)`` over ``strategy`` (``max_examples`` cases, default:
     the profile's; None: no random search), then over each (label, strategy) of ``buckets`` (one
-    case each: the first one Hypothesis tries, not shrunk); record the result and raise on failure.
+    case each: the first one Hypothesis tries); record the result and raise on failure.  A failing
+    case, drawn or a bucket's, is reduced (``reduce``) to a small one that fails the same way.
     A non-gating run (a bitwise family without --bitwise) reports a failure as a warning and does
-    not shrink it: shrinking re-runs the kernel hundreds of times for a case that fails nothing;
+    not reduce it: reducing re-runs the kernel tens of times for a case that fails nothing;
     nor is a case study's expected failure shrunk, outside ``--profile thorough``; ``shrink=False``
     asks for none (the meta-tests' detection checks: whether a bug dies, not its minimal case).
     ``judge(outcome, message)`` reads the run's own outcome (pass, fail, warn, error,
@@ -310,10 +313,9 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
         raise PropertyFailure(
             f"{prop} {'could not be checked' if res.outcome == 'error' else 'fails'} for {impl.id} ({impl.backend}) "
             f"in {res.dtype}: {res.message}\n"
-            f"  {'first failing case (not shrunk: ' + search.shrinks_not + ')' if search.shrinks_not else 'shrunk case'}: "
-            f"{res.worst_where}\n  replay: {res.replay}"
-            + "".join(f"\n  and a failure of another kind: {f['message']}\n    on: {f['where']}\n    replay: {f['replay']}"
-                      for f in res.failures[1:])
+            f"  {search.found[0].label if search.found else search._label()}: {res.worst_where}\n  replay: {res.replay}"
+            + "".join(f"\n  and a failure of another kind: {f['message']}\n    {found.label}: {f['where']}\n"
+                      f"    replay: {f['replay']}" for f, found in zip(res.failures[1:], search.found[1:]))
         ) from None
     return res
 
@@ -325,7 +327,7 @@ MOST_FAILURES = 3
 MORE_TIME = 2.0
 MORE_TIME_FLOOR = 0.5
 """The search for failures of other kinds may take ``MORE_TIME`` times what the first failure took
-(its search and shrinking), or ``MORE_TIME_FLOOR`` seconds where that is more: a failing cell costs
+(its search and reduction), or ``MORE_TIME_FLOOR`` seconds where that is more: a failing cell costs
 at most about three times what it did when the search stopped at its first failure."""
 
 
@@ -344,6 +346,7 @@ class Found:
     kind: str
     units: float | None = None
     ulps: float | None = None
+    label: str = "failing case"  # how the case is named where it is reported (``_Search._label``)
 
     def entry(self, replay: str) -> dict:
         """The certificate's entry for it (``Result.failures``), ``replay`` the command that replays it."""
@@ -361,8 +364,8 @@ class _Search:
         self.supported, self.gating = supported, gating
         # the whole dtype refused: every case must be refused too
         self.check = check if supported else _refuses(DTYPE_NAMES[dtype])
-        # a failure is shrunk to a small case, at the price of re-running kernel and oracle hundreds of
-        # times; not where the failure decides nothing (a bitwise family without --bitwise) or is the
+        # a failure is reduced to a small case (``reduce``), at the price of re-running kernel and oracle
+        # up to ``reduce.BUDGET`` times; not where the failure decides nothing (a bitwise family without --bitwise) or is the
         # expected verdict on a case study (most of the suite's time went to shrinking those), unless
         # --profile thorough asks for their minimal cases
         self.shrinks_not = ("a warning" if not gating else "not asked" if not shrink else
@@ -378,6 +381,7 @@ class _Search:
         self.until = None  # perf_counter() past which another round stops (``_OutOfBudget``)
         self.partial = None  # the last failing case of the round's new kind, held where its time runs out
         self.hung = None  # (case, message) of the case the kernel hung on (``sandbox.KernelHung``)
+        self.reduction = None  # how the last failing case was reduced (``reduce.Reduction``), None: it was not
         self.forcing = session.forcing(impl)
 
     def in_domain(self, strategy, buckets):
@@ -411,12 +415,12 @@ class _Search:
         try:
             if strategy is not None:
                 again = ("another kind", self.round) if self.round else ()
-                self.search(strategy, max_examples, *again, **({"phases": _NO_SHRINK} if self.shrinks_not else {}))
+                self.search(strategy, max_examples, *again, phases=_NO_SHRINK)
             for k, (label, strat) in enumerate(buckets):
                 if k in self.ran:
                     continue
                 self.ran.add(k)
-                # no shrinking: the bucket fixes the shape, and each step would re-run a large case
+                # one case, the bucket's: a failure is reduced afterwards (``failure``), not by Hypothesis
                 self.search(strat, 1, label, phases=(Phase.generate,))
         finally:
             self.forcing.select("")  # calls outside a search (the sample probes) run the first config
@@ -468,6 +472,7 @@ class _Search:
         """Is ``e`` on ``case`` a failure of a kind found already (a later round passes over it: it
         seeks another kind, and its target no longer climbs this one)?  Else it is kept as the case
         that failed."""
+        self.cover.checked(case)  # it ran: the cell's coverage says so, failing or not
         kind = kind_of(e, message)
         if any(f.kind == kind for f in self.found):
             self.worst.example_units = 0.0
@@ -477,23 +482,32 @@ class _Search:
         self.failed = (case, message)
         self.failed_as = (kind, getattr(e, "units", None), getattr(e, "ulps", None))
         if self.round:
-            self.partial = Found(case, message, *self.failed_as)
+            self.partial = Found(case, message, *self.failed_as,
+                                 label="first failing case (not shrunk: the time for other failures ran out)")
         return False
 
     def others(self, e: BaseException, outcome: str, message: str, strategy, max_examples, buckets,
                seconds: float) -> None:
         """After the search failed with ``e`` (its ``outcome`` and ``message``) in ``seconds``: search on for failures
         of other kinds (``kind_of``), as Hypothesis does when it reports several distinct bugs, each
-        shrunk: round after round, each a random search on a seed of its own (then the buckets not
-        run yet), until ``session.most_failures`` are found or ``MORE_TIME`` runs out (a case being shrunk
-        then is kept as shrunk so far), or, for a family with no random search, its buckets are done.  Not after a hang, a nondeterministic
-        kernel, normcert's own error, or a failure not shrunk (``shrinks_not``: it decides
+        reduced: round after round, each a random search on a seed of its own (then the buckets not
+        run yet), until ``session.most_failures`` are found or ``MORE_TIME`` runs out (a case found
+        then is kept as found, not reduced), or, for a family with no random search, its buckets are done.  Not after a hang, a nondeterministic
+        kernel, normcert's own error, or a failure not reduced (``shrinks_not``: it decides
         nothing or costs too much)."""
         if self.failed is None:
             return
-        self.found = [Found(self.failed[0], message, *self.failed_as)]
+        self.found = [Found(self.failed[0], message, *self.failed_as, label=self._label())]
         if outcome != "fail" or isinstance(e, Flaky) or self.hung or self.shrinks_not or self.session.most_failures < 2:
             return
+        met = self.reduction.others if self.reduction is not None else []
+        for case, said, again in met:  # met while reducing the first: reduced in turn, as a search's would be
+            if len(self.found) >= self.session.most_failures:
+                break
+            self.failed, self.failed_as = (case, said), (kind_of(again, said), getattr(again, "units", None),
+                                                         getattr(again, "ulps", None))
+            outcome, said, case = self.failure(again)
+            self.found.append(Found(case, said, *self.failed_as, label=self._label()))
         self.until = time.perf_counter() + max(MORE_TIME * seconds, MORE_TIME_FLOOR)
         kept = self.worst
         self.worst = Worst()  # the result's worst error stays the first search's
@@ -508,7 +522,6 @@ class _Search:
                     continue  # nothing new on this seed: another, while time is left
                 except _OutOfBudget:
                     if self.partial is not None:
-                        self.partial.message += " (its shrinking stopped where the time for other failures ran out)"
                         self.found.append(self.partial)
                     return
                 except KeyboardInterrupt:
@@ -517,11 +530,20 @@ class _Search:
                     outcome, message, case = self.failure(again)
                     if case is None:
                         return
-                    self.found.append(Found(case, message, *self.failed_as))
+                    self.found.append(Found(case, message, *self.failed_as, label=self._label()))
                     if outcome != "fail" or isinstance(again, Flaky) or self.hung:
                         return
         finally:
             self.worst, self.until = kept, None
+
+    def _label(self) -> str:
+        """How the failing case is named: ``reduce.Reduction.label`` where it went through reduction,
+        else the first failing case and why it was not reduced (a hang, a nondeterministic kernel,
+        normcert's own error, or ``shrinks_not``)."""
+        if self.reduction is not None:
+            return self.reduction.label
+        why = self.shrinks_not or ("the kernel hung on it" if self.hung else "not a reproducible failure")
+        return f"first failing case (not shrunk: {why})"
 
     def _pruned(self) -> str:
         """What a failure's message adds where the case's config was pruned away for a call's key
@@ -550,8 +572,10 @@ class _Search:
         failure = isinstance(e, (AssertionError, Flaky))
         outcome = ("fail" if self.gating else "warn") if failure else "error"
         case, message = self.failed or (None, first_line(e) or type(e).__name__)
+        self.reduction = None
         if failure and case is not None and not self.shrinks_not and not isinstance(e, Flaky) and not self.hung:
-            case, message = self.failed = narrowed(self, case, message, self.failed_as[0])
+            case, message, self.reduction = reduce(self, case, message, self.failed_as[0])
+            self.failed = case, message
         if isinstance(e, Flaky):
             message = f"nondeterministic: the same case gave another result when run again ({message})"
         elif not failure:

@@ -20,7 +20,8 @@ from ...evidence.replay import ReplayError, load
 from ...harness.measure import PropertyFailure, Worst
 from ...harness.session import Session
 from ...run import runner
-from ...run.failures import kind_of, narrowed
+from ...run.failures import kind_of
+from ...run.reduce import reduce
 from ...search.buckets import Bucket, cycled
 from ...search.context import AS_TESTED, Context, choices, problem
 
@@ -139,17 +140,18 @@ def test_the_replay_file_stores_the_context_and_replays_in_it(normcert_session, 
 
 
 def test_a_failing_case_s_context_is_narrowed_to_the_fields_it_needs(normcert_session, tmp_path, one_thread):
-    """A bucket's failing case is not shrunk; ``failures.narrowed`` puts back each field the failure
-    does not need (one call each), and keeps the one it does."""
+    """``reduce`` puts back each context field the failure does not need (one call each), and keeps
+    the one it does."""
     session, path = _saved_failure(normcert_session, tmp_path)
     _, case = load(path, "cpu")
     wide = case.copy(context=Context(grad="no_grad", requires="x", dtype="float16", state="params rewritten",
                                      threads="2"))
     search = SimpleNamespace(prop="accuracy", check=BY_NAME["accuracy"].check, session=session,
                              impl=_impl(planted_context.rms_caches_weight))
+    search.forcing = session.forcing(search.impl)
     with pytest.raises(PropertyFailure) as e:
         search.check(session, search.impl, wide, Worst())
-    narrow, message = narrowed(search, wide, str(e.value), kind_of(e.value, str(e.value)))
+    narrow, message, _ = reduce(search, wide, str(e.value), kind_of(e.value, str(e.value)))
     assert narrow.context == Context(state="params rewritten")
     assert message.startswith("in context state=params rewritten: ")
 

@@ -19,7 +19,8 @@ __all__ = ["rms_eps_outside_sqrt", "rms_no_upcast", "rms_pow2_divisor", "rms_mut
            "rms_returns_none", "rms_returns_tuple", "rms_ignores_strides", "rms_nondeterministic",
            "rms_weightless_as_zeros", "rms_dweight_in_bf16", "rms_eps_floored_fp16", "rms_inverse_rms_in_bf16",
            "rms_llama_order", "rms_once_twin", "rms_reversed_sum", "rms_float64_inside", "rms_compiled_llama",
-           "rms_sequential_sum", "rms_weight_required", "rms_forward_only", "rms_backward_on_small_rows",
+           "rms_sequential_sum", "rms_weight_required", "rms_float64_in_float32", "rms_drops_last_column",
+           "rms_forward_only", "rms_backward_on_small_rows",
            "add_rms_stale_residual", "add_rms_truncated_residual", "add_rms_forgets_add", "add_rms_stream_narrowed",
            "add_rms_y_from_narrowed_stream", "add_rms_unfused", "gemma_offset_forgotten",
            "gemma_offset_in_low_precision", "gemma_llama_order", "gemma_sequential_sum"]
@@ -283,6 +284,22 @@ def rms_weight_required(x, weight, eps):
     compute = torch.float64 if x.dtype == torch.float64 else torch.float32
     xf = x.to(compute)
     return (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.to(compute)).to(x.dtype)
+
+
+@bug("rms_norm", "accuracy", "extremes", "gradients", "served")
+def rms_float64_in_float32(x, weight, eps):
+    """The README's example kernel computing float64 inputs in float32 (its twin above computes them
+    in float64): every float64 output off by float32's rounding, on any row of two elements."""
+    xf = x.to(torch.float32)
+    return (xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.to(torch.float32)).to(x.dtype)
+
+
+@bug("rms_norm", "accuracy", "extremes")
+def rms_drops_last_column(x, weight, eps):
+    """A correct RMSNorm that leaves the last element of every row unwritten (zero): a loop bound one short."""
+    y = rms_weight_required(x, weight, eps).clone()
+    y[..., -1] = 0
+    return y
 
 
 # ------------------------------------------------------------------ rms_norm as inference libraries ship it

@@ -1,0 +1,118 @@
+"""Reported counterexamples are small (``run.reduce``): a planted bug that any short row shows is
+reported on a case of at most 16 elements, whichever family found it (a random search, a bucket, a
+calling context), its correct twin one line apart is certified, the replay file stores the reduced
+case, "shrunk case" is said only of a case that was reduced, and a failing cell's coverage line
+describes the cases that ran.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ...evidence.replay import load
+from ...families import BY_NAME
+from ...harness.measure import PropertyFailure, Worst
+from ...harness.session import Session
+from ...run import runner
+from ...run.failures import kind_of
+from ...run.reduce import BUDGET, Reduction, reduce
+from ...search.case import Case
+from .expect import registered
+from .planted import layer_norms, rms_norms
+
+SMALL = 16
+"""The issue's bar: a bug any row of a few elements shows is reported on at most this many elements."""
+
+CASES = [
+    (rms_norms.rms_float64_in_float32, "accuracy", torch.float64),
+    (rms_norms.rms_drops_last_column, "accuracy", torch.float32),
+    pytest.param(rms_norms.rms_float64_in_float32, "gradients", torch.float64, marks=pytest.mark.normcert_heavy),
+    pytest.param(rms_norms.rms_float64_in_float32, "served", torch.float64, marks=pytest.mark.normcert_heavy),
+    pytest.param(layer_norms.ln_one_pass, "accuracy", torch.float32, marks=pytest.mark.normcert_heavy),
+    # a bucket bug: found by a scheduled bucket's case (lattice@1e4, 128 wide), reduced all the same
+    pytest.param(layer_norms.ln_uncentred_backward, "gradients", torch.float32, marks=pytest.mark.normcert_heavy),
+]
+
+
+def _failing(fn, family, dtype, tmp_path):
+    """The result, message and replayed case of ``family`` failing ``fn`` (seed 0)."""
+    session = Session(seed=0, failures_dir=str(tmp_path))
+    with pytest.raises(PropertyFailure) as e:
+        runner.run_family(session, BY_NAME[family], registered(fn.normcert_planted.op, fn), dtype)
+    res = session.results[-1]
+    _, case = load(res.replay.split()[-1], "cpu")
+    return res, str(e.value), case
+
+
+@pytest.mark.parametrize("fn, family, in_dtype", CASES)
+def test_a_bug_any_short_row_shows_is_reported_on_a_small_shrunk_case(fn, family, in_dtype, tmp_path):
+    res, message, case = _failing(fn, family, in_dtype, tmp_path)
+    assert res.outcome == "fail"
+    assert "\n  shrunk case: " in message, message
+    assert case.main.numel() <= SMALL, case.describe()
+    assert "reduced" in case.notes and f"reduced={case.notes['reduced']}" in res.worst_where
+    # the coverage line counts the cases that ran, the failing ones too (not "largest call 0 elements")
+    assert "largest call 0 elements" not in res.domain and "rows <= 0" not in res.domain, res.domain
+
+
+def test_the_correct_twin_one_line_apart_is_certified(tmp_path):
+    session = Session(seed=0, failures_dir=str(tmp_path))
+    twin = rms_norms.rms_weight_required
+    assert runner.run_family(session, BY_NAME["accuracy"], registered("rms_norm", twin), torch.float64).outcome == "pass"
+
+
+def _search(fn, family="accuracy"):
+    session = Session(seed=0)
+    impl = registered(fn.normcert_planted.op, fn)
+    return SimpleNamespace(prop=family, check=BY_NAME[family].check, session=session, impl=impl,
+                           forcing=session.forcing(impl))
+
+
+def _fails(search, case):
+    with pytest.raises(PropertyFailure) as e:
+        search.check(search.session, search.impl, case, Worst())
+    return str(e.value).split("\n")[0], kind_of(e.value, str(e.value).split("\n")[0])
+
+
+def test_the_reduced_case_fails_the_same_way_within_the_budget():
+    search = _search(rms_norms.rms_float64_in_float32)
+    wide = Case.sample("rms_norm", torch.float64, rows=4, width=64)
+    message, kind = _fails(search, wide)
+    small, said, done = reduce(search, wide, message, kind)
+    assert small.main.numel() <= 2 and 0 < done.calls <= BUDGET and not done.spent
+    assert done.label == "shrunk case" and small.notes["reduced"].startswith("rows 4 -> 1")
+    again, same = _fails(search, small)
+    assert same == kind and again == said
+
+
+def test_a_case_cut_short_by_the_budget_says_so():
+    search = _search(rms_norms.rms_float64_in_float32)
+    wide = Case.sample("rms_norm", torch.float64, rows=4, width=64)
+    message, kind = _fails(search, wide)
+    cut, _, done = reduce(search, wide, message, kind, budget=2)
+    assert done.calls == 2 and done.spent and done.steps
+    assert "shrunk" not in done.label and "budget" in done.label and "(budget spent)" in cut.notes["reduced"]
+
+
+def test_a_case_no_step_reduces_is_not_called_shrunk():
+    search = _search(rms_norms.rms_drops_last_column)
+    one = Case("rms_norm", {"x": torch.ones(1), "weight": torch.ones(1)}, {"eps": 1e-5})
+    message, kind = _fails(search, one)
+    same, _, done = reduce(search, one, message, kind)
+    assert same is one and not done.steps and "reduced" not in same.notes
+    assert done.label == "first failing case (not shrunk: no smaller case fails the same way)"
+
+
+def test_a_long_run_s_case_is_not_reduced():
+    long = Case.sample("rms_norm", torch.float32, rows=4, width=64)
+    long.params["calls"] = 257
+    same, _, done = reduce(_search(rms_norms.rms_drops_last_column, "served"), long, "", "")
+    assert same is long and done.calls == 0
+    assert done.label == "first failing case (not shrunk: a long run of 257 calls in a row)"
+
+
+def test_labels():
+    assert Reduction(steps=("rows 4 -> 1",)).label == "shrunk case"
+    assert Reduction(steps=(), spent=True).label.startswith("first failing case (not shrunk")
