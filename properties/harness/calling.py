@@ -69,10 +69,13 @@ def held_to(case, outs):
     than the case's (an autocast=casts kernel inside autocast: ``sandbox.shaped_outputs`` admitted
     it), the case with each floating input cast to that dtype (apex's ``fused_rms_norm_affine``
     convention: its oracle, bound and VJP are those of the cast inputs)."""
-    y = outs[0]
-    if y.dtype == case.dtype or not y.is_floating_point() or not case.dtype.is_floating_point:
+    info = case.record
+    args = case.oracle_args()
+    cast = {o.dtype for name, o in zip(info.outputs, outs) if info.out_dtype(name, args) == case.dtype != o.dtype}
+    if not cast:
         return case
-    return case.replace(**{k: t.detach().to(y.dtype) for k, t in case.tensors.items()
+    (dtype,) = cast  # one: ``sandbox.shaped_outputs`` admits the cast dtype alone, for all of them or none
+    return case.replace(**{k: t.detach().to(dtype) for k, t in case.tensors.items()
                            if t is not None and t.is_floating_point()})
 
 
