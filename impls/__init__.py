@@ -50,6 +50,7 @@ class Impl:
     import_fault: str = ""  # what importing its module did to the process (``imported``): every call of it fails
     kernel: Callable | None = field(default=None, compare=False)  # fn before its convention's adapter (``make``)
     compiles: bool = False  # served compiled: a torch custom op, or --compile (``properties.families.compiled``)
+    narrowed: tuple[str, ...] = ()  # options the registry declared unsupported from the signature, not the author
 
     def __post_init__(self):
         """The domain is read again as normcert's own (``domain.parse`` of its fields), whoever built
@@ -57,7 +58,9 @@ class Impl:
         does, passes here too), narrowed to the op's options the kernel's signature takes
         (``signature.lacking``: the others declared ``unsupported``, whatever the declaration
         said), and it is a domain the op can be checked on (``domain.check_op``: a row fits, its
-        largest fitted case is not too large, its options, flags and choices are the op's)."""
+        largest fitted case is not too large, its options, flags and choices are the op's).  The
+        options so added that the author did not declare are ``narrowed``: registration's, not the
+        author's (``declares``)."""
         where = f"{self.name!r}: domain"
         if type(self.domain) is not Domain:
             raise UsageError(f"{where}: a {type(self.domain).__name__} object is not accepted (normcert reads a "
@@ -65,7 +68,10 @@ class Impl:
         try:
             domain = parse(self.domain.spec(), where)
             kernel = self.fn if self.kernel is None else self.kernel
-            object.__setattr__(self, "domain", without(domain, signature.lacking(OPS[self.op], kernel)))
+            lacks = signature.lacking(OPS[self.op], kernel)
+            added = tuple(n for n in lacks if n in self.narrowed or n not in (domain.unsupported or ()))
+            object.__setattr__(self, "domain", without(domain, lacks))
+            object.__setattr__(self, "narrowed", added)
             check_op(self.domain, OPS[self.op], where)
         except DomainError as e:
             raise UsageError(str(e)) from None
@@ -73,6 +79,15 @@ class Impl:
     @property
     def id(self) -> str:
         return f"{self.op}:{self.name}"
+
+    @property
+    def declares(self) -> bool:
+        """Did the kernel's author declare a domain (``normcert_domain``, ``--domain``, a registry
+        entry's)?  The options registration declared unsupported (``narrowed``) are no declaration of
+        the author's: a kernel written before an option existed may still refuse a dtype with
+        NotImplementedError, as the contract allows a kernel that declares nothing."""
+        unsupported = tuple(n for n in self.domain.unsupported or () if n not in self.narrowed)
+        return replace(self.domain, unsupported=unsupported or None).declared
 
 
 class UsageError(ValueError):

@@ -90,6 +90,16 @@ was certified.
                               default: OCP MX has none, MXFP4 cases are drawn with global_scale 1) or
                               taken (MXFP4 cases fitted a global scale of ``fp4.GLOBAL_SCALES``, spun
                               from the case's seed, applied as NVFP4's: ``properties.search.fitting``)
+    autocast=keeps|casts      the output dtype inside ``torch.autocast`` (a contract choice of the call,
+                              no argument of the op): keeps (the default) returns the dtype the op's
+                              contract states (float32 for float32 inputs, as a float32-accurate
+                              result); casts follows apex's and timm's ``fused_rms_norm_affine``: the
+                              floating inputs cast to the autocast dtype (bfloat16), float32 statistics,
+                              the outputs in the autocast dtype, held to the oracle (and bound) of the
+                              inputs cast to it, their gradients to that case's VJP.  Outputs in the
+                              contract's dtype are still accepted and held to the float32 oracle.  Only
+                              an op with a backward has one (autocast meets a training step's kernels:
+                              ``properties.harness.calling``, ``properties.search.modes``)
     arithmetic=approximate|ieee  the kernel's square roots, divisions and reciprocals (a contract
                               choice, ``oracle.lattice``): approximate (the default, good to FN_ULPS
                               ulps, as rsqrt.approx and rcp.approx) or ieee (correctly rounded: on the
@@ -138,7 +148,7 @@ narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to
 
 KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
         "unsupported", "capturable", "nan", "scale_floor", "tail", "amax_floor", "groups", "layouts", "block_formats",
-        "mx_scale", "block_floor", "mx_global_scale", "arithmetic")
+        "mx_scale", "block_floor", "mx_global_scale", "arithmetic", "autocast")
 ARG_KEYS = {"groups": ("group",), "layouts": ("layout", "block_layout"), "block_formats": ("block_format",)}
 """The keys restricting an argument's drawn values to some of its kind's: key -> the argument kinds."""
 CONTRACT = {"nan": NAN_POLICIES, "scale_floor": SCALE_FLOORS, "tail": TAILS, "mx_scale": MX_SCALES,
@@ -176,6 +186,7 @@ class Domain:
     block_floor: str | None = None  # NVFP4's block-scale floor, ``fp4_scales.BLOCK_FLOORS`` (a contract choice)
     mx_global_scale: str | None = None  # "none" | "taken": an MXFP4 kernel's global scale (a contract choice)
     arithmetic: str | None = None  # "approximate" | "ieee": its divisions and square roots (a contract choice)
+    autocast: str | None = None  # "keeps" | "casts": its outputs' dtype inside autocast (a contract choice of the call)
 
     def arg_values(self) -> dict:
         """The values each key of ``ARG_KEYS`` admits (None: every drawn one)."""
@@ -255,6 +266,9 @@ class Domain:
         parts += [f"{words[key]} {', '.join(map(str, values))}" for key, values in self.arg_values().items()
                   if values is not None]
         parts += [said(key, value) for key, value in self.choices().items()]
+        if self.autocast is not None:
+            parts.append("autocast=casts (inside autocast: outputs in bfloat16, held to the oracle of the inputs "
+                         "cast to it)" if self.autocast == "casts" else "autocast=keeps")
         return "; ".join(parts)
 
     def spec(self) -> str:
@@ -373,6 +387,10 @@ def check_contract(domain: Domain, rec, where: str) -> None:
     ``rec`` makes: it has an argument of that kind (an op without an amax has no NaN policy, one
     without a floored scale no scale_floor)."""
     kinds = {a.kind for a in rec.args}
+    if domain.autocast is not None and not rec.grads:
+        raise DomainError(f"{where}: autocast={domain.autocast}: {rec.name} has no backward, and autocast meets only "
+                          f"the kernels of a training step (the ops with one: "
+                          f"{', '.join(name for name, op in OPS.items() if op.grads)})")
     for key, value in domain.choices().items():
         if key not in kinds:
             makes = [name for name, op in OPS.items() if any(a.kind == key for a in op.args)]
@@ -536,4 +554,5 @@ _READ = {"dtypes": _dtypes, "params": _choice("same", "float32"), "residual": _c
          "max_width": _positive, "width_multiple": _positive, "contiguous": _choice("last", "all"), "ranks": _ranks, "weightless": _yes_no,
          "flags": _flags, "unsupported": _option_names, "capturable": _yes_no, **{key: _choice(*values) for key, values in CONTRACT.items()},
          "scale_floor": _floor(amax=False), "amax_floor": _floor(amax=True), "groups": _some(GROUPS),
-         "layouts": _some(SCALE_LAYOUTS + BLOCK_LAYOUTS), "block_formats": _some(tuple(BLOCK_FORMATS))}
+         "layouts": _some(SCALE_LAYOUTS + BLOCK_LAYOUTS), "block_formats": _some(tuple(BLOCK_FORMATS)),
+         "autocast": _choice("keeps", "casts")}

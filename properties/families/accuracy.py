@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from ..harness.calling import called, naming
+from ..harness.calling import called, held_to, naming
 from ..harness.measure import check_against_oracle
 from ..search.case import valid_positions
 from ..search.context import AS_TESTED, contexts
@@ -29,7 +29,7 @@ def check_accuracy(session, impl, case, worst):
     of the case's values."""
     with naming(impl, case, AS_TESTED):
         outs, _, _ = called(session, impl, case)
-        check_against_oracle(tuple(o.detach() for o in outs), case, worst, where=valid_positions(case))
+        check_against_oracle(tuple(o.detach() for o in outs), held_to(case, outs), worst, where=valid_positions(case))
 
 
 @st.composite

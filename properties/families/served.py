@@ -22,7 +22,7 @@ import torch
 from ..search.case import valid_positions
 from ..harness.measure import PropertyFailure, check_against_oracle
 from ..search.modes import applicable, calls, threads_of
-from ..harness.calling import trains
+from ..harness.calling import casting, held_to, trains
 from ..harness.sandbox import invoke
 from ..harness.probes import has_backward, inference_convention
 from .accuracy import accuracy_cases
@@ -59,8 +59,9 @@ def check_served(session, impl, case, worst):
             elif any(m.graphs for m in modes):
                 graphed(session, impl, case, worst, where)
             elif all(m.enter is not None for m in modes):
-                outs = invoke(session, impl, case, within=within, mode=name)
-                check_against_oracle(outs, case, worst, where=where)
+                outs = invoke(session, impl, case, within=within, mode=name,
+                              cast=casting(impl, any(m.name == "autocast" for m in modes)))
+                check_against_oracle(outs, held_to(case, outs), worst, where=where)
                 if any(m.backward for m in modes) and _has_gradients(session, impl, case.dtype):
                     check_gradients(session, impl, case, worst, within=within, mode=name)
         except PropertyFailure as e:

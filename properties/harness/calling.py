@@ -53,6 +53,32 @@ def effective(impl, case) -> Context:
     return context
 
 
+AUTOCAST_DTYPE = torch.bfloat16
+"""The dtype normcert enters autocast with (CPU autocast's, and the GPU's here): an autocast=casts
+kernel's outputs may come back in it (``casting``)."""
+
+
+def casting(impl, autocast: bool) -> torch.dtype | None:
+    """The dtype the outputs of ``impl`` may come back in, called inside autocast or not: AUTOCAST_DTYPE
+    where autocast is entered and its domain declares autocast=casts, else None (the contract's)."""
+    return AUTOCAST_DTYPE if autocast and impl.domain.autocast == "casts" else None
+
+
+def held_to(case, outs):
+    """The case ``outs`` are held to: ``case``, or, where they came back in another floating dtype
+    than the case's (an autocast=casts kernel inside autocast: ``sandbox.shaped_outputs`` admitted
+    it), the case with each floating input cast to that dtype (apex's ``fused_rms_norm_affine``
+    convention: its oracle, bound and VJP are those of the cast inputs)."""
+    info = case.record
+    args = case.oracle_args()
+    cast = {o.dtype for name, o in zip(info.outputs, outs) if info.out_dtype(name, args) == case.dtype != o.dtype}
+    if not cast:
+        return case
+    (dtype,) = cast  # one: ``sandbox.shaped_outputs`` admits the cast dtype alone, for all of them or none
+    return case.replace(**{k: t.detach().to(dtype) for k, t in case.tensors.items()
+                           if t is not None and t.is_floating_point()})
+
+
 def leaf_names(case, context: Context) -> tuple[str, ...]:
     """The inputs that require grad in ``context``: none, every gradient input, or the one named
     (none where the case does not hold it)."""
@@ -91,6 +117,7 @@ def called(session, impl, case, within=None, mode: str = ""):
     given without requires_grad must come back without it (``ContractViolation``).  ``within``
     / ``mode``: a calling mode entered too (``modes``: served's autocast), as ``invoke`` takes them."""
     ctx = effective(impl, case)
+    autocasting = "autocast" in mode.split(" + ")  # served's autocast mode, entered by ``within``
     leaves = leaf_names(case, ctx)
     rewritten = _rewritten(case, ctx.state)
     mine = {k: own(case.tensors[k]) for k in dict.fromkeys(leaves + rewritten)}
@@ -120,7 +147,8 @@ def called(session, impl, case, within=None, mode: str = ""):
         with torch.enable_grad() if ctx.grad == "on" else contextlib.nullcontext():
             entered = ctx.grad != "on" or within or ctx.threads != "run" or ctx.autocast == "on"
             return invoke(session, impl, live, within=inside if entered else None, mode=name,
-                          around=None if ctx.dtype == "float32" else around, thread=ctx.thread)
+                          around=None if ctx.dtype == "float32" else around, thread=ctx.thread,
+                          cast=casting(impl, ctx.autocast == "on" or autocasting))
 
     if rewritten:
         _negate(mine[k] for k in rewritten)

@@ -415,14 +415,15 @@ def first_line(e: BaseException) -> str:
 
 
 def invoke(session, impl, case: Case, within=None, mode: str = "", around=None,
-           thread: str = "worker") -> tuple[torch.Tensor, ...]:
+           thread: str = "worker", cast: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
     """Call the kernel on ``case`` and enforce the output contract; returns its outputs as the values
     they hold (``record.Op.decode``: packed FP4 unpacked, swizzled scales read through their index
     map; the others as they are).  ``within``:
     a context factory entered around the call in the kernel's own thread (a calling mode,
     ``modes``: inference mode and autocast are per thread), ``mode`` its name; ``around``: one entered
     around the call in the calling thread (process-wide state: the default dtype); ``thread``: the
-    thread the call runs in (``kernel_code``)."""
+    thread the call runs in (``kernel_code``); ``cast``: a dtype the outputs may come back in instead
+    of the case's (``shaped_outputs``: an autocast=casts kernel inside autocast, ``calling.casting``)."""
     info = case.record
     before = snapshot(case)
     args = case.oracle_args()
@@ -433,7 +434,7 @@ def invoke(session, impl, case: Case, within=None, mode: str = "", around=None,
 
     with around() if around is not None else contextlib.nullcontext():
         out = kernel_code(session, impl, "", call, (case.dtype, torch.is_grad_enabled(), mode), thread=thread)
-    outs = shaped_outputs(impl, case, args, out)
+    outs = shaped_outputs(impl, case, args, out, cast)
     check_layouts(impl, case, outs)
     check_unmutated(impl, case, before)
     check_fresh(impl, case, info.outputs, outs)
@@ -444,20 +445,29 @@ def invoke(session, impl, case: Case, within=None, mode: str = "", around=None,
     return tuple(o if o.requires_grad else o.clone() for o in outs)
 
 
-def shaped_outputs(impl, case: Case, args: dict, out) -> tuple[torch.Tensor, ...]:
+def shaped_outputs(impl, case: Case, args: dict, out, cast: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
     """The kernel's return value ``out`` as the op's outputs, each of the shape, dtype and device
-    the contract says (``ContractViolation`` otherwise); the tensors themselves, not copies."""
+    the contract says (``ContractViolation`` otherwise); the tensors themselves, not copies.  With
+    ``cast``, the outputs whose contract dtype is the case's may all be in ``cast`` instead (all or
+    none of them: one case holds them)."""
     info = case.record
     outs = _normalise_outputs(impl, info, out)
     device = case.main.device
+    casts = set()
     for name, o, shape in zip(info.outputs, outs, expected_shapes(case)):
         if tuple(o.shape) != shape:
             raise ContractViolation(f"{impl.id} returned {name} of shape {tuple(o.shape)}, expected {shape}")
-        if o.dtype != info.out_dtype(name, args):
-            raise ContractViolation(f"{impl.id} returned {name} of dtype {o.dtype}, "
-                                    f"expected {info.out_dtype(name, args)}")
+        want = info.out_dtype(name, args)
+        if cast is not None and want == case.dtype and o.dtype in (want, cast):
+            casts.add(o.dtype == cast)
+        elif o.dtype != want:
+            raise ContractViolation(f"{impl.id} returned {name} of dtype {o.dtype}, expected {want}"
+                                    + (f" or {cast} (autocast=casts)" if cast is not None and want == case.dtype else ""))
         if o.device != device:
             raise ContractViolation(f"{impl.id} returned {name} on {o.device}, expected {device}")
+    if len(casts) > 1:
+        raise ContractViolation(f"{impl.id} returned some outputs in {cast} and others in {case.dtype} inside "
+                                f"autocast (autocast=casts: all of them in {cast}, or none)")
     return outs
 
 

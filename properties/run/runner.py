@@ -285,7 +285,7 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
         return outside
     supported = probe(session, impl, dtype)
     wrong = first_call(session, impl, dtype)  # said after the search, where the search finds nothing worse
-    if not supported and impl.domain.declared:
+    if not supported and impl.declares:
         message = f"refused the op's sample (2 rows) inside its declared domain ({impl.domain.describe()})"
         outcome, message = judge("fail", message)
         res = record(session, impl, prop, DTYPE_NAMES[dtype], outcome, message=message)
@@ -450,7 +450,7 @@ class _Search:
             if not self.supported:
                 self.cover.refuse()
                 return
-            if self._known(case, e, _refusal(self.impl.domain, e)):
+            if self._known(case, e, _refusal(self.impl, e)):
                 return
             raise PropertyFailure(self.failed[1]) from None
         except KeyboardInterrupt:
@@ -619,9 +619,9 @@ def outside_domain(session, impl, prop: str, dtype) -> Result | None:
                   message=f"outside its declared domain ({impl.domain.describe()})")
 
 
-def _refusal(domain, e: NotSupported) -> str:
-    if domain.declared:
-        return f"refused a case inside its declared domain ({domain.describe()}): {e.why}"
+def _refusal(impl, e: NotSupported) -> str:
+    if impl.declares:
+        return f"refused a case inside its declared domain ({impl.domain.describe()}): {e.why}"
     return (f"refused a case of a dtype it accepts: {e.why}; a kernel that supports part of the op declares "
             f"its domain (normcert_domain on the kernel, or --domain), and is certified on it")
 

@@ -29,7 +29,19 @@ from hypothesis import strategies as st
 from ..declared.domain import MANY_ROWS
 
 LONG_WIDTH = 16384  # one row: past 4096 (a single block) and 8192
-ODD_WIDTHS = (769, 3584, 5125, 4097, 8193)  # just past multiples of 256, 512, 1024, 4096, 8192
+BLOCKS = (256, 512, 1024, 4096, 8192)  # the block sizes of the buckets' widths: a kernel's tile of a row
+ODD_WIDTHS = (769, 3584, 5125, 4097, 8193)  # just past multiples of 256, 512, 1024, 4096, 8192 (BLOCKS)
+PAST_ROWS = 2  # "past": rows of B + k, one bucket per block B of BLOCKS, k spun in [1, B)
+MODEL_ROWS = 2  # "model": rows of one of MODEL_WIDTHS, spun
+MODEL_WIDTHS = (9216, 12288, 13824, 14336, 14848, 16384, 18432, 20480, 28672, 29568, 53248)
+"""Row lengths of released models past 8192 (each model's published configuration: its paper or its
+``config.json``): hidden sizes 9216 (OPT-66B), 12288 (GPT-3 175B, OPT-175B, Command R+), 14336
+(BLOOM-176B), 14848 (Falcon-180B), 16384 (Llama-3.1 405B), 18432 (PaLM 540B, Nemotron-4 340B), 20480
+(MT-NLG 530B); MLP widths, an activation's row, 13824 (Llama-2 13B, Qwen2.5-14B), 14336 (Mistral 7B,
+Mixtral 8x7B, Llama-3 8B), 18432 (DeepSeek-V3's dense layers), 20480 (Yi-34B), 28672 (Llama-2 70B,
+Llama-3 70B), 29568 (Qwen2-72B), 53248 (Llama-3.1 405B).  (Llama-2/3 70B and Qwen2-72B are 8192
+wide, a block: "long" and "odd" hold it.)  The "model" bucket draws those an op's max_width admits
+(16384: the norms' rows up to Llama-3.1 405B's); the random search's row lengths hold them too."""
 MANY_ROWS_INTERPRETED = 1025  # under Triton's interpreter every program is a Python loop iteration
 LONG_RUN = "long_run"  # the served family's bucket of many calls on one small case
 LONG_RUN_CALLS = 1 << 16  # its calls: past a 2048-slot ring, a 4096-slot one and an int16 counter's 32767
@@ -81,7 +93,8 @@ class Bucket:
         return text + (f" ({self.note})" if self.note else "")
 
 
-BUCKETS = ("long", "odd", "strided", "many", "qk", "million", "near_constant", "tiny_scale", "ties", "loud")
+BUCKETS = ("long", "odd", "strided", "past", "model", "many", "qk", "million", "near_constant", "tiny_scale", "ties",
+           "loud")
 LOUD_SCALE = 4  # "loud": the top decade the search draws (``strategies.tensors``' scale in [-4, 4])
 LOUD_ELEMS = 1 << 15  # "loud": about this many elements
 MILLION = 1 << 20  # elements: "million" is one call past it (on CPU; --profile large goes past 2**31 on a GPU)
@@ -95,6 +108,10 @@ def buckets(rec, spin: int, interpreted: bool = False, calls: int = LONG_RUN_CAL
     long     1 row of LONG_WIDTH (one row, longer than any single block)
     odd      3 rows of one of ODD_WIDTHS, layout drawn
     strided  3 rows of another of ODD_WIDTHS, row stride > width (the "sliced" layout)
+    past     PAST_ROWS rows of B + k for each block B of BLOCKS, k spun in [1, B): a last partial
+             block of any length, not only a +1 tail (one bucket per B; those past the op's
+             max_width left out)
+    model    MODEL_ROWS rows of one of MODEL_WIDTHS the op admits, spun: a released model's row
     many     MANY_ROWS rows of a small width
     qk       (headwise ops) QK_TOKENS x QK_HEADS x one of HEAD_DIMS, the k part of a fused QKV
              projection (layout "fused_qkv"): QK-norm as models call it
@@ -133,9 +150,24 @@ def buckets(rec, spin: int, interpreted: bool = False, calls: int = LONG_RUN_CAL
     return (make("long", 1, LONG_WIDTH),
             make("odd", 3, ODD_WIDTHS[odd]),
             make("strided", 3, ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], layout="sliced"),
+            *_past(cap, spin, make), *_model(cap, spin, make),
             make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1])) + qk \
         + _million(rec, spin) + near_constant_buckets(rec, spin) + tiny_scale_buckets(rec, spin) + ties_buckets(rec, spin) + (long_run,) \
         + _loud(rec, spin, make)
+
+
+def _past(cap: int, spin: int, make) -> tuple[Bucket, ...]:
+    """"past": for each block B of BLOCKS with 2 B - 1 <= ``cap`` (the op's longest output row),
+    PAST_ROWS rows of B + k, k = 1 + (a spin of the run) mod (B - 1): over seeds, every length of
+    a last partial block, where ODD_WIDTHS hold one each."""
+    ks = [(b, 1 + _mix(spin, f"past {b}") % (b - 1)) for b in BLOCKS if 2 * b - 1 <= cap]
+    return tuple(make("past", PAST_ROWS, b + k, note=f"{b} + {k}") for b, k in ks)
+
+
+def _model(cap: int, spin: int, make) -> tuple[Bucket, ...]:
+    """"model": MODEL_ROWS rows of one of the MODEL_WIDTHS within ``cap``, spun (none where none is)."""
+    widths = [w for w in MODEL_WIDTHS if w <= cap]
+    return (make("model", MODEL_ROWS, widths[_mix(spin, "model") % len(widths)]),) if widths else ()
 
 
 def _loud(rec, spin: int, make) -> tuple[Bucket, ...]:

@@ -51,7 +51,8 @@ from ...oracle.formats import compute_format, fmt, to_float64
 from ...oracle.kinds import KINDS
 from ...oracle.validate import stream_dtypes
 
-from .buckets import HEAD_DIMS, NEAR_CONSTANT_EPS, NEAR_CONSTANT_SUBLAYER, QK_HEADS, Bucket, choice, integer
+from .buckets import (BLOCKS, HEAD_DIMS, MODEL_WIDTHS, NEAR_CONSTANT_EPS, NEAR_CONSTANT_SUBLAYER, QK_HEADS, Bucket,
+                      choice, integer)
 from .case import Case
 
 PROFILES = ("normal", "lattice", "offset", "constant", "zeros", "near_max", "subnormal", "wide")
@@ -119,8 +120,13 @@ def device_normal(shape: tuple[int, int], dtype, device, seed: int, stride: int 
 
 
 def row_lengths(max_n=16384):
-    special = st.sampled_from([n for n in PRIMES + POWERS + ODD if n <= max_n])
-    return st.one_of(special, st.integers(1, min(max_n, 300)))
+    """A row length up to max_n: a prime, a power of two, a common width, a released model's
+    (``buckets.MODEL_WIDTHS``), or B + k past a block B of ``buckets.BLOCKS`` (k in [1, B)), or a
+    short one (at most 300)."""
+    special = st.sampled_from([n for n in dict.fromkeys(PRIMES + POWERS + ODD + MODEL_WIDTHS) if n <= max_n])
+    past = st.sampled_from([b for b in BLOCKS if b + 1 <= max_n]).flatmap(
+        lambda b: st.integers(b + 1, min(2 * b - 1, max_n))) if max_n > BLOCKS[0] else special
+    return st.one_of(special, past, st.integers(1, min(max_n, 300)))
 
 
 @st.composite

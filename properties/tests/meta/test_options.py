@@ -179,6 +179,36 @@ def test_the_same_kernel_with_a_planted_bug_is_still_rejected(session):
         runner.run_family(session, BY_NAME["accuracy"], impl, torch.float32, max_examples=10, shrink=False)
 
 
+@pytest.mark.parametrize("fn", [planted.gated_mamba2_no_float64, planted.gated_transformers_no_float64],
+                         ids=["mamba2 order", "transformers order"])
+def test_a_five_argument_kernel_refusing_float64_is_certified_with_the_narrowing(fn, session):
+    """Registration's narrowing ("group_size not supported") is no declaration of the author's: a
+    kernel that declares nothing may refuse float64 with NotImplementedError (issue 53's regression:
+    every float64 property failed with "refused the op's sample (2 rows) inside its declared
+    domain").  An author's own declaration still makes a refusal inside it a failure."""
+    impl = _impl(fn)
+    assert impl.domain.describe() == "group_size not supported" and impl.narrowed == ("group_size",)
+    assert not impl.declares
+    for family in FAMILIES:
+        res = runner.run_family(session, BY_NAME[family], impl, torch.float64, max_examples=5)
+        assert res.outcome == "not-supported" and "NotImplementedError" in res.message, (family, res.message)
+    res = runner.run_family(session, BY_NAME["accuracy"], impl, torch.float32, max_examples=5)
+    assert res.outcome == "pass" and "(fitted to the domain)" in res.domain, res.domain
+    declared = _impl(fn, domain="ranks=2,3,4")
+    assert declared.declares and declared.narrowed == ("group_size",)
+    with pytest.raises(PropertyFailure, match=r"refused the op's sample \(2 rows\) inside its declared domain "
+                                              r"\(rank 2 or 3 or 4; group_size not supported\)"):
+        runner.run_family(session, BY_NAME["accuracy"], declared, torch.float64, max_examples=5)
+    assert not _impl(fn, domain="unsupported=group_size").narrowed  # said by the author: the author's
+
+
+def test_a_five_argument_kernel_refusing_float64_with_a_bug_is_still_rejected(session):
+    impl = _impl(planted.gated_mamba2_no_float64_silu_of_x)
+    assert not impl.declares
+    with pytest.raises(PropertyFailure, match=r"accuracy fails for rms_norm_gated:gated_mamba2_no_float64_silu_of_x"):
+        runner.run_family(session, BY_NAME["accuracy"], impl, torch.float32, max_examples=10, shrink=False)
+
+
 def _ungrouped(seen):
     """A **kwargs kernel that normalises whole rows whatever it is given: right only without groups."""
     def kernel(x, z, weight, eps, norm_before_gate, **kwargs):

@@ -10,7 +10,8 @@ from ..expect import bug, correct
 
 __all__ = ["gated_silu_of_x", "gated_order_ignored", "gated_groups_ignored", "gated_group_stride", "gated_no_dz",
            "gated_backward_ignores_groups", "gated_vllm_order", "gated_transformers_order", "gated_five_arguments",
-           "gated_five_arguments_silu_of_x"]
+           "gated_five_arguments_silu_of_x", "gated_mamba2_no_float64", "gated_transformers_no_float64",
+           "gated_mamba2_no_float64_silu_of_x"]
 
 
 # ------------------------------------------------------------------ rms_norm_gated bugs
@@ -149,3 +150,35 @@ def gated_five_arguments_silu_of_x(x, z, weight, eps, norm_before_gate):
     """``gated_five_arguments`` with its gate swapped: silu applied to x where z is meant.  Narrowing
     its domain to whole rows must not certify a wrong kernel."""
     return _gated(x, z, weight, eps, norm_before_gate, gate_of=lambda x, z: x)
+
+
+# ------------------------------------------------------------------ ... and refusing float64, undeclared
+# Correct, but not ``@correct``: ``test_options`` checks what they claim (the narrowing, float64 refused
+# undeclared) family by family, where test_meta's certification would repeat gated_five_arguments'.
+def _no_float64(x):
+    if x.dtype == torch.float64:
+        raise NotImplementedError("float64 not supported")
+
+
+def gated_mamba2_no_float64(x, z, weight, eps, norm_before_gate):
+    """Mamba-2's gated RMSNorm as its kernels were called before ``group_size`` (five positional
+    arguments, Mamba-2's names), which raises NotImplementedError on float64 as the contract allows a
+    kernel that declares no domain: certified on "group_size not supported" (registration's
+    narrowing, no declaration of the author's) with float64 refused (undeclared)."""
+    _no_float64(x)
+    return gated_five_arguments(x, z, weight, eps, norm_before_gate)
+
+
+def gated_transformers_no_float64(hidden_states, gate, weight, variance_epsilon, norm_before_gate):
+    """``gated_mamba2_no_float64`` under transformers' names (``Qwen3NextRMSNormGated``'s forward:
+    hidden_states, gate): the same five positional arguments, float64 refused."""
+    _no_float64(hidden_states)
+    return gated_five_arguments(hidden_states, gate, weight, variance_epsilon, norm_before_gate)
+
+
+@bug("rms_norm_gated", "accuracy", "extremes", "gradients")
+def gated_mamba2_no_float64_silu_of_x(x, z, weight, eps, norm_before_gate):
+    """``gated_mamba2_no_float64`` with its gate swapped (silu of x): refusing float64 does not
+    certify what it gets wrong in the others."""
+    _no_float64(x)
+    return gated_five_arguments_silu_of_x(x, z, weight, eps, norm_before_gate)
