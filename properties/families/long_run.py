@@ -49,8 +49,8 @@ The n calls are the kernel's, whatever comes after: a failing long run is not ru
 Hypothesis replays its failing case (a kernel wrong from call 2049 on would then be wrong from the
 first call): its failure (the check's, or the kernel's contract violation in some chunk) is kept
 on the session (``Session.long_runs``) until the result is recorded, and raised again.  Each
-served result's ``calls`` states its dtype's n (0 where no long run ran), and its ``modes`` the
-long run's words (``said``).
+served result's ``calls`` states the calls its dtype's long run made (n, or those up to the one
+that raised or hung; 0 where no long run ran), and its ``modes`` the long run's words (``said``).
 """
 from __future__ import annotations
 
@@ -68,8 +68,9 @@ CHUNK = 1024  # calls per sandboxed call
 
 @dataclass
 class LongRun:
-    """One result's long run: the ``calls`` it made, and its ``failure`` (None where it passed): a
-    ``PropertyFailure``, or a ``ContractViolation`` of the kernel's."""
+    """One result's long run: the ``calls`` it made (those that returned, and one that raised or
+    hung), and its ``failure`` (None where it passed): a ``PropertyFailure``, or a
+    ``ContractViolation`` of the kernel's."""
 
     calls: int
     failure: AssertionError | None = None
@@ -85,15 +86,17 @@ def long_run(session, impl, case, worst, where) -> None:
     n = int(case.params["calls"])
     session.long_runs[impl.id] = done = LongRun(n)
     try:
-        _run(session, impl, case, worst, where, n)
+        _run(session, impl, case, worst, where, done)
     except AssertionError as e:  # PropertyFailure, or the kernel's ContractViolation (a hang included)
         done.failure = e
         raise
 
 
-def _run(session, impl, case, worst, where, n: int) -> None:
-    """n calls of the kernel on ``case``'s inputs, CHUNK to a sandboxed call, every return value
-    held until all are checked, then freed in the kernel's thread."""
+def _run(session, impl, case, worst, where, done: LongRun) -> None:
+    """``done.calls`` calls of the kernel on ``case``'s inputs, CHUNK to a sandboxed call, every
+    return value held until all are checked, then freed in the kernel's thread; ``done.calls``
+    the calls made, where one raised or hung."""
+    n = done.calls
     before = snapshot(case)
     args = case.oracle_args()
     held: list = []
@@ -112,7 +115,11 @@ def _run(session, impl, case, worst, where, n: int) -> None:
     try:
         for first in range(1, n + 1, CHUNK):
             last = min(first + CHUNK - 1, n)
-            kernel_code(session, impl, f" (long run, calls {first} to {last})", calls(last - first + 1), key)
+            try:
+                kernel_code(session, impl, f" (long run, calls {first} to {last})", calls(last - first + 1), key)
+            except BaseException:
+                done.calls = len(held) + 1
+                raise
         check_unmutated(impl, case, before)
         outs = _outputs(impl, case, args, held)
         _check_storage(impl, case, outs)

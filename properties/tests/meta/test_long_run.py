@@ -322,5 +322,6 @@ def test_a_kernel_that_raises_late_fails_in_its_chunk_and_is_not_called_again(no
     impl = _impl(kernel)
     with pytest.raises(ContractViolation, match=f"long run, calls {CHUNK + 1} to {2 * CHUNK}.*exhausted at call {CHUNK + 11}"):
         long_run(session, impl, _case(3 * CHUNK), Worst(), None)
+    assert session.long_runs[impl.id].calls == CHUNK + 11  # the calls it made: the row's ``calls``
     with pytest.raises(ContractViolation, match=f"exhausted at call {CHUNK + 11}"):
         long_run(session, impl, _case(3 * CHUNK), Worst(), None)
