@@ -109,9 +109,9 @@ SAMPLE = 5000  # the sampling kernel's period
 
 class SampledRms:
     """rms_norm with a telemetry path taken one call in SAMPLE (the object's calls c with c mod SAMPLE
-    = SAMPLE - 1, counted over every dtype): it records the mean square of the rows, and
-    ``early`` (the bug) reads the record before it is written, a zero statistic, so that call's
-    output is x / sqrt(eps) w.  ``wrong``: the calls (1-based, the object's count) it made so."""
+    = SAMPLE - 1, counted over every dtype): it records the rows' inverse rms, and ``early`` (the
+    bug) reads the record before it is written, a zero, so that call's output is zero.  ``wrong``:
+    the calls (1-based, the object's count) it made so."""
 
     def __init__(self, early: bool):
         self.early = early
@@ -123,12 +123,12 @@ class SampledRms:
         compute = torch.float64 if x.dtype == torch.float64 else torch.float32
         self.calls += 1
         xf = x.to(compute)
-        ms = xf.pow(2).mean(-1, keepdim=True)
+        inv = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
         if self.calls % SAMPLE == SAMPLE - 1:  # the telemetry sample: the statistic recorded
-            record = torch.zeros_like(ms)
+            record = torch.zeros_like(inv)
             if self.early:  # the bug: the record read before it is written
                 self.wrong.append(self.calls)
-                ms = record
-            record.copy_(ms.detach())
-        y = xf * torch.rsqrt(ms + eps)
+                inv = record
+            record.copy_(inv.detach())
+        y = xf * inv
         return (y if weight is None else y * weight.to(compute)).to(x.dtype)
