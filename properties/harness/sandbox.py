@@ -499,12 +499,12 @@ def _rehomed(out):
     grad, an input handed back, is kept: a view of it would gain a grad_fn.)"""
     if isinstance(out, (tuple, list)):
         return type(out)(_rehomed(o) for o in out) if type(out) in (tuple, list) else out
-    if not _plain(out) or (out.requires_grad and out.grad_fn is None):
+    if not plain(out) or (out.requires_grad and out.grad_fn is None):
         return out  # not a plain tensor: refused by the contract (``_normalise_outputs``), as it is
     return out.view_as(out) if out.requires_grad else out.detach()
 
 
-def _plain(o) -> bool:
+def plain(o) -> bool:
     """A torch.Tensor itself: a subclass could run code of its own in every method the suite calls."""
     return type(o) in (torch.Tensor, torch.nn.Parameter)
 
@@ -518,7 +518,7 @@ def _normalise_outputs(impl, info, out):
                   or not all(isinstance(o, torch.Tensor) for o in out)):
         raise ContractViolation(f"{impl.id} returned {_kind(out)}, expected a tuple of {n} tensors")
     for o in outs:
-        if not _plain(o):
+        if not plain(o):
             raise ContractViolation(f"{impl.id} returned a {type(o).__name__} (a torch.Tensor subclass), "
                                     f"expected a plain torch.Tensor")
     return tuple(outs)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from .autotune import Forcing, tuners
 from .run_settings import HEARTBEAT
-from ..search.buckets import LONG_RUN_CALLS
+from ..search.buckets import LONG_RUN_CALLS, LONG_RUN_EVERY
 
 
 
@@ -47,8 +47,13 @@ class Session:
     compiled: kernel id -> the kernel as ``torch.compile`` makes it (``families.compiled``), made once;
     uncapturable: kernel id -> why its CUDA-graph capture failed, for its next served result's modes
     (``families.graphed``);
-    long_run: the calls the served family's long run makes in a row (``families.long_run``;
-    ``buckets.LONG_RUN_CALLS`` unless the run says fewer, ``run.plugin``);
+    long_run: the calls the served family's long run makes in a row in the dtype that makes the full
+    count (``families.long_run``, ``schedule.long_run_calls``; ``buckets.LONG_RUN_CALLS`` unless the
+    run says fewer, ``run.plugin``);
+    long_run_every: at most the calls it makes in each other dtype (``buckets.LONG_RUN_EVERY``, or
+    ``buckets.QUICK_LONG_RUN_EVERY`` in the clone's quick tier, ``run.plugin``);
+    dtypes: the names of the dtypes of the run's declared scope (``--normcert-dtype``), None for all:
+    the rotated buckets and the long run's full count go to one of them (``schedule.rotated``);
     long_runs: kernel id -> its current result's long run (``families.long_run.LongRun``), until the
     result is recorded (``runner.record``: its ``calls``);
     most_failures: the most distinct failures a failing cell's search reports (``runner.MOST_FAILURES``
@@ -80,6 +85,8 @@ class Session:
     compiled: dict = field(default_factory=dict)
     uncapturable: dict[str, str] = field(default_factory=dict)
     long_run: int = LONG_RUN_CALLS
+    long_run_every: int = LONG_RUN_EVERY
+    dtypes: tuple | None = None
     long_runs: dict = field(default_factory=dict)
     most_failures: int = 1
 

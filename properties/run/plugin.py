@@ -375,7 +375,7 @@ class Suite:
         impls.ensure_triton_mode(device)  # before anything imports triton
         from .runner import MOST_FAILURES  # noqa: PLC0415
         from ..harness.session import Session  # noqa: PLC0415
-        from ..search.buckets import LONG_RUN_CALLS, QUICK_LONG_RUN  # noqa: PLC0415
+        from ..search.buckets import LONG_RUN_CALLS, LONG_RUN_EVERY, QUICK_LONG_RUN, QUICK_LONG_RUN_EVERY  # noqa: PLC0415
 
         self.session = Session(device=device, seed=config.getoption("--normcert-seed"), bitwise=config.getoption("--normcert-bitwise"),
                                require_backward=config.getoption("--normcert-require-backward"),
@@ -434,6 +434,8 @@ class Suite:
             self.code = code.of({i.id: i.target for i in self.session.impls})
         quick = self.tier == "quick" and device == "cpu"  # the registry's CPU kernels, in the clone
         self.session.long_run = QUICK_LONG_RUN if quick else LONG_RUN_CALLS  # (``buckets.QUICK_LONG_RUN``)
+        self.session.long_run_every = QUICK_LONG_RUN_EVERY if quick else LONG_RUN_EVERY
+        self.session.dtypes = self.scope["dtypes"] and tuple(self.scope["dtypes"])
         self.tier_left = len(registry) - len(self.session.impls) if not plugins else 0
         warmup.torch_threads()
         if config.getoption("hypothesis_profile", None) is None:

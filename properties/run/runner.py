@@ -53,12 +53,11 @@ from ..harness.probes import accepts_weightless, first_call, has_backward, infer
 from ..evidence.replay import save_failure
 from ..harness.calling import effective
 from ..harness.sandbox import ContractViolation, KernelHung, NotSupported, first_line, invoke, kernel_code
-from ..search.buckets import LONG_RUN
 from ..families.long_run import said
 from .failures import kind_of
 from .reduce import reduce
 from .news import say
-from .schedule import rotated, scheduled
+from .schedule import scheduled
 
 
 @dataclass
@@ -256,9 +255,7 @@ def record(session, impl, prop: str, dtype: str, outcome: str, **fields) -> Resu
     if prop == "served":
         ran = session.long_runs.pop(impl.id, None)
         fields.setdefault("calls", ran.calls if ran else 0)
-        there = rotated(session, impl, prop, LONG_RUN)
-        fields.setdefault("modes", f"{modes_ran(session, impl, getattr(torch, dtype))}; "
-                                   f"{said(ran, '' if there == dtype else there)}")
+        fields.setdefault("modes", f"{modes_ran(session, impl, getattr(torch, dtype))}; {said(ran)}")
     elif prop == "compiled":
         fields.setdefault("modes", COMPILED_MODES)
     fields.setdefault("threads", torch.get_num_threads())

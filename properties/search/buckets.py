@@ -45,6 +45,10 @@ wide, a block: "long" and "odd" hold it.)  The "model" bucket draws those an op'
 MANY_ROWS_INTERPRETED = 1025  # under Triton's interpreter every program is a Python loop iteration
 LONG_RUN = "long_run"  # the served family's bucket of many calls on one small case
 LONG_RUN_CALLS = 1 << 16  # its calls: past a 2048-slot ring, a 4096-slot one and an int16 counter's 32767
+LONG_RUN_EVERY = 8193
+"""The long run's calls in every dtype of the run but the one that makes LONG_RUN_CALLS
+(``schedule.long_run_calls``): past a 2048-, a 4096- and an 8192-slot ring and a one-in-5000 call,
+at an eighth of the full count's cost (``families.long_run``)."""
 LONG_RUN_INTERPRETED = 257
 """The long run's calls under Triton's interpreter (on CPU), past a uint8 counter's wrap: each
 interpreted launch is a Python loop of about 20 ms on the 2-core machine, so 4097 calls of each of
@@ -55,6 +59,12 @@ QUICK_LONG_RUN = 4097
 ring, where the clone's ``pytest -n 2`` certifies the registry's own kernels: 2**16 calls of each
 of its 37 CPU kernels, in one dtype each, take about 390 s of the 2-core machine, 4097 about 24 s.
 A run of plugged kernels (``normcert certify``) makes the full count."""
+QUICK_LONG_RUN_EVERY = 257
+"""The quick tier's calls in each other dtype (``schedule.long_run_calls``): 4097 in three more
+dtypes of each of the 37 kernels would add about 72 s of the two cores to the default run; 257
+(as many as Triton's interpreter makes) add about 5 s, and run every dtype's outputs through the
+long run's checks.  The registry's kernels keep no state across calls; the planted ones that do
+are the meta-tests' (``tests/meta/test_long_run``), with counts of their own."""
 LONG_RUN_ROWS, LONG_RUN_WIDTH = 2, 8  # its small case (the width rounded up to whole groups)
 SMALL_WIDTHS = (2, 3, 4)  # 65537 rows of these: under 2**18 elements, and 2**19 for halves
 HEAD_DIMS = (64, 128, 256)  # QK-norm: Llama-4, Qwen3, OLMo2, Gemma 3 ...

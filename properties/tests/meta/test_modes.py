@@ -30,7 +30,8 @@ def _impl(fn):
 @pytest.fixture
 def session(normcert_session, tmp_path):
     return Session(device=normcert_session.device, seed=normcert_session.seed, failures_dir=str(tmp_path),
-                   eager=normcert_session.eager, long_run=normcert_session.long_run)
+                   eager=normcert_session.eager, long_run=normcert_session.long_run,
+                   long_run_every=normcert_session.long_run_every)
 
 
 @pytest.mark.parametrize("fn", list(planted_modes.BUGS), ids=[f.__name__ for f in planted_modes.BUGS])
@@ -43,7 +44,7 @@ def test_a_mode_bug_is_killed_on_every_seed(fn, session, request):
     for k in range(request.config.getoption("--normcert-meta-seeds")):
         getattr(fn, "forget", lambda: None)()
         mine = Session(device=session.device, seed=base + k, failures_dir=session.failures_dir, eager=session.eager,
-                       long_run=session.long_run)
+                       long_run=session.long_run, long_run_every=session.long_run_every)
         with pytest.raises(PropertyFailure, match=SAYS[fn.__name__]):
             runner.run_family(mine, family, _impl(fn), F32, shrink=False)
         assert mine.results[-1].outcome == "fail"
