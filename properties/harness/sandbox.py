@@ -365,16 +365,18 @@ class _Inline:
         torch.set_autocast_enabled("cpu", self.state["autocast (cpu)"])
         torch.set_autocast_enabled("cuda", self.state["autocast (cuda)"])
         torch.set_flush_denormal(self.state["flush denormal"])
+        torch.set_num_threads(self.state["intra-op threads"])
 
 
 def thread_state() -> dict:
     """torch's per-thread modes a kernel could enter and never leave (``torch.inference_mode().__enter__()``
     without its exit): the next kernel in the same thread would run under them.  Flush-to-zero
     (``torch.set_flush_denormal``) is one: it sets the CPU's FTZ / DAZ bits of the calling thread only,
-    the worker's, where the caller's check (``global_state``) never sees it."""
+    the worker's, where the caller's check (``global_state``) never sees it.  torch's intra-op thread
+    count is another (OpenMP's count is the calling thread's: ``Context.threads``)."""
     return {"grad mode": torch.is_grad_enabled(), "inference mode": torch.is_inference_mode_enabled(),
             **{f"autocast ({d})": torch.is_autocast_enabled(d) for d in ("cpu", "cuda")},
-            "flush denormal": flushes_denormals()}
+            "flush denormal": flushes_denormals(), "intra-op threads": torch.get_num_threads()}
 
 
 def _changes(before: dict, now: dict) -> str:
@@ -393,6 +395,7 @@ def global_state() -> dict:
     return {"default dtype": torch.get_default_dtype(),
             "deterministic algorithms": (torch.are_deterministic_algorithms_enabled(),
                                          torch.is_deterministic_algorithms_warn_only_enabled()),
+            "fill uninitialized memory": torch.utils.deterministic.fill_uninitialized_memory,
             "float32 matmul precision": torch.get_float32_matmul_precision(),
             "flush denormal": flushes_denormals()}
 
@@ -404,6 +407,7 @@ def restore_global_state(before: dict) -> str:
         torch.set_default_dtype(before["default dtype"])
         on, warn_only = before["deterministic algorithms"]
         torch.use_deterministic_algorithms(on, warn_only=warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = before["fill uninitialized memory"]
         torch.set_float32_matmul_precision(before["float32 matmul precision"])
         torch.set_flush_denormal(before["flush denormal"])
     return changed
