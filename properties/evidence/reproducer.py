@@ -6,7 +6,9 @@ file inlined, base64, up to ``INLINE_BYTES``; a larger one is read from the path
 or the path given as its first argument), builds each tensor bit for bit with its strides as
 ``replay.load`` does, calls the kernel as normcert called it (its arguments as the op's record passes
 them, traced by name: ``call_text``; the recorded calling context: grad mode, inputs that require
-grad, default dtype, a fresh thread, a call on negated inputs before), and holds the failing output
+grad, default dtype, a fresh thread, a call on negated inputs before; parameters held as
+``nn.Parameter``, the case's values written back between the two calls by the recorded path,
+deterministic algorithms: ``harness.calling``'s, in the script's ``built`` and ``written``), and holds the failing output
 to the exact values and bounds the file stores (``elements``: the ``TOP_K`` worst elements and the
 failing row's window, from ``oracle.assessment.worst_elements``) by the rule of
 ``oracle.assessment.assess`` for a plain (not quantised) output:
@@ -35,7 +37,7 @@ import re
 
 from ...oracle.formats import BY_NAME, fmt
 from .. import families
-from ..harness.calling import _rewritten, leaf_names
+from ..harness.calling import _rewritten, leaf_names, parameters
 from .files import why_not_writable, write_atomic
 from .replay import load, tested
 
@@ -130,7 +132,8 @@ def export(replay: str, output: str, given: list[str]) -> str:
                 "output": meta["elements"]["output"], "outputs": list(rec.outputs), "format": form.name,
                 "p": form.p, "emin": form.emin, "max": float(form.max), "grad": context.grad,
                 "leaves": list(leaves), "default_dtype": context.dtype, "fresh": context.thread == "fresh",
-                "rewritten": list(_rewritten(case, context.state)), "scalars": meta["scalars"]}
+                "rewritten": list(_rewritten(case, context.state)), "scalars": meta["scalars"],
+                **_held_and_written(case, context)}
     inline = base64.b64encode(data).decode() if len(data) <= INLINE_BYTES else ""
     text = TEMPLATE.format(settings=repr(json.dumps(settings)), call=call_text(rec, case.oracle_args()),
                            inline=repr(inline), path=repr(os.path.abspath(replay)), spec=f"{op}={module}:{attr}")
@@ -138,6 +141,13 @@ def export(replay: str, output: str, given: list[str]) -> str:
     os.chmod(output, 0o755 & ~_umask())
     how = "the case inlined" if inline else f"reading {os.path.abspath(replay)}"
     return f"{output}: a reproducer of {meta['property']} for {impl_id} ({how}); run: python {output}"
+
+
+def _held_and_written(case, context) -> dict:
+    """The script's settings for the context fields ``built`` and ``written`` apply: how the
+    parameters are held, the state's write path, deterministic algorithms."""
+    return {"held": context.held, "params": list(parameters(case)), "state": context.state,
+            "deterministic": context.deterministic}
 
 
 def _check_output(output: str, replay: str) -> None:
@@ -163,6 +173,7 @@ failure line while the kernel still fails, 0 once the stored failing elements ar
 Optional argument: the replay file, where the case is not inlined.
 """
 import base64
+import contextlib
 import importlib
 import io
 import json
@@ -210,17 +221,81 @@ def the_kernel():
     return fn
 
 
-def own(t):
-    storage = t.detach().untyped_storage().clone()
-    return torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, t.storage_offset(), t.shape, t.stride())
+# the calling context's parameters (normcert's harness.calling): held as S["held"] says, written
+# between the two calls by the path of S["state"], under deterministic algorithms where S["deterministic"]
+
+
+def built(t, storage, name):
+    """A new tensor object over storage, laid out as t: an nn.Parameter where the context holds
+    the parameters so, requiring grad where asked; built one way, so each starts at one _version."""
+    flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, t.storage_offset(), t.shape, t.stride())
+    return holding(flat, name)
+
+
+def holding(flat, name):
+    requires = name in S["leaves"]
+    if S["held"] != "tensor" and name in S["params"]:
+        return torch.nn.Parameter(flat, requires_grad=requires)
+    return flat.detach().requires_grad_(requires)
+
+
+def made(args):
+    """The context's own copies of the leaves, the parameters it holds and the inputs it rewrites,
+    the rewritten ones holding their negated values."""
+    held = S["params"] if S["held"] != "tensor" else []
+    for name in dict.fromkeys(S["leaves"] + S["rewritten"] + held):
+        storage = args[name].detach().untyped_storage().clone()
+        if name in S["rewritten"]:
+            torch.empty(0, dtype=args[name].dtype, device=args[name].device).set_(storage).neg_()
+        args[name] = built(args[name], storage, name)
+
+
+def written(args, values):
+    """The case's values written back into the rewritten inputs by the state's path."""
+    names, state = S["rewritten"], S["state"]
+    if state == "params replaced":  # the old weight freed, a new one built over its memory: its id and address
+        for name in names:
+            storage = args[name].untyped_storage()
+            storage.copy_(values[name].detach().untyped_storage())
+            flat = torch.empty(0, dtype=values[name].dtype, device=values[name].device).set_(
+                storage, values[name].storage_offset(), values[name].shape, values[name].stride())
+            del args[name]
+            args[name] = holding(flat, name)
+    elif state == "params load_state_dict":
+        module = torch.nn.Module()
+        for name in names:
+            if isinstance(args[name], torch.nn.Parameter):
+                module.register_parameter(name, args[name])
+            else:
+                module.register_buffer(name, args[name])
+        module.load_state_dict({{name: values[name] for name in names}})
+    else:
+        for name in names:
+            if state == "params .data.copy_":
+                args[name].data.copy_(values[name])
+            else:
+                with torch.no_grad():
+                    if state == "params copy_ under no_grad":
+                        args[name].copy_(values[name])
+                    else:  # neg_() on the tensor itself: the case's values again
+                        args[name].neg_()
+
+
+@contextlib.contextmanager
+def deterministic():
+    """torch.use_deterministic_algorithms as the context had it (warn_only, as normcert sets it); undone after."""
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    if S["deterministic"] == "on":
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 def called(kernel, args):
-    for name in S["leaves"]:
-        args[name] = own(args[name]).requires_grad_(True)
-    for name in S["rewritten"]:
-        if name not in S["leaves"]:
-            args[name] = own(args[name])
+    values = dict(args)
+    made(args)
     grad = {{"on": torch.enable_grad, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}}[S["grad"]]
 
     def once():
@@ -240,15 +315,11 @@ def called(kernel, args):
     before = torch.get_default_dtype()
     torch.set_default_dtype(getattr(torch, S["default_dtype"]))
     try:
-        if S["rewritten"]:
-            with torch.no_grad():
-                for name in S["rewritten"]:
-                    args[name].neg_()
-            once()
-            with torch.no_grad():
-                for name in S["rewritten"]:
-                    args[name].neg_()
-        out = once()
+        with deterministic():
+            if S["rewritten"]:
+                once()
+                written(args, values)
+            out = once()
     finally:
         torch.set_default_dtype(before)
     outs = (out,) if len(S["outputs"]) == 1 else tuple(out)
