@@ -39,15 +39,20 @@ def trains(impl) -> bool:
 
 def effective(impl, case) -> Context:
     """``case.context`` as it applies to ``impl``: a kernel no training step calls gets no input
-    that requires grad, no cotangent and no autocast (served's rule, ``modes``: autocast meets
-    float32 cases of a training step alone); a masked op's cotangent is not expanded (its padded
-    rows' cotangent is zero, a row broadcast over them would not be); torch's thread count is a
-    CPU setting; the importer's thread is the calling one or is not called in (a worker's)."""
+    that requires grad, no cotangent, no autocast (served's rule, ``modes``: autocast meets
+    float32 cases of a training step alone) and no trainable parameter (an ``nn.Parameter`` is held
+    frozen, as a served model holds it); a masked op's cotangent is not expanded (its padded
+    rows' cotangent is zero, a row broadcast over them would not be); a case without parameters (a
+    weightless call) holds and writes none; torch's thread count is a CPU setting; the importer's
+    thread is the calling one or is not called in (a worker's)."""
     context = case.context
     if not trains(impl):
-        context = replace(context, requires="none", dy="contiguous", autocast="off")
+        context = replace(context, requires="none", dy="contiguous", autocast="off",
+                          held="Parameter" if context.held == "trainable Parameter" else context.held)
     if context.autocast == "on" and case.dtype != torch.float32:
         context = replace(context, autocast="off")
+    if not parameters(case):
+        context = replace(context, held="tensor", state="fresh" if context.state.startswith("params ") else context.state)
     if context.dy == "expanded" and (case.record.mask or case.record.counts):
         context = replace(context, dy="contiguous")
     if context.threads != "run" and case.main.device.type != "cpu":

@@ -145,6 +145,8 @@ def choices(name: str, leaves: tuple[str, ...], training: bool = False) -> tuple
         if training:
             return ("all", *leaves) if len(leaves) > 1 else ("all",)
         return ("none", "all", *leaves) if leaves else ("none",)
+    if name == "held" and training:
+        return HELD[:2]  # in a training step requires says which parameters are trainable
     return {"grad": GRAD, "dtype": DTYPES, "thread": THREADS, "dy": DY, "state": STATES, "autocast": AUTOCAST,
             "threads": POOL, "held": HELD, "deterministic": DETERMINISTIC}[name]
 
@@ -170,6 +172,13 @@ other family calls as tested, and a field's other values are what this search ad
 one requires value among three meets about 40% of the cases instead of a third)."""
 
 
+STRESSED = {"state": {"params .data.copy_": 3, "params replaced": 3}}
+"""Values a random search lists this many times as often as a field's other values (``contexts``).
+A kernel can tell three kinds of parameter write apart: ``_version`` moved ("params rewritten",
+"params copy_ under no_grad", "params load_state_dict"), ``_version`` still ("params .data.copy_"),
+a new object ("params replaced"); each kind is drawn as often as the others."""
+
+
 def stored(value: dict) -> dict:
     """A replay file's context with each absent field of ``LATER`` as tested."""
     return {**LATER, **value}
@@ -181,16 +190,18 @@ def contexts(draw, leaves: tuple[str, ...], tested: Context, drawn: tuple[str, .
     """A ``Context``: each field in ``drawn`` sampled with ``tested``'s value first, the others
     ``tested``'s; ``training`` as ``choices`` takes it.  In a random search each other value is
     listed ``AWAY`` times (a field of k values keeps its as-tested one with probability
-    1 / (AWAY (k - 1) + 1)), and a counterexample still shrinks towards the first; under a bucket
-    each value once, the next in turn (``buckets.cycled``)."""
+    1 / (AWAY (k - 1) + 1)), a ``STRESSED`` one that many times more (appended: a counterexample
+    still shrinks towards the first, then in ``choices`` order); under a bucket each value once, the
+    next in turn (``buckets.cycled``)."""
     values = {}
     for name in drawn:
         options = choices(name, leaves, training)
         first = getattr(tested, name)
         others = tuple(o for o in options if o != first) if first in options else options[1:]
         first = first if first in options else options[0]
+        stressed = tuple(o for o in others for _ in range(AWAY * (STRESSED.get(name, {}).get(o, 1) - 1)))
         values[name] = draw(cycled((first,) + others, bucket, f"context {name}") if bucket is not None
-                            else st.sampled_from((first,) + others * AWAY))
+                            else st.sampled_from((first,) + others * AWAY + stressed))
     return Context(**{**tested.as_dict(), **values})
 
 
