@@ -162,7 +162,8 @@ def rms_caches_weight(x, weight, eps):
 
 def _content(weight) -> bytes:
     """The weight's bits: a cache validated by them is never stale, however the weight was written."""
-    return weight.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+    dense = torch.empty(weight.shape, dtype=weight.dtype).copy_(weight.detach())  # stride 1 (a 1-element view's may not be)
+    return dense.view(torch.uint8).numpy().tobytes()
 
 
 _CHECKED: dict = {}
