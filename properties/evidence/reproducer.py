@@ -8,7 +8,8 @@ or the path given as its first argument), builds each tensor bit for bit with it
 them, traced by name: ``call_text``; in every field of the recorded calling context, as
 ``calling.effective`` applies it to a kernel given with --impl: grad mode, inputs that require grad,
 default dtype, the calling thread, a call on negated inputs before, autocast, torch's intra-op thread
-count; a file recording a field or value the script cannot apply is refused, ``APPLIED``), and holds the failing output
+count, parameters held as ``nn.Parameter``, the case's values written back between the two calls by
+the recorded path, deterministic algorithms; a file recording a field or value the script cannot apply is refused, ``APPLIED``), and holds the failing output
 to the exact values and bounds the file stores (``elements``: the ``TOP_K`` worst elements and the
 failing row's window, from ``oracle.assessment.worst_elements``) by the rule of
 ``oracle.assessment.assess`` for a plain (not quantised) output:
@@ -45,7 +46,7 @@ from typing import Callable
 
 from ...oracle.formats import BY_NAME, fmt
 from .. import families
-from ..harness.calling import _rewritten, effective, leaf_names
+from ..harness.calling import _rewritten, effective, leaf_names, parameters
 from .files import why_not_writable, write_atomic
 from .replay import load, tested
 
@@ -155,7 +156,8 @@ def export(replay: str, output: str, given: list[str]) -> str:
                 "prefix": f"in context {described}: " if context != tested(family) else "",
                 "output": meta["elements"]["output"], "outputs": list(rec.outputs), "format": form.name,
                 "p": form.p, "emin": form.emin, "max": float(form.max), "context": context.as_dict(),
-                "leaves": list(leaves), "rewritten": list(_rewritten(case, context.state)), "scalars": meta["scalars"]}
+                "leaves": list(leaves), "rewritten": list(_rewritten(case, context.state)), "scalars": meta["scalars"],
+                "params": list(parameters(case))}
     inline = base64.b64encode(data).decode() if len(data) <= INLINE_BYTES else ""
     text = TEMPLATE.format(settings=repr(json.dumps(settings)), call=call_text(rec, case.oracle_args()),
                            inline=repr(inline), path=repr(os.path.abspath(replay)), spec=f"{op}={module}:{attr}")
@@ -181,16 +183,22 @@ APPLIED: dict[str, Callable[[str], bool]] = {
     "dtype": lambda v: v in ("float32", "bfloat16", "float16"),
     "thread": lambda v: v in ("worker", "fresh", "importer"),
     "dy": lambda v: v == "contiguous",  # a cotangent's layout: no backward is called
-    "state": lambda v: v in ("fresh", "x rewritten", "params rewritten"),
+    "state": lambda v: v in ("fresh", "x rewritten", "params rewritten", "params .data.copy_",
+                             "params copy_ under no_grad", "params load_state_dict", "params replaced"),
     "autocast": lambda v: v in ("off", "on"),
     "threads": lambda v: v == "run" or (v.isdigit() and int(v) >= 1),
+    "held": lambda v: v in ("tensor", "Parameter", "trainable Parameter"),
+    "deterministic": lambda v: v in ("off", "on"),
 }
 """Each calling-context field (``search.context.Context``) the script applies, with the values it
 applies: grad (the grad mode entered around the call), requires (the inputs made leaves that require
 grad), dtype (the default dtype), thread (the thread that calls: a long-lived one that did not import
 the kernel, a fresh one per call, or the importer, the main thread), state (a call on the inputs
-negated first), autocast (``torch.autocast`` of the script's device, bfloat16), threads (torch's
-intra-op thread count, on CPU); dy is a backward's.  The script's ``AROUND`` table enters the
+negated first, then the case's values written back by the recorded path: ``written``), autocast
+(``torch.autocast`` of the script's device, bfloat16), threads (torch's intra-op thread count, on
+CPU), held (the parameters as plain tensors or ``nn.Parameter`` objects: ``holding``),
+deterministic (``torch.use_deterministic_algorithms``, warn-only as normcert sets it); dy is a
+backward's.  The script's ``AROUND`` table enters the
 fields applied around each call.  A field this table lacks, or a value it does not accept, is
 refused (``unapplied``): a field added to ``Context`` is never dropped from a reproducer unsaid."""
 
@@ -277,9 +285,69 @@ def the_kernel():
     return fn
 
 
-def own(t):
-    storage = t.detach().untyped_storage().clone()
-    return torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, t.storage_offset(), t.shape, t.stride())
+def holding(flat, name):
+    """flat as the context holds it: an nn.Parameter where it holds the parameters so, requiring grad
+    where asked."""
+    requires = name in S["leaves"]
+    if S["context"]["held"] != "tensor" and name in S["params"]:
+        return torch.nn.Parameter(flat, requires_grad=requires)
+    return flat.detach().requires_grad_(requires)
+
+
+def made(args):
+    """The context's own copies of the leaves, the parameters it holds and the inputs it rewrites (each
+    a new tensor over a copy of its storage, laid out as the case's), the rewritten ones negated."""
+    held = S["params"] if S["context"]["held"] != "tensor" else []
+    for name in dict.fromkeys(S["leaves"] + S["rewritten"] + held):
+        t = args[name]
+        storage = t.detach().untyped_storage().clone()
+        if name in S["rewritten"]:
+            torch.empty(0, dtype=t.dtype, device=t.device).set_(storage).neg_()
+        flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, t.storage_offset(), t.shape, t.stride())
+        args[name] = holding(flat, name)
+
+
+def written(args, values):
+    """The case's values written back into the rewritten inputs by the recorded state's path."""
+    names, state = S["rewritten"], S["context"]["state"]
+    if state == "params replaced":  # the old weight freed, a new one built over its memory: its id and address
+        for name in names:
+            storage = args[name].untyped_storage()
+            storage.copy_(values[name].detach().untyped_storage())
+            v = values[name]
+            flat = torch.empty(0, dtype=v.dtype, device=v.device).set_(storage, v.storage_offset(), v.shape, v.stride())
+            del args[name]
+            args[name] = holding(flat, name)
+    elif state == "params load_state_dict":
+        module = torch.nn.Module()
+        for name in names:
+            if isinstance(args[name], torch.nn.Parameter):
+                module.register_parameter(name, args[name])
+            else:
+                module.register_buffer(name, args[name])
+        module.load_state_dict({{name: values[name] for name in names}})
+    else:
+        for name in names:
+            if state == "params .data.copy_":
+                args[name].data.copy_(values[name])
+            else:
+                with torch.no_grad():
+                    if state == "params copy_ under no_grad":
+                        args[name].copy_(values[name])
+                    else:  # neg_() on the tensor itself: the case's values again
+                        args[name].neg_()
+
+
+@contextlib.contextmanager
+def deterministic(value):
+    """torch.use_deterministic_algorithms as the context had it (warn-only, as normcert sets it), put back after."""
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    if value == "on":
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 @contextlib.contextmanager
@@ -309,16 +377,15 @@ AROUND = {{  # the recorded context's fields entered around each call, in the th
     "dtype": default_dtype,
     "autocast": lambda v: torch.autocast(DEVICE, torch.bfloat16) if v == "on" else contextlib.nullcontext(),
     "threads": intra_op_threads,
+    "deterministic": deterministic,
 }}
-# the others: requires and state (the inputs, below), thread (which thread calls: ``once``), dy (a backward's)
+# the others: requires, held and state (the inputs: ``made``, ``written``), thread (which thread calls:
+# ``once``), dy (a backward's)
 
 
 def called(kernel, args):
-    for name in S["leaves"]:
-        args[name] = own(args[name]).requires_grad_(True)
-    for name in S["rewritten"]:
-        if name not in S["leaves"]:
-            args[name] = own(args[name])
+    values = dict(args)
+    made(args)
     worker = concurrent.futures.ThreadPoolExecutor(1)  # a long-lived thread that did not import the kernel
 
     def body():
@@ -338,13 +405,8 @@ def called(kernel, args):
 
     with worker:
         if S["rewritten"]:
-            with torch.no_grad():
-                for name in S["rewritten"]:
-                    args[name].neg_()
             once()
-            with torch.no_grad():
-                for name in S["rewritten"]:
-                    args[name].neg_()
+            written(args, values)
         out = once()
     outs = (out,) if len(S["outputs"]) == 1 else tuple(out)
     return outs[S["outputs"].index(S["output"])]

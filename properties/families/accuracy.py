@@ -7,8 +7,10 @@
             add_rms_norm's residual must equal the rounded sum bit for bit.
 
 The accuracy family draws each case's calling context too (``search.context``: grad mode, which
-inputs require grad, default dtype, calling thread, state between calls, autocast, torch's thread
-count), and holds the forward to the oracle in each; extremes calls as tested.
+inputs require grad, default dtype, calling thread, state between calls (parameters written as
+loaders and optimizers write them, or replaced), autocast, torch's thread count, parameters held as
+tensors or ``nn.Parameter`` objects, deterministic algorithms), and holds the forward to the oracle
+in each; extremes calls as tested.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from ..search.case import valid_positions
 from ..search.context import AS_TESTED, contexts
 from ..search.strategies import EXTREME, cases
 
-DRAWN = ("grad", "requires", "dtype", "thread", "state", "autocast", "threads")
+DRAWN = ("grad", "requires", "dtype", "thread", "state", "autocast", "threads", "held", "deterministic")
 """The context fields the accuracy family draws (``search.context``)."""
 
 

@@ -15,7 +15,9 @@ Each case is called in a drawn context (``search.context``): which inputs requir
 one leaf alone: the gradients asked for are exactly those, as a frozen weight asks), the default
 dtype, the calling thread, the layout of dy (contiguous, a transposed view, a slice of a wider
 buffer, a row expanded with stride 0), with the exact VJP taken of the dy handed over, autocast
-around the forward (its backward outside, as torch's AMP recipe runs it) and torch's thread count.
+around the forward (its backward outside, as torch's AMP recipe runs it), torch's thread count and
+deterministic algorithms (around the backward too), and the parameters held as plain tensors or
+``nn.Parameter`` objects.
 """
 from __future__ import annotations
 
@@ -28,14 +30,14 @@ from hypothesis import strategies as st
 from ... import oracle
 from ...oracle import assessment, formats
 
-from ..harness.calling import called, effective, held_to, laid_out, naming
+from ..harness.calling import backward, called, effective, held_to, laid_out, naming
 from ..harness.measure import record_assessment
-from ..harness.sandbox import ContractViolation, kernel_code
+from ..harness.sandbox import ContractViolation
 from ..search.buckets import integer
 from ..search.context import TRAINING, contexts
 from ..search.strategies import cases, cotangents
 
-DRAWN = ("requires", "dtype", "thread", "dy", "autocast", "threads")
+DRAWN = ("requires", "dtype", "thread", "dy", "autocast", "threads", "held", "deterministic")
 """The context fields the gradients family draws (``search.context``); grad mode is on, buffers fresh."""
 
 
@@ -91,10 +93,9 @@ def _check(session, impl, case, worst, within, mode):
     names = list(leaves)
     sent = [formats.bits(c).clone() for c in cot]
     used = [k for k, on in enumerate(carrying) if on]  # an output without a grad_fn adds 0 to every gradient
-    grads = kernel_code(session, impl, " backward",
-                        lambda: torch.autograd.grad([outs[k] for k in used], [leaves[k] for k in names],
-                                                    [cot[k] for k in used], allow_unused=True),
-                        case.dtype)
+    grads = backward(session, impl, case,
+                     lambda: torch.autograd.grad([outs[k] for k in used], [leaves[k] for k in names],
+                                                 [cot[k] for k in used], allow_unused=True))
     for name, c, before in zip(info.outputs, cot, sent):
         if not torch.equal(formats.bits(c), before):
             raise ContractViolation(f"{impl.id}: its backward wrote into the incoming gradient of {name!r} "

@@ -244,7 +244,8 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None, thread: st
     must be the one that imported the kernel's module (``impls.importer``): no watchdog can stop a call
     in its own thread, so such a call is timed only (past its limit it is noted slow), and a hang there
     is the run's own timeout's; thread-local state it leaves changed fails it, and is put back where
-    torch can (grad mode, autocast, flush-to-zero).
+    torch can (grad mode, autocast, flush-to-zero, the intra-op thread count).  A thread count left
+    changed is put back in every thread, the kernel's own: a thread started later inherits it.
     torch's global state (``global_state``) is restored after the call, and a
     kernel that changed it is a ``ContractViolation`` too.  A kernel whose module changed the
     process's floating-point state at import (``Impl.import_fault``) fails every call, uncalled.
@@ -262,7 +263,10 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None, thread: st
                 try:
                     box["value"] = _rehomed(thunk())
                 finally:
-                    box["leaked"] = _changes(before, thread_state())
+                    now = thread_state()
+                    box["leaked"] = _changes(before, now)
+                    if now["intra-op threads"] != before["intra-op threads"]:
+                        torch.set_num_threads(before["intra-op threads"])  # what a thread started later inherits
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread below, as words:
             box["error"] = type(e)  # its message is made here, under the watchdog (a __str__ may block)
             box["benchmarked"] = _benchmarked(e)
@@ -365,16 +369,19 @@ class _Inline:
         torch.set_autocast_enabled("cpu", self.state["autocast (cpu)"])
         torch.set_autocast_enabled("cuda", self.state["autocast (cuda)"])
         torch.set_flush_denormal(self.state["flush denormal"])
+        torch.set_num_threads(self.state["intra-op threads"])
 
 
 def thread_state() -> dict:
     """torch's per-thread modes a kernel could enter and never leave (``torch.inference_mode().__enter__()``
     without its exit): the next kernel in the same thread would run under them.  Flush-to-zero
     (``torch.set_flush_denormal``) is one: it sets the CPU's FTZ / DAZ bits of the calling thread only,
-    the worker's, where the caller's check (``global_state``) never sees it."""
+    the worker's, where the caller's check (``global_state``) never sees it.  torch's intra-op thread
+    count is another (OpenMP's count is the calling thread's, and the one a thread started later
+    inherits: ``kernel_code`` sets it back in the kernel's thread)."""
     return {"grad mode": torch.is_grad_enabled(), "inference mode": torch.is_inference_mode_enabled(),
             **{f"autocast ({d})": torch.is_autocast_enabled(d) for d in ("cpu", "cuda")},
-            "flush denormal": flushes_denormals()}
+            "flush denormal": flushes_denormals(), "intra-op threads": torch.get_num_threads()}
 
 
 def _changes(before: dict, now: dict) -> str:
@@ -393,6 +400,7 @@ def global_state() -> dict:
     return {"default dtype": torch.get_default_dtype(),
             "deterministic algorithms": (torch.are_deterministic_algorithms_enabled(),
                                          torch.is_deterministic_algorithms_warn_only_enabled()),
+            "fill uninitialized memory": torch.utils.deterministic.fill_uninitialized_memory,
             "float32 matmul precision": torch.get_float32_matmul_precision(),
             "flush denormal": flushes_denormals()}
 
@@ -404,6 +412,7 @@ def restore_global_state(before: dict) -> str:
         torch.set_default_dtype(before["default dtype"])
         on, warn_only = before["deterministic algorithms"]
         torch.use_deterministic_algorithms(on, warn_only=warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = before["fill uninitialized memory"]
         torch.set_float32_matmul_precision(before["float32 matmul precision"])
         torch.set_flush_denormal(before["flush denormal"])
     return changed

@@ -83,6 +83,24 @@ def rms_sets_default_dtype(x, weight, eps):
     return _rms(x, weight, eps)
 
 
+def rms_turns_deterministic_on(x, weight, eps):
+    """A correct result, but it leaves ``torch.use_deterministic_algorithms(True)`` on for the process."""
+    torch.use_deterministic_algorithms(True)
+    return _rms(x, weight, eps)
+
+
+def rms_stops_filling_uninitialized_memory(x, weight, eps):
+    """A correct result, but it turns off the NaN fill of ``torch.empty`` under deterministic algorithms."""
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    return _rms(x, weight, eps)
+
+
+def rms_leaves_five_threads(x, weight, eps):
+    """A correct result, but it leaves its thread's intra-op thread count at 5."""
+    torch.set_num_threads(5)
+    return _rms(x, weight, eps)
+
+
 def rms_flushes_denormals(x, weight, eps):
     """A correct result, computed after turning flush-to-zero on for good (in the thread it runs in)."""
     torch.set_flush_denormal(True)

@@ -160,17 +160,105 @@ def rms_caches_weight(x, weight, eps):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * _cached(_CAST, weight, 0, xf.dtype)).to(x.dtype)
 
 
-_VERSIONED: dict = {}
+def _content(weight) -> bytes:
+    """The weight's bits: a cache validated by them is never stale, however the weight was written."""
+    dense = torch.empty(weight.shape, dtype=weight.dtype).copy_(weight.detach())  # stride 1 (a 1-element view's may not be)
+    return dense.view(torch.uint8).numpy().tobytes()
+
+
+_CHECKED: dict = {}
 
 
 def rms_caches_weight_twin(x, weight, eps):
-    """Caches it per weight object and version (``Tensor._version``: bumped by every in-place write),
-    and not while the weight is trained (the cached copy would carry no gradient)."""
+    """Caches it per weight object, validated by the weight's bits (``_content``), and not while the
+    weight is trained (the cached copy would carry no gradient)."""
     if weight is None:
         return eager_rms_norm(x, weight, eps)
     xf = up(x)
-    w = up(weight, x) if weight.requires_grad else _cached(_VERSIONED, weight, weight._version, xf.dtype)
+    w = up(weight, x) if weight.requires_grad else _cached(_CHECKED, weight, _content(weight), xf.dtype)
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w).to(x.dtype)
+
+
+def _with_cast(x, weight, eps, w):
+    xf = up(x)
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w).to(x.dtype)
+
+
+_PARAMETER_CASTS: dict = {}
+
+
+def rms_caches_parameter_cast(x, weight, eps):
+    """Casts a weight held as an ``nn.Parameter`` once per object and keeps the cast (a module's
+    cached compute copy), never invalidated: an eval after an optimizer step or a weight load is
+    served the old values.  A plain tensor is cast per call."""
+    if weight is None or not isinstance(weight, torch.nn.Parameter):
+        return eager_rms_norm(x, weight, eps)
+    return _with_cast(x, weight, eps, _cached(_PARAMETER_CASTS, weight, None, up(x).dtype))
+
+
+_PARAMETER_CASTS_TWIN: dict = {}
+
+
+def rms_caches_parameter_cast_twin(x, weight, eps):
+    """The same cache, validated by the weight's bits."""
+    if weight is None or not isinstance(weight, torch.nn.Parameter):
+        return eager_rms_norm(x, weight, eps)
+    return _with_cast(x, weight, eps, _cached(_PARAMETER_CASTS_TWIN, weight, _content(weight), up(x).dtype))
+
+
+_VERSIONED: dict = {}
+
+
+def rms_caches_weight_by_version(x, weight, eps):
+    """Caches the cast per weight object and ``Tensor._version`` (bumped by every in-place write
+    through the tensor): a write through ``weight.data`` (``param.data.copy_(new)``: vLLM's default
+    weight loader, an RL weight sync) does not move it, and the old values are served."""
+    if weight is None:
+        return eager_rms_norm(x, weight, eps)
+    return _with_cast(x, weight, eps, _cached(_VERSIONED, weight, weight._version, up(x).dtype))
+
+
+_VERSIONED_TWIN: dict = {}
+
+
+def rms_caches_weight_by_version_twin(x, weight, eps):
+    """The same cache, validated by the version and the weight's bits."""
+    if weight is None:
+        return eager_rms_norm(x, weight, eps)
+    return _with_cast(x, weight, eps, _cached(_VERSIONED_TWIN, weight, (weight._version, _content(weight)), up(x).dtype))
+
+
+_BY_KEY: dict = {}  # (id, _version, dtypes) -> the cast: no reference to the weight, dead or alive
+
+
+def rms_caches_by_id_and_version(x, weight, eps):
+    """Caches the cast in a plain dict keyed on ``(id(weight), weight._version)``: a weight freed and
+    a new one built the same way takes its id (CPython reuses it) and its version (a new tensor's
+    starts where the old one's did), and is served the dead weight's cast."""
+    if weight is None:
+        return eager_rms_norm(x, weight, eps)
+    key = (id(weight), weight._version, weight.dtype, up(x).dtype, tuple(weight.shape))
+    return _with_cast(x, weight, eps, _BY_KEY.setdefault(key, up(weight, x).detach().clone()))
+
+
+_BY_KEY_TWIN: dict = {}
+
+
+def rms_caches_by_id_and_version_twin(x, weight, eps):
+    """The same cache, its key holding the weight's bits too."""
+    if weight is None:
+        return eager_rms_norm(x, weight, eps)
+    key = (id(weight), weight._version, weight.dtype, up(x).dtype, tuple(weight.shape), _content(weight))
+    return _with_cast(x, weight, eps, _BY_KEY_TWIN.setdefault(key, up(weight, x).detach().clone()))
+
+
+def _forget_keys():
+    _BY_KEY.clear()
+    _BY_KEY_TWIN.clear()
+
+
+rms_caches_by_id_and_version.forget = _forget_keys  # the meta-test's fresh process
+rms_caches_by_id_and_version_twin.forget = _forget_keys
 
 
 def rms_default_dtype_workspace(x, weight, eps):
@@ -233,6 +321,80 @@ def rms_threads_twin(x, weight, eps):
     return eager_rms_norm(x, weight, eps)
 
 
+def _tree(parts, pair_all=True):
+    """The sum of ``parts`` by a tree of pairwise sums; without ``pair_all``, a level of an odd count
+    drops its last part instead of carrying it up."""
+    while len(parts) > 1:
+        carried = parts[-1:] if len(parts) % 2 and pair_all else []
+        parts = [parts[i] + parts[i + 1] for i in range(0, len(parts) - 1, 2)] + carried
+    return parts[0]
+
+
+def _per_thread_sums(x):
+    """The sums of squares of each row's ``torch.get_num_threads()`` chunks (in the compute format),
+    one per intra-op thread (a chunk may be empty)."""
+    return [c.sum(-1, keepdim=True) for c in up(x).pow(2).tensor_split(torch.get_num_threads(), -1)]
+
+
+def rms_threads_tree_drops_odd(x, weight, eps):
+    """Sums each row's squares per intra-op thread and adds the partial sums up a pairwise tree that
+    drops the odd one out: right at 1, 2, 4, 8 ... threads, wrong at 3 (a chunk lost)."""
+    inv = torch.rsqrt(_tree(_per_thread_sums(x), pair_all=False) / max(x.shape[-1], 1) + eps)
+    return (up(x) * inv * up(_weight(x, weight), x)).to(x.dtype)
+
+
+def rms_threads_tree_twin(x, weight, eps):
+    """The same tree, the odd part carried up."""
+    inv = torch.rsqrt(_tree(_per_thread_sums(x)) / max(x.shape[-1], 1) + eps)
+    return (up(x) * inv * up(_weight(x, weight), x)).to(x.dtype)
+
+
+DW_BLOCK = 8
+"""Rows per block of the deterministic dweight reduction (``_BlockedDw``)."""
+
+
+class _BlockedDw(torch.autograd.Function):
+    """RMSNorm whose backward, under ``torch.are_deterministic_algorithms_enabled()``, reduces dw in a
+    fixed order: per block of ``DW_BLOCK`` rows, then the block sums in turn (a run-to-run
+    reproducible reduction, as a GPU kernel's deterministic mode takes instead of atomics);
+    ``whole``: over every block, the last partial one too (else it is dropped)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps, whole):
+        xf = up(x)
+        inv = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        ctx.save_for_backward(x, weight, inv)
+        ctx.whole = whole
+        return (xf * inv * up(weight, x)).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, inv = ctx.saved_tensors
+        xf, g = up(x), up(dy, x) * up(weight, x)
+        xhat = xf * inv
+        dx = inv * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+        rows = (up(dy, x) * xhat).reshape(-1, x.shape[-1])
+        if not torch.are_deterministic_algorithms_enabled():
+            dw = rows.sum(0)
+        else:
+            stop = rows.shape[0] if ctx.whole else rows.shape[0] - DW_BLOCK + 1
+            dw = rows.new_zeros(rows.shape[-1])
+            for i in range(0, max(stop, 0), DW_BLOCK):
+                dw = dw + rows[i:i + DW_BLOCK].sum(0)
+        return dx.to(x.dtype), dw.to(weight.dtype), None, None
+
+
+def rms_deterministic_dw_drops_block(x, weight, eps):
+    """Its deterministic dweight reduction (taken under ``torch.use_deterministic_algorithms(True)``)
+    drops the last partial block of rows."""
+    return _BlockedDw.apply(x, _weight(x, weight), eps, False)
+
+
+def rms_deterministic_dw_twin(x, weight, eps):
+    """The same reduction over every block."""
+    return _BlockedDw.apply(x, _weight(x, weight), eps, True)
+
+
 _IMPORTED = threading.local()
 _IMPORTED.width = 1024  # a workspace for rows of 1024 set up at import, in the importing thread alone
 
@@ -263,27 +425,42 @@ def rms_marks_weight_trainable(x, weight, eps):
     return eager_rms_norm(x, weight, eps)
 
 
+IN_PLACE = r"params (rewritten|\.data\.copy_|copy_ under no_grad|load_state_dict)"
+"""A cache never invalidated is stale after any in-place write: a bucket's case (not shrunk, its
+context narrowed to as-tested values alone) names the write it drew."""
+
 BUGS = {
     rms_training_drops_weight: ("accuracy", "requires=all"),
-    rms_trainable_weight_drops_weight: ("accuracy", "requires=all"),
+    rms_trainable_weight_drops_weight: ("accuracy", "(requires=all|held=trainable Parameter)"),
     rms_frozen_weight_shortcut: ("gradients", "requires=x"),
     rms_dy_row_major: ("gradients", "(requires=weight, )?dy=(transposed|sliced|expanded)"),
     rms_thread_set_up_once: ("accuracy", "thread=fresh"),
-    rms_caches_weight: ("accuracy", "state=params rewritten"),
+    rms_caches_weight: ("accuracy", f"state={IN_PLACE}"),
     rms_default_dtype_workspace: ("accuracy", "dtype=bfloat16"),
     rms_autocast_bf16_statistics: ("accuracy", "autocast=on"),
     rms_threads_drop_a_half: ("accuracy", "threads=2"),
     rms_importer_fast_path: ("accuracy", "thread=importer"),
+    rms_caches_parameter_cast: ("accuracy", f"state={IN_PLACE}, held=Parameter"),
+    rms_caches_weight_by_version: ("accuracy", r"state=params \.data\.copy_"),
+    rms_caches_by_id_and_version: ("accuracy", r"state=params (\.data\.copy_|replaced)"),
+    rms_deterministic_dw_drops_block: ("gradients", "deterministic=on"),
+    rms_threads_tree_drops_odd: ("accuracy", "threads=3"),
 }
 """Each bug: the family that kills it, and the context its shrunk counterexample names (a regular
 expression: a row-major read of dy is wrong in each layout but the contiguous one, and the smallest
 layout that shows it depends on the case's shape: a transposed view of one row is row-major; a
 case failing on dweight keeps requires=weight, since under requires=all dx fails first: another
-output, so not the same failure to ``run.reduce``)."""
+output, so not the same failure to ``run.reduce``); a
+weight that requires grad is one the requires field asks for or one held as a trainable Parameter,
+either field alone shows it; a cache keyed on (id, _version) is stale after a ``.data.copy_`` as after
+a replacement, and ``test_context`` shows the replacement alone kills it)."""
 
 TWINS = {rms_training_twin: ("accuracy", "gradients"), rms_trainable_weight_twin: ("accuracy", "gradients"),
          rms_frozen_weight_twin: ("gradients",), rms_dy_contiguous_twin: ("gradients",),
          rms_thread_twin: ("accuracy", "gradients"), rms_caches_weight_twin: ("accuracy",),
          rms_default_dtype_twin: ("accuracy",), rms_autocast_twin: ("accuracy", "gradients"),
-         rms_threads_twin: ("accuracy", "gradients"), rms_importer_twin: ("accuracy", "gradients")}
+         rms_threads_twin: ("accuracy", "gradients"), rms_importer_twin: ("accuracy", "gradients"),
+         rms_caches_parameter_cast_twin: ("accuracy",), rms_caches_weight_by_version_twin: ("accuracy",),
+         rms_caches_by_id_and_version_twin: ("accuracy",), rms_deterministic_dw_twin: ("accuracy", "gradients"),
+         rms_threads_tree_twin: ("accuracy", "gradients")}
 """Each correct twin, and the families that must certify it."""

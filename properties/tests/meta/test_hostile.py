@@ -214,14 +214,28 @@ def test_a_kernel_that_changes_global_state_fails_and_the_state_is_restored(sess
     assert torch.get_default_dtype() == torch.float32
 
 
+@pytest.mark.parametrize("fn, says", [
+    (hostile.rms_turns_deterministic_on, r"deterministic algorithms: \(False, False\) -> \(True, False\)"),
+    (hostile.rms_stops_filling_uninitialized_memory, "fill uninitialized memory: True -> False")],
+    ids=["deterministic", "fill-uninitialized"])
+def test_a_kernel_that_flips_a_global_switch_fails_and_the_switch_is_put_back(session, fn, says):
+    """The switches the calling context draws (``search.context``) are the sandbox's to restore."""
+    with pytest.raises(PropertyFailure, match=f"changed torch's global state: {says}"):
+        _accuracy(session, fn)
+    assert not torch.are_deterministic_algorithms_enabled() and torch.utils.deterministic.fill_uninitialized_memory
+
+
 @pytest.mark.parametrize("fn, says", [(hostile.rms_disables_grad, "grad mode: True -> False"),
-                                       (hostile.rms_enters_inference_mode, "inference mode: False -> True")],
-                         ids=["grad-off", "inference-mode"])
+                                       (hostile.rms_enters_inference_mode, "inference mode: False -> True"),
+                                       (hostile.rms_leaves_five_threads, r"intra-op threads: \d+ -> 5")],
+                         ids=["grad-off", "inference-mode", "threads"])
 def test_a_kernel_that_leaves_a_thread_mode_on_fails_and_does_not_break_the_next_one(session, fn, says):
+    threads = torch.get_num_threads()
     with pytest.raises(PropertyFailure, match=f"left torch's thread-local state changed: .*{says}"):
         _accuracy(session, fn)
-    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled() and torch.get_num_threads() == threads
     good = make("rms_norm", "eager", "plugin", hostile._rms, target="normcert.properties.tests.meta.hostile:_rms")
+    assert sandbox.kernel_code(session, good, "", torch.get_num_threads) == threads  # a fresh thread inherits it
     res = runner.run(session, "gradients", good, F32, gradient_cases("rms_norm", F32, "cpu"), check_gradients,
                       max_examples=5)
     assert res.outcome == "pass"
