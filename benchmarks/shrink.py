@@ -56,21 +56,12 @@ from normcert.properties.search.case import Case
 from normcert.properties.search.fitting import fit
 from normcert.properties.tests.meta import expect, planted
 
+from context import counted  # noqa: E402 - a sibling script (benchmarks/ is on sys.path when run)
+
 DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
 ROWS = (1, 2, 4)
 MOST = 64
 DRAWS = 4
-
-
-def counted(impl):
-    """``impl`` with its calls counted (in ``calls[0]``)."""
-    calls = [0]
-
-    def fn(*args, **kwargs):
-        calls[0] += 1
-        return impl.fn(*args, **kwargs)
-
-    return replace(impl, fn=fn), calls
 
 
 def _context_only(search, case, message, kind, budget=reducer.BUDGET):

@@ -27,7 +27,9 @@ list started again after each kept step:
 A failure of another kind met on the way is kept (``Reduction.others``) for the search for distinct
 failures (``runner._Search.others``), as Hypothesis's shrinker reports them.  What changed is said in ``case.notes["reduced"]``; a masked MoE op (``counts``) keeps its rows and
 rank; a long run's case (``params["calls"]`` > 1) is not reduced (its check replays the first
-failure rather than call the kernel again).
+failure rather than call the kernel again), nor is a large case (``params["limit"]``, the large
+family's: its check remakes its rows on the device from the case's seed and bucket, and its tensors
+may be of the meta device, too large to hold).
 """
 from __future__ import annotations
 
@@ -79,6 +81,8 @@ def reduce(search, case: Case, message: str, kind: str, budget: int = BUDGET) ->
     ``kind``): the reduced case, its failure's message, and what was done."""
     if int(case.params.get("calls", 1)) > 1:
         return case, message, Reduction(skipped=f"a long run of {int(case.params['calls'])} calls in a row")
+    if "limit" in case.params:
+        return case, message, Reduction(skipped="a large case, its rows remade on the device past an offset limit")
     done = Reduction()
     steps: list[str] = []
     tried: set = set()
@@ -247,36 +251,23 @@ def _cut_out(search, case: Case, memo: dict):
 def _without(case: Case, a: int, b: int) -> Case:
     """``case`` with output columns a:b taken out of every row input, weight, bias and matrix (a
     [gate | up] row loses them from both halves): the same op on fewer, equally valid values."""
-    rec = case.record
-    kinds = {x.name: KINDS[x.kind].shape for x in rec.args}
-
     def drop(t, dim):
         n = t.shape[dim]
         return torch.cat([t.narrow(dim, 0, a), t.narrow(dim, b, n - b)], dim=dim)
 
-    out = {}
-    for k, t in case.tensors.items():
-        shape = kinds.get(k)
-        if t is None or shape not in ("rows", "vector", "matrix"):
-            out[k] = t
-        elif shape == "rows" and rec.halves:
-            gate, up = t.chunk(2, dim=-1)
-            out[k] = torch.cat([drop(gate, -1), drop(up, -1)], dim=-1)
-        elif shape == "matrix":
-            out[k] = drop(drop(t, -1), -2)
-        else:
-            out[k] = drop(t, -1)
-    return case.copy(tensors=out)
+    return _per_column(case, drop)
 
 
 def _rotated(case: Case, shift: int) -> Case:
     """``case`` with output column ``shift`` made the first of every row input, weight, bias and matrix."""
+    return _per_column(case, lambda t, dim: torch.roll(t, -shift, dims=dim))
+
+
+def _per_column(case: Case, move) -> Case:
+    """``case`` with ``move(t, dim)`` applied along every output-column dim of its row inputs (each
+    half of a [gate | up] row alone), weights, biases and matrices (both dims)."""
     rec = case.record
-    kinds = {a.name: KINDS[a.kind].shape for a in rec.args}
-
-    def roll(t, dim):
-        return torch.roll(t, -shift, dims=dim)
-
+    kinds = {x.name: KINDS[x.kind].shape for x in rec.args}
     out = {}
     for k, t in case.tensors.items():
         shape = kinds.get(k)
@@ -284,11 +275,11 @@ def _rotated(case: Case, shift: int) -> Case:
             out[k] = t
         elif shape == "rows" and rec.halves:
             gate, up = t.chunk(2, dim=-1)
-            out[k] = torch.cat([roll(gate, -1), roll(up, -1)], dim=-1)
+            out[k] = torch.cat([move(gate, -1), move(up, -1)], dim=-1)
         elif shape == "matrix":
-            out[k] = roll(roll(t, -1), -2)
+            out[k] = move(move(t, -1), -2)
         else:
-            out[k] = roll(t, -1)
+            out[k] = move(t, -1)
     return case.copy(tensors=out)
 
 

@@ -447,7 +447,7 @@ class _Search:
             if not self.supported:
                 self.cover.refuse()
                 return
-            if self._known(case, e, _refusal(self.impl, e)):
+            if self._known(case, e, _refusal(self.impl, e), ran=False):
                 return
             raise PropertyFailure(self.failed[1]) from None
         except KeyboardInterrupt:
@@ -465,11 +465,12 @@ class _Search:
         self.cover.checked(case)
         tally(self.cover.contexts, case.context)
 
-    def _known(self, case, e: BaseException, message: str) -> bool:
+    def _known(self, case, e: BaseException, message: str, ran: bool = True) -> bool:
         """Is ``e`` on ``case`` a failure of a kind found already (a later round passes over it: it
         seeks another kind, and its target no longer climbs this one)?  Else it is kept as the case
-        that failed."""
-        self.cover.checked(case)  # it ran: the cell's coverage says so, failing or not
+        that failed.  ``ran``: the kernel computed on the case (False: it refused it)."""
+        if ran:  # the cell's coverage says what ran, failing or not; a refused case computed nothing
+            self.cover.checked(case)
         kind = kind_of(e, message)
         if any(f.kind == kind for f in self.found):
             self.worst.example_units = 0.0
