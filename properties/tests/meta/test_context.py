@@ -71,8 +71,12 @@ SEEDS = [0] + [pytest.param(k, marks=pytest.mark.normcert_heavy) for k in range(
 the 100 runs took 28 min on 2 cores shared with other work at a load of 5-13, 6.5 min of CPU)."""
 
 
+NAMED = [fn for fn, (_, says) in planted_context.BUGS.items() if says is not None]
+"""The bugs one context field shows, the smallest (``planted_context.BUGS``)."""
+
+
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("fn", list(planted_context.BUGS), ids=[f.__name__ for f in planted_context.BUGS])
+@pytest.mark.parametrize("fn", NAMED, ids=[f.__name__ for f in NAMED])
 def test_the_shrunk_counterexample_names_the_smallest_context(fn, seed, normcert_session, tmp_path, one_thread):
     """Search alone kills each bug on seed ``seed``, and shrinks its counterexample to the one field
     that is its cause."""
