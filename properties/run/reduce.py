@@ -201,16 +201,23 @@ def _along_rows(case: Case, cut) -> Case:
                               for k, t in case.tensors.items()})
 
 
+def _row(search, case: Case) -> tuple[int, int, int]:
+    """(n, step, m): the main tensor's row length, the least step of row lengths the kernel's domain
+    admits (its width multiple, without its max width), and the output row's length."""
+    rec = case.record
+    n = case.main.shape[-1]
+    step = replace(search.impl.domain, max_width=None).width(1, rec.halves, rec.width_multiple)
+    return n, step, n // 2 if rec.halves else n
+
+
 def _halved(search, case: Case, column: int | None, memo: dict):
     """The case with its row length halved, inside the kernel's declared domain (``fit``): the
     window of output columns holding ``column`` brought to the front first (each row input and
     weight rotated alike: the same op on other, equally valid values), then the first columns."""
-    rec, main = case.record, case.main
-    if not main.dim():
+    rec = case.record
+    if not case.main.dim():
         return
-    n = main.shape[-1]
-    step = replace(search.impl.domain, max_width=None).width(1, rec.halves, rec.width_multiple)
-    m = n // 2 if rec.halves else n
+    n, step, m = _row(search, case)
     half = max(step, (n // 2) // step * step)
     if half >= n:
         return
@@ -231,12 +238,10 @@ def _halved(search, case: Case, column: int | None, memo: dict):
 def _cut_out(search, case: Case, memo: dict):
     """The case with a half, a quarter or an eighth of its output columns taken out, each in turn
     (``_without``), where the row length left is one the kernel's domain admits."""
-    rec, main = case.record, case.main
-    if not main.dim():
+    rec = case.record
+    if not case.main.dim():
         return
-    n = main.shape[-1]
-    step = replace(search.impl.domain, max_width=None).width(1, rec.halves, rec.width_multiple)
-    m = n // 2 if rec.halves else n
+    n, step, m = _row(search, case)
     if any(case.scalars.get(a.name) is not None for a in rec.args if a.kind == "group_size"):
         return  # a gated norm's groups: only the halving above, which refits group_size
     for parts in (p for p in (2, 4, 8) if p >= memo["parts"]):
