@@ -132,7 +132,7 @@ def _same(search, candidate: Case, kind: str, others: list | None = None) -> str
     except AssertionError as e:
         said = first_line(e) or type(e).__name__
         if kind_of(e, said) == kind:
-            return said
+            return said + search.pruned_note()  # the config that ran, where the case's was pruned away (before select)
         if others is not None and all(kind_of(o, m) != kind_of(e, said) for _, m, o in others):
             others.append((candidate, said, e))
         return None

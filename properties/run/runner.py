@@ -457,7 +457,7 @@ class _Search:
             self.failed_as = (kind_of(e, self.failed[1]), None, None)
             raise
         except BaseException as e:
-            if self._known(case, e, (first_line(e) or type(e).__name__) + self._pruned()):
+            if self._known(case, e, (first_line(e) or type(e).__name__) + self.pruned_note()):
                 return
             raise
         finally:
@@ -543,7 +543,7 @@ class _Search:
         why = self.shrinks_not or ("the kernel hung on it" if self.hung else "not a reproducible failure")
         return f"first failing case (not shrunk: {why})"
 
-    def _pruned(self) -> str:
+    def pruned_note(self) -> str:
         """What a failure's message adds where the case's config was pruned away for a call's key
         (``properties.harness.autotune.Forcing``): the config that ran in its place."""
         if self.forcing.pruned is None:

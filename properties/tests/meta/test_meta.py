@@ -253,7 +253,7 @@ def test_large_profile_is_opt_in_and_says_why_it_skips_on_the_cpu():
 @pytest.mark.normcert_heavy  # a correct kernel certified on every family and dtype: the heavy tier
 @pytest.mark.parametrize("op, fn", CORRECT, ids=[f.__name__ for _, f in CORRECT])
 def test_correct_variant_is_certified(op, fn, session, request):
-    impl = _impl(op, fn)
+    impl = make(op, fn.__name__, "plugin", fn, backward=None)  # as `normcert certify` registers a plug-in
     base = session.seed
     for k in range(request.config.getoption("--normcert-meta-seeds")):
         session.seed = base + 1000 * k
@@ -263,7 +263,11 @@ def test_correct_variant_is_certified(op, fn, session, request):
             if family.bitwise or family.profile or family.name == "served" or not family.covers(impl, bitwise=False):
                 continue
             for dtype in DTYPES:
-                _run(session, family, impl, dtype)
+                gated = family.backward and runner.forward_only(session, family, impl, dtype)
+                if gated:  # forward only (rms_blocks_of_8192): not certified by the family, as certify's gate reads it
+                    assert gated.outcome in ("not-certified", "not-supported"), (family.name, gated)
+                else:
+                    _run(session, family, impl, dtype)
 
 
 def test_weightless_calls_are_checked_where_accepted_and_said_where_not(session):
