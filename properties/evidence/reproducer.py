@@ -1,10 +1,12 @@
 """``normcert replay FILE --export repro.py``: a standalone reproducer of one saved failure, for a bug
 report in the kernel's own repository.
 
-The script needs torch, numpy and the kernel only (never normcert).  It holds the case (the replay
-file inlined, base64, up to ``INLINE_BYTES``; a larger one is read from the path it was exported from,
-or the path given as its first argument), builds each tensor bit for bit with its strides as
-``replay.load`` does, calls the kernel as normcert called it (its arguments as the op's record passes
+The script needs torch, numpy and the kernel only (never normcert).  It holds the case: a small one
+(``literals.LITERAL_ELEMENTS``) as Python literals, ``torch.tensor([...], dtype=...)`` with each value
+spelled exactly (``literals.source``), what a maintainer pastes into an upstream issue; a larger one
+as the replay file inlined, base64, up to ``INLINE_BYTES``; a larger one still read from the path it
+was exported from, or the path given as its first argument.  Each tensor is built bit for bit with its
+strides as ``replay.load`` builds it.  It calls the kernel as normcert called it (its arguments as the op's record passes
 them, traced by name: ``call_text``; in every field of the recorded calling context, as
 ``calling.effective`` applies it to a kernel given with --impl: grad mode, inputs that require grad,
 default dtype, the calling thread, a call on negated inputs before, autocast, torch's intra-op thread
@@ -41,6 +43,7 @@ import base64
 import json
 import os
 import re
+import textwrap
 from dataclasses import dataclass
 from typing import Callable
 
@@ -48,6 +51,7 @@ from ...oracle.formats import BY_NAME, fmt
 from .. import families
 from ..harness.calling import _rewritten, effective, leaf_names, parameters
 from .files import why_not_writable, write_atomic
+from .literals import LITERAL_ELEMENTS, source, span
 from .replay import load, tested
 
 INLINE_BYTES = 256 * 1024
@@ -157,13 +161,16 @@ def export(replay: str, output: str, given: list[str]) -> str:
                 "output": meta["elements"]["output"], "outputs": list(rec.outputs), "format": form.name,
                 "p": form.p, "emin": form.emin, "max": float(form.max), "context": context.as_dict(),
                 "leaves": list(leaves), "rewritten": list(_rewritten(case, context.state)), "scalars": meta["scalars"],
-                "params": list(parameters(case))}
-    inline = base64.b64encode(data).decode() if len(data) <= INLINE_BYTES else ""
-    text = TEMPLATE.format(settings=repr(json.dumps(settings)), call=call_text(rec, case.oracle_args()),
-                           inline=repr(inline), path=repr(os.path.abspath(replay)), spec=f"{op}={module}:{attr}")
+                "params": list(parameters(case)), "elements": meta["elements"]}
+    literal = _literal(case.tensors)
+    inline = base64.b64encode(data).decode() if literal is None and len(data) <= INLINE_BYTES else ""
+    text = TEMPLATE.format(settings=_wrapped(json.dumps(settings)), call=call_text(rec, case.oracle_args()),
+                           load_case=literal or ARCHIVED.format(inline=repr(inline), path=repr(os.path.abspath(replay))),
+                           spec=f"{op}={module}:{attr}")
     write_atomic(output, text)
     os.chmod(output, 0o755 & ~_umask())
-    how = "the case inlined" if inline else f"reading {os.path.abspath(replay)}"
+    how = ("the case as literals" if literal else "the case inlined" if inline
+           else f"reading {os.path.abspath(replay)}")
     return f"{output}: a reproducer of {meta['property']} for {impl_id} ({how}); run: python {output}"
 
 
@@ -233,7 +240,6 @@ TEMPLATE = '''#!/usr/bin/env python3
 
 Run it where the kernel's module imports (its folder, or with it installed): exit status 1 and the
 failure line while the kernel still fails, 0 once the stored failing elements are within bound.
-Optional argument: the replay file, where the case is not inlined.
 """
 import base64
 import concurrent.futures
@@ -248,30 +254,13 @@ import sys
 import numpy as np
 import torch
 
-S = json.loads({settings})
-INLINE = {inline}
-PATH = {path}
+S = json.loads(
+    {settings}
+)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def load_case(device):
-    data = base64.b64decode(INLINE) if INLINE else open(sys.argv[1] if len(sys.argv) > 1 else PATH, "rb").read()
-    with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        meta = json.loads(bytes(z["meta"]).decode())
-        tensors = {{}}
-        for name, m in meta["tensors"].items():
-            if m is None:
-                tensors[name] = None
-                continue
-            dtype = getattr(torch, m["dtype"])
-            raw = z["t_" + name]
-            flat = torch.from_numpy(raw.copy()).view(dtype) if raw.size else torch.empty(0, dtype=dtype)
-            flat = flat.to(device)
-            span = raw.size // flat.element_size() if raw.size else 0
-            tensors[name] = (torch.as_strided(flat, m["shape"], m["stride"], m["offset"]) if span
-                             else flat[:0].reshape(m["shape"]))
-    return meta, tensors
-
+{load_case}
 
 def the_kernel():
     try:
@@ -433,8 +422,8 @@ def judged(a, e, b):
 
 
 def main():
-    meta, tensors = load_case(DEVICE)
-    elements = meta["elements"]
+    tensors = load_case(DEVICE)
+    elements = S["elements"]
     args = dict(tensors)
     args.update(S["scalars"])
     got = called(the_kernel(), args).detach().to("cpu", torch.float64).reshape(elements["shape"]).numpy()
@@ -461,3 +450,48 @@ def main():
 if __name__ == "__main__":
     sys.exit(main())
 '''
+
+
+ARCHIVED = '''INLINE = {inline}
+PATH = {path}
+
+
+def load_case(device):
+    """The case's tensors, bit for bit, from the replay file: inlined, else the first argument or PATH."""
+    data = base64.b64decode(INLINE) if INLINE else open(sys.argv[1] if len(sys.argv) > 1 else PATH, "rb").read()
+    with np.load(io.BytesIO(data), allow_pickle=False) as z:
+        meta = json.loads(bytes(z["meta"]).decode())
+        tensors = {{}}
+        for name, m in meta["tensors"].items():
+            if m is None:
+                tensors[name] = None
+                continue
+            dtype = getattr(torch, m["dtype"])
+            raw = z["t_" + name]
+            flat = torch.from_numpy(raw.copy()).view(dtype) if raw.size else torch.empty(0, dtype=dtype)
+            flat = flat.to(device)
+            span = raw.size // flat.element_size() if raw.size else 0
+            tensors[name] = (torch.as_strided(flat, m["shape"], m["stride"], m["offset"]) if span
+                             else flat[:0].reshape(m["shape"]))
+    return tensors
+'''
+"""The script's ``load_case`` where the case is the replay file (inlined or read from a path)."""
+
+
+def _literal(tensors: dict) -> str | None:
+    """The script's ``load_case`` building ``tensors`` from literals (``literals.source``), None where
+    the case holds more than ``LITERAL_ELEMENTS`` elements or a tensor has no literal."""
+    if sum(span(t) for t in tensors.values() if t is not None) > LITERAL_ELEMENTS:
+        return None
+    built = {name: source(t) for name, t in tensors.items()}
+    if any(text is None for text in built.values()):
+        return None
+    lines = "".join(textwrap.fill(f"{name!r}: {text},", 108, initial_indent=" " * 8, subsequent_indent=" " * 12,
+                                  break_on_hyphens=False, break_long_words=False) + "\n" for name, text in built.items())
+    return f'def load_case(device):\n    """The case\'s tensors, bit for bit."""\n    return {{\n{lines}    }}\n'
+
+
+def _wrapped(text: str, width: int = 96) -> str:
+    """``text`` as string literals of at most ``width`` characters each, one a line, which Python
+    joins into ``text`` again (adjacent literals inside the call's parentheses)."""
+    return "\n    ".join(repr(text[k:k + width]) for k in range(0, len(text), width)) or "''"

@@ -229,6 +229,14 @@ class Forcing:
         self.selected = self.names.index(name) if name else 0
         self.pruned = None
 
+    def pruned_note(self) -> str:
+        """What a failure's message adds where the selected config was pruned away for the latest
+        call's key: the config that ran in its place ("" where none was)."""
+        if self.pruned is None:
+            return ""
+        forced, ran = self.pruned
+        return f" (config {forced} is pruned away for this call's key: it ran {ran}, as a GPU would)"
+
     def active(self):
         """``under`` the selected choice, for a kernel with autotuners (else nothing to force)."""
         return self.under(self.selected) if self.choices else nullcontext()

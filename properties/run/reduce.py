@@ -5,7 +5,8 @@ The guarantee: the case ``reduce`` returns fails ``search.check`` with a failure
 the same place) as the case it was given, in the same dtype, for the same property; every case it
 tries is a valid input of the op inside the kernel's declared domain (the same ranks, row lengths a
 multiple of the domain's and the op's width multiple, at most its max_width); and it calls the check
-at most ``budget`` times.  Where the budget was not spent, no single step below still fails the same
+at most ``budget`` times and begins no call past ``seconds`` (a kernel slow on a large case: one
+case took 191 s to reduce by calls alone).  Where the budget was not spent, no single step below still fails the same
 way on the case returned (a local minimum of these steps, not the smallest failing case there is).
 
 The steps, tried in this order, each kept only where the candidate fails the same way, and the
@@ -34,6 +35,7 @@ may be of the meta device, too large to hold).
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field, fields, replace
 
 import torch
@@ -51,6 +53,9 @@ from .failures import kind_of
 
 BUDGET = 64
 """The most check calls (each one kernel call, or its few, and the oracle) spent reducing one failure."""
+
+SECONDS = 30.0
+"""The time after which reducing one failure begins no further check call (the one under way ends)."""
 
 
 @dataclass
@@ -72,11 +77,12 @@ class Reduction:
         if not self.steps:
             return ("first failing case (not shrunk: the reduction's budget was spent first)" if self.spent
                     else "first failing case (not shrunk: no smaller case fails the same way)")
-        return (f"reduced case (not shown minimal: the reduction's budget of {self.calls} calls was spent)"
-                if self.spent else "shrunk case")
+        return (f"reduced case (not shown minimal: the reduction's budget of {BUDGET} calls or {SECONDS:g} s was "
+                f"spent, after {self.calls} calls)" if self.spent else "shrunk case")
 
 
-def reduce(search, case: Case, message: str, kind: str, budget: int = BUDGET) -> tuple[Case, str, Reduction]:
+def reduce(search, case: Case, message: str, kind: str, budget: int = BUDGET,
+           seconds: float = SECONDS) -> tuple[Case, str, Reduction]:
     """The module docstring's reduction of ``case`` (failing ``search.check`` with ``message`` of
     ``kind``): the reduced case, its failure's message, and what was done."""
     if int(case.params.get("calls", 1)) > 1:
@@ -88,13 +94,14 @@ def reduce(search, case: Case, message: str, kind: str, budget: int = BUDGET) ->
     tried: set = set()
     memo = {"parts": 2}  # the finest cut-out that held: the next pass starts there (as ddmin does)
     progress = True
+    until = time.perf_counter() + seconds
     while progress and done.calls < budget:
         progress = False
         for step, candidate in _candidates(search, case, message, memo):
             key = _key(candidate)
             if key in tried:
                 continue
-            if done.calls >= budget:
+            if done.calls >= budget or time.perf_counter() > until:
                 done.spent = True
                 break
             tried.add(key)
@@ -132,7 +139,7 @@ def _same(search, candidate: Case, kind: str, others: list | None = None) -> str
     except AssertionError as e:
         said = first_line(e) or type(e).__name__
         if kind_of(e, said) == kind:
-            return said + search.pruned_note()  # the config that ran, where the case's was pruned away (before select)
+            return said + search.forcing.pruned_note()  # the config that ran, where the case's was pruned away (before select)
         if others is not None and all(kind_of(o, m) != kind_of(e, said) for _, m, o in others):
             others.append((candidate, said, e))
         return None

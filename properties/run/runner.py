@@ -457,7 +457,7 @@ class _Search:
             self.failed_as = (kind_of(e, self.failed[1]), None, None)
             raise
         except BaseException as e:
-            if self._known(case, e, (first_line(e) or type(e).__name__) + self.pruned_note()):
+            if self._known(case, e, (first_line(e) or type(e).__name__) + self.forcing.pruned_note()):
                 return
             raise
         finally:
@@ -542,14 +542,6 @@ class _Search:
             return self.reduction.label
         why = self.shrinks_not or ("the kernel hung on it" if self.hung else "not a reproducible failure")
         return f"first failing case (not shrunk: {why})"
-
-    def pruned_note(self) -> str:
-        """What a failure's message adds where the case's config was pruned away for a call's key
-        (``properties.harness.autotune.Forcing``): the config that ran in its place."""
-        if self.forcing.pruned is None:
-            return ""
-        forced, ran = self.forcing.pruned
-        return f" (config {forced} is pruned away for this call's key: it ran {ran}, as a GPU would)"
 
     def completed(self) -> tuple[str, str]:
         """The outcome of a search that raised nothing: pass, where the cases it checked held elements;

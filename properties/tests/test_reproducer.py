@@ -13,7 +13,9 @@ bug report.
 from __future__ import annotations
 
 import inspect
+import math
 import os
+import re
 import runpy
 import subprocess
 import shlex
@@ -28,7 +30,7 @@ from normcert import cli
 
 from ... import impls
 from ...oracle import OPS
-from ..evidence import files, reproducer
+from ..evidence import files, literals, reproducer
 from ..evidence.replay import ReplayError, load, save_failure
 from ..harness.measure import PropertyFailure, Worst, check_against_oracle
 from ..search.case import Case
@@ -114,12 +116,16 @@ def test_the_reproducer_of_a_planted_bug_runs_without_normcert_and_prints_its_fa
     replay = _failure(tmp_path, monkeypatch)
     line = _replayed(replay, SPEC, tmp_path)
     assert cli.main(["replay", replay, "--impl", SPEC, "--export", str(tmp_path / "repro.py")]) == 0
-    assert "(the case inlined)" in capsys.readouterr().out
+    assert "(the case as literals)" in capsys.readouterr().out  # 3 x 64 and 64 elements: small
     text = (tmp_path / "repro.py").read_text()
     assert "import normcert" not in text and "from normcert" not in text
     ran = _blocked(tmp_path / "repro.py", tmp_path)
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert ran.stdout.strip() == line
+    monkeypatch.setattr(reproducer, "LITERAL_ELEMENTS", 0)  # a larger case: the replay file inlined
+    assert cli.main(["replay", replay, "--impl", SPEC, "--export", str(tmp_path / "inlined.py")]) == 0
+    assert "(the case inlined)" in capsys.readouterr().out
+    assert _blocked(tmp_path / "inlined.py", tmp_path).stdout.strip() == line
     monkeypatch.setattr(reproducer, "INLINE_BYTES", 0)  # a large case: read from the replay file
     assert cli.main(["replay", replay, "--impl", SPEC, "--export", str(tmp_path / "large.py")]) == 0
     assert "reading " in capsys.readouterr().out
@@ -197,6 +203,41 @@ def test_the_call_is_the_records_own_traced_by_name():
             assert str(e).startswith(f"{name}'s call does more than pass its arguments")
             continue
         assert all(text.count(f"args[{a.name!r}]") <= 1 for a in rec.args) and text.count("args[") >= 1, text
+
+
+
+def test_a_small_case_is_written_as_literals_bit_for_bit(tmp_path, monkeypatch, capsys):
+    """A case of at most ``LITERAL_ELEMENTS`` elements is written as ``torch.tensor`` literals (a
+    transposed view by its storage and strides; a subnormal, -0.0, an infinity and values needing every
+    digit spelled exactly) and its script prints the line the archived form prints; a larger case,
+    or one with a NaN payload, is archived."""
+    _planted(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    impl = impls.plugin(SPEC)
+    values = torch.from_numpy(np.linspace(-300, 300, 3 * 64)).to(torch.float16)
+    values[:4] = torch.tensor([2 ** -24, -0.0, 1 / 3, 65504.0], dtype=torch.float16)
+    x = values.reshape(64, 3).t()  # (3, 64), strides (1, 3)
+    weight = torch.linspace(0.5, 1.5, 64, dtype=torch.float64).to(torch.float16)
+    case = Case("rms_norm", {"x": x, "weight": weight}, {"eps": 1e-6})
+    with pytest.raises(PropertyFailure):
+        check_against_oracle((impl.fn(x, weight, 1e-6),), case, Worst())
+    replay = shlex.split(save_failure(impl, "accuracy", case, str(tmp_path / "failures")))[-1]
+    assert cli.main(["replay", replay, "--impl", SPEC, "--export", str(tmp_path / "small.py")]) == 0
+    assert "(the case as literals)" in capsys.readouterr().out
+    text = (tmp_path / "small.py").read_text()
+    assert "INLINE" not in text and "torch.tensor([" in text and re.search(r"as_strided\(\[3,\s+64\],\s+\[1,\s+3\]", text)
+    assert "[6e-08, -0.0, 0.3333, 65500.0, " in text and max(map(len, text.splitlines())) <= 120
+    built = runpy.run_path(str(tmp_path / "small.py"))["load_case"]("cpu")
+    _, stored = load(replay, "cpu")
+    for name, t in stored.tensors.items():
+        assert built[name].stride() == t.stride() and torch.equal(built[name].view(torch.int16), t.view(torch.int16))
+    small = _ran(tmp_path / "small.py", capsys)
+    monkeypatch.setattr(reproducer, "LITERAL_ELEMENTS", 3 * 64)  # x's 192 and weight's 64: over
+    assert cli.main(["replay", replay, "--impl", SPEC, "--export", str(tmp_path / "archived.py")]) == 0
+    assert "(the case inlined)" in capsys.readouterr().out
+    assert small[0] == 1 and small == _ran(tmp_path / "archived.py", capsys), small
+    payload = torch.tensor([0x7E01], dtype=torch.int16).view(torch.float16)  # a NaN of another payload
+    assert literals.source(payload) is None and literals.source(torch.tensor([math.nan], dtype=torch.float16))
 
 
 CONTEXTUAL = "normcert.properties.tests.meta.planted_context"

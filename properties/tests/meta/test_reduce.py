@@ -6,6 +6,7 @@ describes the cases that ran.
 """
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -95,6 +96,17 @@ def test_a_case_cut_short_by_the_budget_says_so():
     assert done.calls == 2 and done.spent and done.steps
     assert "shrunk" not in done.label and "budget" in done.label and "(budget spent)" in cut.notes["reduced"]
 
+
+
+def test_a_slow_kernel_s_reduction_stops_at_its_time_budget():
+    """No check call begins past ``seconds``: a kernel taking 0.2 s a call is tried at most 3 times in 0.5 s."""
+    search = _search(rms_norms.rms_float64_in_float32)
+    wide = Case.sample("rms_norm", torch.float64, rows=4, width=64)
+    message, kind = _fails(search, wide)
+    check = search.check
+    search.check = lambda *a: (time.sleep(0.2), check(*a))
+    _, _, done = reduce(search, wide, message, kind, seconds=0.5)
+    assert 1 <= done.calls <= 3 and done.spent and "or 30 s was spent" in done.label, (done.calls, done.label)
 
 def test_a_case_no_step_reduces_is_not_called_shrunk():
     search = _search(rms_norms.rms_drops_last_column)
