@@ -4,12 +4,16 @@ For random upstream gradients dy (drawn in the output dtype; zero at padded
 batch_norm positions, whose outputs are not part of the op), each gradient a
 kernel's autograd returns for x, residual, weight, bias, gate, up must be
 within the error model's backward bound of the exact VJP, and have its
-input's shape and dtype, and the backward must leave dy as it was given
+input's shape and dtype.  The backward must leave dy as it was given
 (autograd may hand the same tensor to the backward of another use of the
 output: writing dx over dy, as "in-place" backwards do, corrupts that
-gradient).  A kernel whose outputs carry no grad_fn is not certified by
-either family (forward only, ``runner.forward_only``); one whose outputs
-carry a grad_fn on some inputs and not on others fails.
+gradient), and every input of the forward as it was given (a backward that
+writes its gradients over the forward's gate and up, as Liger's SwiGLU does to
+save memory, corrupts tensors its caller still holds: the failure names the
+input, and the case keeps the values the forward saw).  A kernel whose outputs
+carry no grad_fn is not certified by either family (forward only,
+``runner.forward_only``); one whose outputs carry a grad_fn on some inputs and
+not on others fails.
 
 Each case is called in a drawn context (``search.context``): which inputs require grad (all, or
 one leaf alone: the gradients asked for are exactly those, as a frozen weight asks), the default
@@ -32,7 +36,7 @@ from ...oracle import assessment, formats
 
 from ..harness.calling import backward, called, effective, held_to, laid_out, naming
 from ..harness.measure import record_assessment
-from ..harness.sandbox import ContractViolation
+from ..harness.sandbox import ContractViolation, check_unmutated, snapshot
 from ..search.buckets import integer
 from ..search.context import TRAINING, contexts
 from ..search.strategies import cases, cotangents
@@ -81,7 +85,7 @@ def check_gradients(session, impl, case, worst, within=None, mode=""):
 def _check(session, impl, case, worst, within, mode):
     info = case.record
     with torch.enable_grad():
-        outs, _, leaves = called(session, impl, case, within=within, mode=mode)
+        outs, live, leaves = called(session, impl, case, within=within, mode=mode)
     carrying = [o.grad_fn is not None for o in outs]
     if not any(carrying):
         raise ContractViolation(f"{impl.id}: its outputs carry a grad_fn on some inputs, none on this case")
@@ -93,9 +97,11 @@ def _check(session, impl, case, worst, within, mode):
     names = list(leaves)
     sent = [formats.bits(c).clone() for c in cot]
     used = [k for k, on in enumerate(carrying) if on]  # an output without a grad_fn adds 0 to every gradient
+    inputs = snapshot(live)  # the leaves and the inputs the case passed as they are: a backward writes into neither
     grads = backward(session, impl, case,
                      lambda: torch.autograd.grad([outs[k] for k in used], [leaves[k] for k in names],
                                                  [cot[k] for k in used], allow_unused=True))
+    check_unmutated(impl, live, inputs, backward=True)
     for name, c, before in zip(info.outputs, cot, sent):
         if not torch.equal(formats.bits(c), before):
             raise ContractViolation(f"{impl.id}: its backward wrote into the incoming gradient of {name!r} "

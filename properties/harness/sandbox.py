@@ -55,15 +55,26 @@ def snapshot(case: Case) -> dict:
     return {k: _storage_bytes(t) for k, t in case.tensors.items() if t is not None}
 
 
-def check_unmutated(impl, case: Case, before: dict, chunk: int = 1 << 28) -> None:
+def check_unmutated(impl, case: Case, before: dict, chunk: int = 1 << 28, backward: bool = False) -> None:
     """The storage behind every input still holds the bytes of ``snapshot``: compared in place, a
     chunk of bytes at a time (a copy, or one comparison of the whole storage, would take as much
-    device memory again as the input: ``--profile large`` cases fill the device)."""
+    device memory again as the input: ``--profile large`` cases fill the device).  ``backward``:
+    the writer was the kernel's backward (Liger's SwiGLU writes its gradients over the forward's
+    gate and up): the bytes are put back before the violation is raised, so that the case the
+    failure reports, saves and replays holds the values the forward was called on."""
+    wrote = []
     for k, raw in before.items():
         now = torch.empty(0, dtype=torch.uint8, device=raw.device).set_(case.tensors[k].untyped_storage())
         if now.numel() != raw.numel() or not all(torch.equal(now[a:a + chunk], raw[a:a + chunk])
                                                  for a in range(0, raw.numel(), chunk)):
-            raise ContractViolation(f"{impl.id} mutated its input {k!r} (bits changed in its storage)")
+            if not backward:
+                raise ContractViolation(f"{impl.id} mutated its input {k!r} (bits changed in its storage)")
+            if now.numel() == raw.numel():
+                now.copy_(raw)
+            wrote.append(repr(k))
+    if wrote:
+        raise ContractViolation(f"{impl.id}: its backward wrote into its input {' and '.join(wrote)} (the "
+                                f"forward's, which the caller still holds: bits changed in its storage)")
 
 
 def check_fresh(impl, case: Case, names, outs) -> None:

@@ -18,6 +18,7 @@ import inspect
 import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -30,7 +31,9 @@ from ....oracle.formats import DTYPES
 from ...run import runner
 from ...families.large import check_large, large_cases
 from ...families import BY_NAME, CASE_CHECKS
+from ...evidence.replay import load
 from ...harness.measure import PropertyFailure, Worst
+from ...harness.sandbox import ContractViolation
 from ...run.outcomes import certify_large
 from ...search.case import MAX_ELEMENTS
 from ...harness.session import Session
@@ -280,6 +283,26 @@ def test_weightless_calls_are_checked_where_accepted_and_said_where_not(session)
                        (required, r"weightless calls not accepted \(raised on None\): None given as ones / zeros")):
         res = _run(session, BY_NAME["accuracy"], impl, torch.float32)
         assert res.outcome == "pass" and re.search(says, res.domain), (impl.id, res.domain)
+
+
+def test_a_backward_that_writes_over_its_inputs_is_named_and_its_case_kept(session, tmp_path):
+    """Liger's SwiGLU backward writes dgate and dup over the forward's gate and up: the failure names
+    the input, whichever inputs require grad, and its replay file holds the values the forward was
+    called on (the exact gradient is of those), so that it replays as the same failure."""
+    session.failures_dir = str(tmp_path)
+    impl = _impl("swiglu", planted.swiglu_backward_over_inputs)
+    with pytest.raises(PropertyFailure, match="its backward wrote into its input '(gate|up)'") as e:
+        _run(session, BY_NAME["gradients"], impl, torch.float32)
+    replay = str(e.value).split("replay: ")[1].split()[-1]
+    meta, case = load(replay, "cpu")
+    for requires in ("all", "gate", "up"):  # the case's own gate / up passed as they are where not leaves
+        kept = {k: t.clone() for k, t in case.tensors.items()}
+        one = case.copy(context=replace(case.context, requires=requires))
+        with pytest.raises(ContractViolation, match="its backward wrote into its input"):
+            BY_NAME["gradients"].check(session, impl, one, Worst())
+        assert all(torch.equal(kept[k], t) for k, t in one.tensors.items()), requires
+    twin = _impl("swiglu", planted.swiglu_backward_beside_inputs)
+    assert _run(session, BY_NAME["gradients"], twin, torch.float32).outcome == "pass"
 
 
 def test_a_backward_that_writes_over_dy_is_named(session):

@@ -12,7 +12,7 @@ from ..expect import bug, correct
 __all__ = ["swiglu_wrong_derivative", "swiglu_no_upcast", "silu_and_mul_swapped", "swiglu_empty_crash",
            "swiglu_sigmoid_by_tanh", "swiglu_sigmoid_form", "TANH_C", "geglu_tanh_always", "geglu_quick_gelu",
            "gelu_and_mul_swapped", "geglu_no_upcast", "geglu_cdf_only_derivative", "geglu_tanh_derivative_no_3",
-           "geglu_other_routes"]
+           "geglu_other_routes", "swiglu_backward_over_inputs", "swiglu_backward_beside_inputs"]
 
 
 # ------------------------------------------------------------------ swiglu / silu_and_mul bugs
@@ -33,6 +33,38 @@ class _SwiGLUWrongGrad(torch.autograd.Function):
 @bug("swiglu", "gradients")
 def swiglu_wrong_derivative(gate, up_):
     return _SwiGLUWrongGrad.apply(gate, up_)
+
+
+class _SwiGLUGradInto(torch.autograd.Function):
+    """Right gradients; with ``over``, written into the saved gate and up and those returned (Liger's
+    SwiGLU saves memory so: the caller's gate and up hold gradients after the backward)."""
+
+    @staticmethod
+    def forward(ctx, gate, up_, over):
+        ctx.save_for_backward(gate, up_)
+        ctx.over = over
+        return (F.silu(up(gate)) * up(up_)).to(gate.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        gate, up_ = ctx.saved_tensors
+        g, u, d = up(gate), up(up_), up(dy)
+        s = torch.sigmoid(g)
+        dgate, dup = (d * u * s * (1 + g * (1 - s))).to(gate.dtype), (d * g * s).to(up_.dtype)
+        if ctx.over:
+            return gate.copy_(dgate), up_.copy_(dup), None
+        return dgate, dup, None
+
+
+@bug("swiglu", "gradients")
+def swiglu_backward_over_inputs(gate, up_):
+    return _SwiGLUGradInto.apply(gate, up_, True)
+
+
+@correct("swiglu")
+def swiglu_backward_beside_inputs(gate, up_):
+    """``swiglu_backward_over_inputs``' twin: its gradients in tensors of their own."""
+    return _SwiGLUGradInto.apply(gate, up_, False)
 
 
 @bug("swiglu", "accuracy", "extremes")
