@@ -67,6 +67,9 @@ was certified.
     groups=128                the group sizes (argument kind "group") the kernel supports, some of
                               32,64,128 (vLLM's per_token_group_quant_fp8 asserts 128): a case drawn
                               with another is fitted to one of these
+    approximate=tanh          the GELU forms (argument kind "approximate", torch's spelling) the kernel
+                              computes, some of none (erf), tanh: Liger's GeGLU computes tanh only.  A
+                              case drawn with another is fitted to one of these
     layouts=mn_major          the scale layouts (kinds "layout", "block_layout") the kernel writes, some
                               of row_major,column_major,mn_major (DeepGEMM's masked MoE scales, drawn
                               only where declared) and linear,swizzled: a case is fitted to one of them
@@ -129,7 +132,7 @@ from ...oracle import OPS
 from ...oracle.dynamic_quant import NAN_POLICIES, SCALE_FLOORS, TAILS, read_floor
 from ...oracle.formats import DTYPE_NAMES
 from ...oracle.fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS
-from ...oracle.kinds import GROUPS, SCALE_LAYOUTS
+from ...oracle.kinds import APPROXIMATE, GROUPS, SCALE_LAYOUTS
 from ...oracle.fp4_scales import BLOCK_FLOORS, MX_GLOBAL_SCALES, MX_SCALES
 from ...oracle.lattice import ARITHMETICS
 
@@ -147,9 +150,11 @@ narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to
 [gate | up] op, whose rows are even; less for a per-group op whose groups do not divide it)."""
 
 KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
-        "unsupported", "capturable", "nan", "scale_floor", "tail", "amax_floor", "groups", "layouts", "block_formats",
+        "unsupported", "capturable", "nan", "scale_floor", "tail", "amax_floor", "groups", "approximate", "layouts",
+        "block_formats",
         "mx_scale", "block_floor", "mx_global_scale", "arithmetic", "autocast")
-ARG_KEYS = {"groups": ("group",), "layouts": ("layout", "block_layout"), "block_formats": ("block_format",)}
+ARG_KEYS = {"groups": ("group",), "approximate": ("approximate",), "layouts": ("layout", "block_layout"),
+            "block_formats": ("block_format",)}
 """The keys restricting an argument's drawn values to some of its kind's: key -> the argument kinds."""
 CONTRACT = {"nan": NAN_POLICIES, "scale_floor": SCALE_FLOORS, "tail": TAILS, "mx_scale": MX_SCALES,
             "block_floor": BLOCK_FLOORS, "mx_global_scale": MX_GLOBAL_SCALES, "arithmetic": ARITHMETICS}  # the contract choices: key = the argument kind it sets, and its values
@@ -180,6 +185,7 @@ class Domain:
     tail: str | None = None  # "none" | "partial": a per-group quant's last group (a contract choice)
     amax_floor: str | None = None  # a number's repr: the same choice as the amax's floor (kind "scale_floor")
     groups: tuple[int, ...] | None = None  # the group sizes supported (kind "group")
+    approximate: tuple[str, ...] | None = None  # the GELU forms computed (kind "approximate": "none", "tanh")
     layouts: tuple[str, ...] | None = None  # the scale layouts written (kinds "layout", "block_layout")
     block_formats: tuple[str, ...] | None = None  # the FP4 block formats supported (kind "block_format")
     mx_scale: str | None = None  # MXFP4's shared-exponent rule, ``fp4_scales.MX_SCALES`` (a contract choice)
@@ -190,7 +196,8 @@ class Domain:
 
     def arg_values(self) -> dict:
         """The values each key of ``ARG_KEYS`` admits (None: every drawn one)."""
-        return {"groups": self.groups, "layouts": self.layouts, "block_formats": self.block_formats}
+        return {"groups": self.groups, "approximate": self.approximate, "layouts": self.layouts,
+                "block_formats": self.block_formats}
 
     def allowed(self, kind: str) -> tuple | None:
         """The values of argument kind ``kind`` the domain admits (``ARG_KEYS``), None for all drawn."""
@@ -262,7 +269,8 @@ class Domain:
         if self.capturable is not None:
             parts.append("capturable=yes (a failed CUDA-graph capture fails; captured on a GPU only)" if self.capturable
                          else "capturable=no (never captured in a CUDA graph)")
-        words = {"groups": "group sizes", "layouts": "scale layouts", "block_formats": "block formats"}
+        words = {"groups": "group sizes", "approximate": "GELU forms", "layouts": "scale layouts",
+                 "block_formats": "block formats"}
         parts += [f"{words[key]} {', '.join(map(str, values))}" for key, values in self.arg_values().items()
                   if values is not None]
         parts += [said(key, value) for key, value in self.choices().items()]
@@ -547,12 +555,14 @@ def _some(values):
     return read
 
 
-ARG_VALUES = {"group": GROUPS, "layout": SCALE_LAYOUTS, "block_layout": BLOCK_LAYOUTS, "block_format": tuple(BLOCK_FORMATS)}
+ARG_VALUES = {"group": GROUPS, "approximate": APPROXIMATE, "layout": SCALE_LAYOUTS, "block_layout": BLOCK_LAYOUTS,
+              "block_format": tuple(BLOCK_FORMATS)}
 
 
 _READ = {"dtypes": _dtypes, "params": _choice("same", "float32"), "residual": _choice("same", "float32"),
          "max_width": _positive, "width_multiple": _positive, "contiguous": _choice("last", "all"), "ranks": _ranks, "weightless": _yes_no,
          "flags": _flags, "unsupported": _option_names, "capturable": _yes_no, **{key: _choice(*values) for key, values in CONTRACT.items()},
          "scale_floor": _floor(amax=False), "amax_floor": _floor(amax=True), "groups": _some(GROUPS),
+         "approximate": _some(APPROXIMATE),
          "layouts": _some(SCALE_LAYOUTS + BLOCK_LAYOUTS), "block_formats": _some(tuple(BLOCK_FORMATS)),
          "autocast": _choice("keeps", "casts")}

@@ -283,7 +283,10 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
     supported = probe(session, impl, dtype)
     wrong = first_call(session, impl, dtype)  # said after the search, where the search finds nothing worse
     if not supported and impl.declares:
-        message = f"refused the op's sample (2 rows) inside its declared domain ({impl.domain.describe()})"
+        sample = fit(Case.sample(impl.op, dtype, session.device, rows=2, width=4), impl.domain)
+        chosen = "".join(f", {k}={v!r}" for k, v in sample.scalars.items() if isinstance(v, (str, bool)))
+        message = (f"refused the op's sample (2 rows{chosen}) inside its declared domain "
+                   f"({impl.domain.describe() or 'all'})")
         outcome, message = judge("fail", message)
         res = record(session, impl, prop, DTYPE_NAMES[dtype], outcome, message=message)
         raise PropertyFailure(f"{prop} fails for {impl.id} ({impl.backend}) in {res.dtype}: {res.message}")

@@ -196,7 +196,8 @@ def test_a_five_argument_kernel_refusing_float64_is_certified_with_the_narrowing
     assert res.outcome == "pass" and "(fitted to the domain)" in res.domain, res.domain
     declared = _impl(fn, domain="ranks=2,3,4")
     assert declared.declares and declared.narrowed == ("group_size",)
-    with pytest.raises(PropertyFailure, match=r"refused the op's sample \(2 rows\) inside its declared domain "
+    with pytest.raises(PropertyFailure, match=r"refused the op's sample \(2 rows, norm_before_gate=False\) inside its "
+                                              r"declared domain "
                                               r"\(rank 2 or 3 or 4; group_size not supported\)"):
         runner.run_family(session, BY_NAME["accuracy"], declared, torch.float64, max_examples=5)
     assert not _impl(fn, domain="unsupported=group_size").narrowed  # said by the author: the author's

@@ -12,7 +12,8 @@ from ..expect import bug, correct
 __all__ = ["swiglu_wrong_derivative", "swiglu_no_upcast", "silu_and_mul_swapped", "swiglu_empty_crash",
            "swiglu_sigmoid_by_tanh", "swiglu_sigmoid_form", "TANH_C", "geglu_tanh_always", "geglu_quick_gelu",
            "gelu_and_mul_swapped", "geglu_no_upcast", "geglu_cdf_only_derivative", "geglu_tanh_derivative_no_3",
-           "geglu_other_routes", "swiglu_backward_over_inputs", "swiglu_backward_beside_inputs"]
+           "geglu_other_routes", "swiglu_backward_over_inputs", "swiglu_backward_beside_inputs",
+           "geglu_tanh_only"]
 
 
 # ------------------------------------------------------------------ swiglu / silu_and_mul bugs
@@ -112,6 +113,14 @@ def _gelu_tanh(g):
 @bug("geglu", "accuracy", "extremes")
 def geglu_tanh_always(gate, up_, approximate):
     """The tanh form whatever ``approximate`` says: T5 v1.1 asks for erf-GELU, Gemma for tanh."""
+    return (_gelu_tanh(up(gate)) * up(up_)).to(gate.dtype)
+
+
+def geglu_tanh_only(gate, up_, approximate):
+    """The tanh form, right, and NotImplementedError for the erf form (Liger's GeGLU computes tanh
+    only): certified under ``approximate=tanh``, rejected without it (its sample asks for erf)."""
+    if approximate != "tanh":
+        raise NotImplementedError(f"approximate={approximate!r}: the tanh form only")
     return (_gelu_tanh(up(gate)) * up(up_)).to(gate.dtype)
 
 
