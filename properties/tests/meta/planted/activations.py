@@ -13,7 +13,7 @@ __all__ = ["swiglu_wrong_derivative", "swiglu_no_upcast", "silu_and_mul_swapped"
            "swiglu_sigmoid_by_tanh", "swiglu_sigmoid_form", "TANH_C", "geglu_tanh_always", "geglu_quick_gelu",
            "gelu_and_mul_swapped", "geglu_no_upcast", "geglu_cdf_only_derivative", "geglu_tanh_derivative_no_3",
            "geglu_other_routes", "swiglu_backward_over_inputs", "swiglu_backward_beside_inputs",
-           "geglu_tanh_only"]
+           "geglu_tanh_only", "geglu_backward_rounds_dy_up", "geglu_backward_keeps_dy_up"]
 
 
 # ------------------------------------------------------------------ swiglu / silu_and_mul bugs
@@ -162,6 +162,45 @@ class _GeGLUGrad(torch.autograd.Function):
         g, u, d = up(gate), up(up_), up(dy)
         return ((d * u * ctx.derivative(g, ctx.approximate)).to(gate.dtype),
                 (d * F.gelu(g, approximate=ctx.approximate)).to(up_.dtype), None, None)
+
+
+def _dgelu(g, approximate):
+    """gelu'(g): Phi(g) + g phi(g), or for the tanh form (1 + tanh t) / 2 + g (1 - tanh(t)**2) t'(g) / 2."""
+    if approximate == "none":
+        return 0.5 * (1 + torch.erf(g * 0.7071067811865476)) + g * torch.exp(-0.5 * g * g) * 0.3989422804014327
+    th = torch.tanh(TANH_C * (g + 0.044715 * g ** 3))
+    return 0.5 * (1 + th) + 0.5 * g * (1 - th * th) * TANH_C * (1 + 3 * 0.044715 * g * g)
+
+
+class _GeGLUGradRounded(torch.autograd.Function):
+    """Right in float32; with ``rounds``, dy * up rounded to the input dtype before the product
+    with gelu'(gate) (Liger's GeGLU backward): in float16 a dy * up past 65504 is inf, and so is
+    dgate, where the exact dy up gelu'(gate) is finite (gate about 1: gelu' well below 1)."""
+
+    @staticmethod
+    def forward(ctx, gate, up_, approximate, rounds):
+        ctx.save_for_backward(gate, up_)
+        ctx.approximate, ctx.rounds = approximate, rounds
+        return (F.gelu(up(gate), approximate=approximate) * up(up_)).to(gate.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        gate, up_ = ctx.saved_tensors
+        g, u, d = up(gate), up(up_), up(dy)
+        du = up((d * u).to(gate.dtype)) if ctx.rounds else d * u
+        return ((du * _dgelu(g, ctx.approximate)).to(gate.dtype),
+                (d * F.gelu(g, approximate=ctx.approximate)).to(up_.dtype), None, None)
+
+
+@bug("geglu", "gradients")
+def geglu_backward_rounds_dy_up(gate, up_, approximate):
+    return _GeGLUGradRounded.apply(gate, up_, approximate, True)
+
+
+@correct("geglu")
+def geglu_backward_keeps_dy_up(gate, up_, approximate):
+    """``geglu_backward_rounds_dy_up``'s twin: dy * up kept in float32."""
+    return _GeGLUGradRounded.apply(gate, up_, approximate, False)
 
 
 def _cdf_only(g, approximate):
