@@ -23,7 +23,7 @@ import torch
 
 from ..oracle import OPS
 
-from ..properties.declared import conventions, signature
+from ..properties.declared import conventions, modules, signature
 from ..properties.declared.domain import Domain, DomainError, check_op, parse, without
 
 BACKENDS = ("eager", "compiled", "custom-op", "triton", "case-study", "plugin")
@@ -235,6 +235,11 @@ def plugin(spec: str) -> Impl:
     except ValueError as e:
         raise UsageError(f"--impl {spec!r}: {e}") from None
     fn = imported(lambda: resolve(base), base.partition(":")[0])
+    if modules.is_module(fn):  # an nn.Module class or instance: the op's function of it
+        try:
+            fn = imported(lambda: modules.adapt(fn, OPS[op], target), base.partition(":")[0])
+        except modules.ModuleError as e:
+            raise UsageError(f"--impl {spec!r}: {e}") from None
     return _faulted(make(op, target, "plugin", fn, target=target, backward=None, convention=convention))
 
 

@@ -103,6 +103,14 @@ was certified.
                               contract's dtype are still accepted and held to the float32 oracle.  Only
                               an op with a backward has one (autocast meets a training step's kernels:
                               ``properties.harness.calling``, ``properties.search.modes``)
+    dy=kept|overwritten       what the backward does with autograd's incoming gradient (a contract choice
+                              of the call, no argument of the op): kept (the default) leaves it as given,
+                              since autograd may hand the same tensor to another use's backward;
+                              overwritten admits a backward that writes its gradient over dy (Liger's
+                              RMSNorm in_place=True, which saves a buffer where dy is used once), its
+                              gradients held to the VJP of the dy it was handed.  It must still take a
+                              dy it cannot write over (expanded, as y.sum().backward() hands over).
+                              Only an op with a backward has one
     arithmetic=approximate|ieee  the kernel's square roots, divisions and reciprocals (a contract
                               choice, ``oracle.lattice``): approximate (the default, good to FN_ULPS
                               ulps, as rsqrt.approx and rcp.approx) or ieee (correctly rounded: on the
@@ -152,7 +160,7 @@ narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to
 KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
         "unsupported", "capturable", "nan", "scale_floor", "tail", "amax_floor", "groups", "approximate", "layouts",
         "block_formats",
-        "mx_scale", "block_floor", "mx_global_scale", "arithmetic", "autocast")
+        "mx_scale", "block_floor", "mx_global_scale", "arithmetic", "autocast", "dy")
 ARG_KEYS = {"groups": ("group",), "approximate": ("approximate",), "layouts": ("layout", "block_layout"),
             "block_formats": ("block_format",)}
 """The keys restricting an argument's drawn values to some of its kind's: key -> the argument kinds."""
@@ -193,6 +201,7 @@ class Domain:
     mx_global_scale: str | None = None  # "none" | "taken": an MXFP4 kernel's global scale (a contract choice)
     arithmetic: str | None = None  # "approximate" | "ieee": its divisions and square roots (a contract choice)
     autocast: str | None = None  # "keeps" | "casts": its outputs' dtype inside autocast (a contract choice of the call)
+    dy: str | None = None  # "kept" | "overwritten": its backward's writes into dy (a contract choice of the call)
 
     def arg_values(self) -> dict:
         """The values each key of ``ARG_KEYS`` admits (None: every drawn one)."""
@@ -277,6 +286,9 @@ class Domain:
         if self.autocast is not None:
             parts.append("autocast=casts (inside autocast: outputs in bfloat16, held to the oracle of the inputs "
                          "cast to it)" if self.autocast == "casts" else "autocast=keeps")
+        if self.dy is not None:
+            parts.append("dy=overwritten (its backward writes over the incoming gradient)" if self.dy == "overwritten"
+                         else "dy=kept")
         return "; ".join(parts)
 
     def spec(self) -> str:
@@ -399,6 +411,8 @@ def check_contract(domain: Domain, rec, where: str) -> None:
         raise DomainError(f"{where}: autocast={domain.autocast}: {rec.name} has no backward, and autocast meets only "
                           f"the kernels of a training step (the ops with one: "
                           f"{', '.join(name for name, op in OPS.items() if op.grads)})")
+    if domain.dy is not None and not rec.grads:
+        raise DomainError(f"{where}: dy={domain.dy}: {rec.name} has no backward, so no incoming gradient")
     for key, value in domain.choices().items():
         if key not in kinds:
             makes = [name for name, op in OPS.items() if any(a.kind == key for a in op.args)]
@@ -565,4 +579,4 @@ _READ = {"dtypes": _dtypes, "params": _choice("same", "float32"), "residual": _c
          "scale_floor": _floor(amax=False), "amax_floor": _floor(amax=True), "groups": _some(GROUPS),
          "approximate": _some(APPROXIMATE),
          "layouts": _some(SCALE_LAYOUTS + BLOCK_LAYOUTS), "block_formats": _some(tuple(BLOCK_FORMATS)),
-         "autocast": _choice("keeps", "casts")}
+         "autocast": _choice("keeps", "casts"), "dy": _choice("kept", "overwritten")}

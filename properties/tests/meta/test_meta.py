@@ -325,6 +325,16 @@ def test_a_backward_that_writes_over_dy_is_named(session):
     assert prop == "gradients" and "its backward wrote into the incoming gradient of 'y'" in message, message
 
 
+def test_a_backward_that_writes_over_dy_is_certified_where_it_declares_so(session):
+    """Liger's in_place=True RMSNorm, declared (``dy=overwritten``): its gradients are held to the VJP of
+    the dy it was handed (not of what it left there), and the certificate's domain names the choice."""
+    impl = make("rms_norm", "over_dy", "plugin", planted.rms_backward_over_dy, backward=None,
+                domain="dy=overwritten")
+    assert "dy=overwritten" in impl.domain.describe()
+    for dtype in (torch.float64, torch.float32):
+        assert _run(session, BY_NAME["gradients"], impl, dtype).outcome == "pass"
+
+
 def test_a_per_row_output_is_compared_row_by_row_for_batch_invariance(session):
     """rms_norm_dynamic_quant's scales hold one value per row: batch invariance compares them row by
     row.  Taken as one row of the whole batch, a batch-invariant kernel's scales "differed" (every

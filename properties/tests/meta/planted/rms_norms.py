@@ -86,7 +86,9 @@ def rms_wrong_backward(x, weight, eps):
 
 
 class _RmsBackwardOverDy(torch.autograd.Function):
-    """Correct gradients, but dx is written over the incoming dy (an "in-place" backward)."""
+    """Correct gradients, but dx is written over the incoming dy where dy is contiguous (an
+    "in-place" backward, as Liger's in_place=True; an expanded dy, as y.sum().backward() hands
+    over, cannot take the write)."""
 
     @staticmethod
     def forward(ctx, x, weight, eps):
@@ -100,7 +102,7 @@ class _RmsBackwardOverDy(torch.autograd.Function):
         with torch.enable_grad():
             xl, wl = x.detach().requires_grad_(), weight.detach().requires_grad_()
             dx, dw = torch.autograd.grad(rms_llama_order(xl, wl, ctx.eps), (xl, wl), dy)
-        return dy.copy_(dx), dw, None
+        return (dy.copy_(dx) if dy.is_contiguous() else dx), dw, None
 
 
 @bug("rms_norm", "gradients")
