@@ -309,7 +309,7 @@ def test_a_float16_backward_that_rounds_dy_up_is_rejected_on_every_seed(session)
     """Liger's GeGLU backward rounds dy * up to float16 before the product with gelu'(gate): past
     65504 it is inf, and dgate inf or NaN (inf * 0 where gelu'(gate) is 0) for a finite exact one.
     The issue found it on 2 of 4 seeds; the gradients family's buckets ("loud": values about 1e4)
-    hold such products on every seed (one drawn example), and the twin keeping dy * up in float32 passes."""
+    hold such products on every seed (one drawn example), and the twin keeping dy * up in float64 passes."""
     impl = _impl("geglu", planted.geglu_backward_rounds_dy_up)
     for seed in range(10):
         session.seed = seed

@@ -173,7 +173,7 @@ def _dgelu(g, approximate):
 
 
 class _GeGLUGradRounded(torch.autograd.Function):
-    """Right in float32; with ``rounds``, dy * up rounded to the input dtype before the product
+    """Right (computed in float64); with ``rounds``, dy * up rounded to the input dtype before the product
     with gelu'(gate) (Liger's GeGLU backward): in float16 a dy * up past 65504 is inf, and so is
     dgate, where the exact dy up gelu'(gate) is finite (gate about 1: gelu' well below 1)."""
 
@@ -181,13 +181,13 @@ class _GeGLUGradRounded(torch.autograd.Function):
     def forward(ctx, gate, up_, approximate, rounds):
         ctx.save_for_backward(gate, up_)
         ctx.approximate, ctx.rounds = approximate, rounds
-        return (F.gelu(up(gate), approximate=approximate) * up(up_)).to(gate.dtype)
+        return (F.gelu(gate.double(), approximate=approximate) * up_.double()).to(gate.dtype)  # float32's tail: not enough
 
     @staticmethod
     def backward(ctx, dy):
         gate, up_ = ctx.saved_tensors
-        g, u, d = up(gate), up(up_), up(dy)
-        du = up((d * u).to(gate.dtype)) if ctx.rounds else d * u
+        g, u, d = gate.double(), up_.double(), dy.double()
+        du = (d * u).to(gate.dtype).double() if ctx.rounds else d * u
         return ((du * _dgelu(g, ctx.approximate)).to(gate.dtype),
                 (d * F.gelu(g, approximate=ctx.approximate)).to(up_.dtype), None, None)
 
@@ -199,7 +199,7 @@ def geglu_backward_rounds_dy_up(gate, up_, approximate):
 
 @correct("geglu")
 def geglu_backward_keeps_dy_up(gate, up_, approximate):
-    """``geglu_backward_rounds_dy_up``'s twin: dy * up kept in float32."""
+    """``geglu_backward_rounds_dy_up``'s twin: dy * up kept in float64."""
     return _GeGLUGradRounded.apply(gate, up_, approximate, False)
 
 
