@@ -19,6 +19,11 @@ from .measure import Worst, check_against_oracle
 from .sandbox import ContractViolation, NotSupported, kernel_code
 
 
+def sample(session, impl, dtype) -> Case:
+    """The op record's small sample input, 2 rows of 4, fitted into the kernel's declared domain."""
+    return fit(Case.sample(impl.op, dtype, session.device, rows=2, width=4), impl.domain)
+
+
 def on_sample(session, impl, dtype, *, grads=False, weightless=False):
     """Call the kernel once on the op record's small sample input (2 rows of 4, fitted into its
     declared domain) under
@@ -27,7 +32,7 @@ def on_sample(session, impl, dtype, *, grads=False, weightless=False):
     outputs, launches): outcome "ok", "refused" (NotImplementedError) or "broke" (raised or hung:
     the properties report it); launches: Triton interpreter launches."""
     rec = oracle.OPS[impl.op]
-    case = fit(Case.sample(impl.op, dtype, session.device, rows=2, width=4), impl.domain)
+    case = sample(session, impl, dtype)
     args = case.oracle_args()
     if weightless:
         args.update({k: None for k in rec.optional})

@@ -49,7 +49,7 @@ from ..search.fitting import fit
 from ..harness.measure import PropertyFailure, Worst
 from ..search.context import ran, tally
 from ..search.modes import AS_TESTED
-from ..harness.probes import accepts_weightless, first_call, has_backward, inference_convention, probe
+from ..harness.probes import accepts_weightless, first_call, has_backward, inference_convention, probe, sample
 from ..evidence.replay import save_failure
 from ..harness.calling import effective
 from ..harness.sandbox import ContractViolation, KernelHung, NotSupported, first_line, invoke, kernel_code
@@ -283,8 +283,8 @@ def run(session, prop: str, impl, dtype, strategy, check, *, max_examples=None, 
     supported = probe(session, impl, dtype)
     wrong = first_call(session, impl, dtype)  # said after the search, where the search finds nothing worse
     if not supported and impl.declares:
-        sample = fit(Case.sample(impl.op, dtype, session.device, rows=2, width=4), impl.domain)
-        chosen = "".join(f", {k}={v!r}" for k, v in sample.scalars.items() if isinstance(v, (str, bool)))
+        chosen = "".join(f", {k}={v!r}" for k, v in sample(session, impl, dtype).scalars.items()
+                         if isinstance(v, (str, bool)))
         message = (f"refused the op's sample (2 rows{chosen}) inside its declared domain "
                    f"({impl.domain.describe() or 'all'})")
         outcome, message = judge("fail", message)
