@@ -17,10 +17,15 @@ __all__ = ["swiglu_wrong_derivative", "swiglu_no_upcast", "silu_and_mul_swapped"
 
 
 # ------------------------------------------------------------------ swiglu / silu_and_mul bugs
-class _SwiGLUWrongGrad(torch.autograd.Function):
+class _SwiGLUGrad(torch.autograd.Function):
+    """SwiGLU's forward; its backward takes dy up silu'(g) from ``derivative`` (of dy up, g and
+    s = sigmoid(g)) and, with ``over``, writes the gradients into the saved gate and up and returns those (Liger's
+    SwiGLU saves memory so: the caller's gate and up hold gradients after the backward)."""
+
     @staticmethod
-    def forward(ctx, gate, up_):
+    def forward(ctx, gate, up_, derivative, over):
         ctx.save_for_backward(gate, up_)
+        ctx.derivative, ctx.over = derivative, over
         return (F.silu(up(gate)) * up(up_)).to(gate.dtype)
 
     @staticmethod
@@ -28,44 +33,30 @@ class _SwiGLUWrongGrad(torch.autograd.Function):
         gate, up_ = ctx.saved_tensors
         g, u, d = up(gate), up(up_), up(dy)
         s = torch.sigmoid(g)
-        return (d * u * s).to(gate.dtype), (d * g * s).to(up_.dtype)  # d silu = s (1 + g (1 - s)), not s
+        dgate, dup = ctx.derivative(d * u, g, s).to(gate.dtype), (d * g * s).to(up_.dtype)
+        if ctx.over:
+            return gate.copy_(dgate), up_.copy_(dup), None, None
+        return dgate, dup, None, None
+
+
+def _dsilu(du, g, s):
+    return du * s * (1 + g * (1 - s))
 
 
 @bug("swiglu", "gradients")
 def swiglu_wrong_derivative(gate, up_):
-    return _SwiGLUWrongGrad.apply(gate, up_)
-
-
-class _SwiGLUGradInto(torch.autograd.Function):
-    """Right gradients; with ``over``, written into the saved gate and up and those returned (Liger's
-    SwiGLU saves memory so: the caller's gate and up hold gradients after the backward)."""
-
-    @staticmethod
-    def forward(ctx, gate, up_, over):
-        ctx.save_for_backward(gate, up_)
-        ctx.over = over
-        return (F.silu(up(gate)) * up(up_)).to(gate.dtype)
-
-    @staticmethod
-    def backward(ctx, dy):
-        gate, up_ = ctx.saved_tensors
-        g, u, d = up(gate), up(up_), up(dy)
-        s = torch.sigmoid(g)
-        dgate, dup = (d * u * s * (1 + g * (1 - s))).to(gate.dtype), (d * g * s).to(up_.dtype)
-        if ctx.over:
-            return gate.copy_(dgate), up_.copy_(dup), None
-        return dgate, dup, None
+    return _SwiGLUGrad.apply(gate, up_, lambda du, g, s: du * s, False)  # d silu = s (1 + g (1 - s)), not s
 
 
 @bug("swiglu", "gradients")
 def swiglu_backward_over_inputs(gate, up_):
-    return _SwiGLUGradInto.apply(gate, up_, True)
+    return _SwiGLUGrad.apply(gate, up_, _dsilu, True)
 
 
 @correct("swiglu")
 def swiglu_backward_beside_inputs(gate, up_):
     """``swiglu_backward_over_inputs``' twin: its gradients in tensors of their own."""
-    return _SwiGLUGradInto.apply(gate, up_, False)
+    return _SwiGLUGrad.apply(gate, up_, _dsilu, False)
 
 
 @bug("swiglu", "accuracy", "extremes")
