@@ -1,8 +1,8 @@
 """``normcert replay FILE --export repro.py``: a standalone reproducer of one saved failure, for a bug
 report in the kernel's own repository.
 
-The script needs torch, numpy and the kernel only (never normcert).  It holds the case: a small one
-(``literals.LITERAL_ELEMENTS``) as Python literals, ``torch.tensor([...], dtype=...)`` with each value
+The script needs torch and the kernel only (never normcert), and numpy where it reads the replay
+file.  It holds the case: a small one (``literals.LITERAL_ELEMENTS``) as Python literals, ``torch.tensor([...], dtype=...)`` with each value
 spelled exactly (``literals.source``), what a maintainer pastes into an upstream issue; a larger one
 as the replay file inlined, base64, up to ``INLINE_BYTES``; a larger one still read from the path it
 was exported from, or the path given as its first argument.  Each tensor is built bit for bit with its
@@ -164,7 +164,8 @@ def export(replay: str, output: str, given: list[str]) -> str:
                 "params": list(parameters(case)), "elements": meta["elements"]}
     literal = _literal(case.tensors)
     inline = base64.b64encode(data).decode() if literal is None and len(data) <= INLINE_BYTES else ""
-    text = TEMPLATE.format(settings=_wrapped(json.dumps(settings)), call=call_text(rec, case.oracle_args()),
+    text = TEMPLATE.format(imports=_imports(literal is None), needs="torch" if literal else "torch, numpy",
+                           settings=_wrapped(json.dumps(settings)), call=call_text(rec, case.oracle_args()),
                            load_case=literal or ARCHIVED.format(inline=repr(inline), path=repr(os.path.abspath(replay))),
                            spec=f"{op}={module}:{attr}")
     write_atomic(output, text)
@@ -236,22 +237,12 @@ def _umask() -> int:
 
 TEMPLATE = '''#!/usr/bin/env python3
 # normcert reproducer: {spec}
-"""Reproduces a failure normcert found: needs torch, numpy and the kernel, not normcert.
+"""Reproduces a failure normcert found: needs {needs} and the kernel, not normcert.
 
 Run it where the kernel's module imports (its folder, or with it installed): exit status 1 and the
 failure line while the kernel still fails, 0 once the stored failing elements are within bound.
 """
-import base64
-import concurrent.futures
-import contextlib
-import importlib
-import io
-import json
-import math
-import os
-import sys
-
-import numpy as np
+{imports}
 import torch
 
 S = json.loads(
@@ -426,7 +417,7 @@ def main():
     elements = S["elements"]
     args = dict(tensors)
     args.update(S["scalars"])
-    got = called(the_kernel(), args).detach().to("cpu", torch.float64).reshape(elements["shape"]).numpy()
+    got = called(the_kernel(), args).detach().to("cpu", torch.float64).reshape(elements["shape"])
     stored = {{tuple(r["index"]): (float(r["exact"]), float(r["bound"])) for r in elements["top"]}}
     row = elements["row"]
     for j, (e, b) in enumerate(zip(row["exact"], row["bound"])):
@@ -489,6 +480,18 @@ def _literal(tensors: dict) -> str | None:
     lines = "".join(textwrap.fill(f"{name!r}: {text},", 108, initial_indent=" " * 8, subsequent_indent=" " * 12,
                                   break_on_hyphens=False, break_long_words=False) + "\n" for name, text in built.items())
     return f'def load_case(device):\n    """The case\'s tensors, bit for bit."""\n    return {{\n{lines}    }}\n'
+
+
+STANDARD = ("concurrent.futures", "contextlib", "importlib", "json", "math", "os", "sys")
+"""The standard modules every script imports; one that reads the replay file adds ``ARCHIVE``."""
+ARCHIVE = ("base64", "io")
+
+
+def _imports(archived: bool) -> str:
+    """The script's imports before torch's: the standard modules it uses, and numpy where it reads the
+    replay file (a literal case needs torch alone)."""
+    names = sorted(STANDARD + (ARCHIVE if archived else ()))
+    return "\n".join(f"import {name}" for name in names) + ("\n\nimport numpy as np" if archived else "")
 
 
 def _wrapped(text: str, width: int = 96) -> str:

@@ -12,6 +12,7 @@ bug report.
 """
 from __future__ import annotations
 
+import ast
 import inspect
 import math
 import os
@@ -227,6 +228,7 @@ def test_a_small_case_is_written_as_literals_bit_for_bit(tmp_path, monkeypatch, 
     text = (tmp_path / "small.py").read_text()
     assert "INLINE" not in text and "torch.tensor([" in text and re.search(r"as_strided\(\[3,\s+64\],\s+\[1,\s+3\]", text)
     assert "[6e-08, -0.0, 0.3333, 65500.0, " in text and max(map(len, text.splitlines())) <= 120
+    assert _imported(text) == {"concurrent", "contextlib", "importlib", "json", "math", "os", "sys", "torch"}
     built = runpy.run_path(str(tmp_path / "small.py"))["load_case"]("cpu")
     _, stored = load(replay, "cpu")
     for name, t in stored.tensors.items():
@@ -236,8 +238,15 @@ def test_a_small_case_is_written_as_literals_bit_for_bit(tmp_path, monkeypatch, 
     assert cli.main(["replay", replay, "--impl", SPEC, "--export", str(tmp_path / "archived.py")]) == 0
     assert "(the case inlined)" in capsys.readouterr().out
     assert small[0] == 1 and small == _ran(tmp_path / "archived.py", capsys), small
+    assert _imported((tmp_path / "archived.py").read_text()) - _imported(text) == {"base64", "io", "numpy"}
     payload = torch.tensor([0x7E01], dtype=torch.int16).view(torch.float16)  # a NaN of another payload
     assert literals.source(payload) is None and literals.source(torch.tensor([math.nan], dtype=torch.float16))
+
+
+def _imported(text: str) -> set:
+    """The top-level packages a script imports."""
+    return {alias.name.split(".")[0] for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Import)
+            for alias in node.names}
 
 
 CONTEXTUAL = "normcert.properties.tests.meta.planted_context"
