@@ -16,7 +16,13 @@ refuses) is one of the run's checks, and counts.
 
 On a terminal (standard output a TTY, ``TERM`` not ``dumb``) one more line is redrawn in place below
 the others, a progress bar: the checks done of the run's total, the test running now and an estimate
-of the time left (the mean time of a check so far, times the checks left), with colour unless
+of the time left: with d of N checks done, the d-th at time t_d since the start, at time t
+
+    left = (t_d / d) (N - d) - min(t - t_d, t_d / d)
+
+the mean time of a finished check times the checks left, less what the running one has had (at most
+one mean): it falls while a check runs, where (t / d) (N - d) would grow with t until the next
+check finished (a 30 s cell of an interpreted Triton kernel raised it by 30 (N - d) / d s).  With colour unless
 ``NO_COLOR`` is set.  Anywhere else (a file, a pipe, a CI log) only whole plain lines are written, no
 control character: the bar is never drawn there.  Plain ANSI sequences, no terminal library: rich is
 not a dependency of normcert, and pytest's own reporter writes to the run's process, whose output the
@@ -52,6 +58,7 @@ class Console:
         self.colour = self.live and not os.environ.get("NO_COLOR")
         self.clock = clock
         self.started = clock()
+        self.finished = self.started  # when the last check finished
         self.total = 0
         self.done: set[tuple] = set()
         self.several = True  # more than one kernel: each line names its kernel
@@ -85,7 +92,7 @@ class Console:
         self.total = e["cells"]
         self.kernels = e["kernels"]
         self.several = len(e["kernels"]) > 1
-        self.started = self.clock()  # the checks' time, not the start of Python, torch and the workers
+        self.started = self.finished = self.clock()  # the checks' time, not Python's, torch's and the workers' start
         ops = ", ".join(e["ops"])
         if e.get("replay"):  # the file holds the case: no profile or seed draws it
             self.line(f"normcert {e['version']} replay {e['replay']}: {e['property']} for {e['kernels'][0]} "
@@ -102,6 +109,7 @@ class Console:
 
     def _cell(self, e: dict) -> None:
         self.done.add((e["impl"], e["prop"], e["dtype"]))
+        self.finished = self.clock()
         word = OUTCOME.get(e["outcome"], e["outcome"])
         if e["outcome"] in ("pass", "warn") and e.get("units"):
             detail = f"{e['units']:.3g} of bound"
@@ -135,16 +143,18 @@ class Console:
 
     def _bar(self, columns: int) -> str:
         done = min(len(self.done), self.total)
-        elapsed = self.clock() - self.started
-        left = (f"~{_clock(elapsed / done * (self.total - done))} left" if done < self.total else "judging") \
-            if done else "estimating"
-        now = ""
+        now = self.clock()
+        elapsed = now - self.started
+        mean = (self.finished - self.started) / done if done else 0.0
+        left = (f"~{_clock(mean * (self.total - done) - min(now - self.finished, mean))} left"
+                if done < self.total else "judging") if done else "estimating"
+        test = ""
         if self.running:  # the test started last (with -n, others run beside it)
-            now = self.running[-1] if self.several else self.running[-1].replace(f" {self.kernels[0]}", "")
-            now += f" (+{len(self.running) - 1})" if len(self.running) > 1 else ""
+            test = self.running[-1] if self.several else self.running[-1].replace(f" {self.kernels[0]}", "")
+            test += f" (+{len(self.running) - 1})" if len(self.running) > 1 else ""
         cells = 20
         full = round(cells * done / self.total)
-        text = f"[{'#' * full}{'.' * (cells - full)}] {done}/{self.total} checks  {_clock(elapsed)}, {left}  {now}"
+        text = f"[{'#' * full}{'.' * (cells - full)}] {done}/{self.total} checks  {_clock(elapsed)}, {left}  {test}"
         return text[:max(columns - 1, 0)]
 
     def _clear(self) -> None:

@@ -96,6 +96,22 @@ def test_a_progress_bar_is_drawn_on_a_terminal_alone(tmp_path):
         assert "checks" not in text.replace("2 checks", "") and not any(c in text for c in "\r\x1b\b")
 
 
+def test_the_time_left_falls_while_a_check_runs():
+    """The estimate is the mean finished check times the checks left, less the running one's time so
+    far (at most one mean): a long check no longer raises it second by second."""
+    now = [0.0]
+    out = io.StringIO()
+    console = Console(out, live=True, clock=lambda: now[0])
+    console.feed(dict(START, cells=4))
+    now[0] = 10.0
+    console.feed(EVENTS[3])  # the first of 4 checks done at 10 s: 30 s left
+    seen = []
+    for t in (10.0, 12.0, 19.0, 25.0, 60.0):
+        now[0] = t
+        seen.append(console._bar(200).split(", ")[1].split(" left")[0])
+    assert seen == ["~0:30", "~0:28", "~0:21", "~0:20", "~0:20"], seen
+
+
 def test_a_test_is_named_by_its_family_and_parameters():
     assert label("p/test_accuracy.py::test_accuracy[rms_norm:k:f-float32]") == "accuracy rms_norm:k:f float32"
     assert label("p/test_agreement.py::test_agreement[NOTSET-float16]") == "agreement float16"  # no kernel applies
