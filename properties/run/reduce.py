@@ -48,7 +48,7 @@ from ..harness.measure import Worst
 from ..harness.sandbox import KernelHung, first_line
 from ..search.case import Case
 from ..search.context import Context, choices
-from ..search.fitting import fit
+from ..search.fitting import fit, relayout
 from .failures import kind_of
 
 BUDGET = 64
@@ -277,7 +277,8 @@ def _rotated(case: Case, shift: int) -> Case:
 
 def _per_column(case: Case, move) -> Case:
     """``case`` with ``move(t, dim)`` applied along every output-column dim of its row inputs (each
-    half of a [gate | up] row alone), weights, biases and matrices (both dims)."""
+    half of a [gate | up] row alone), weights, biases and matrices (both dims), each laid out in
+    memory as it was (``fitting.relayout``: a bug of transposed rows alone is still shown)."""
     rec = case.record
     kinds = {x.name: KINDS[x.kind].shape for x in rec.args}
     out = {}
@@ -287,11 +288,11 @@ def _per_column(case: Case, move) -> Case:
             out[k] = t
         elif shape == "rows" and rec.halves:
             gate, up = t.chunk(2, dim=-1)
-            out[k] = torch.cat([move(gate, -1), move(up, -1)], dim=-1)
+            out[k] = relayout(torch.cat([move(gate, -1), move(up, -1)], dim=-1), t)
         elif shape == "matrix":
-            out[k] = move(move(t, -1), -2)
+            out[k] = relayout(move(move(t, -1), -2), t)
         else:
-            out[k] = move(t, -1)
+            out[k] = relayout(move(t, -1), t)
     return case.copy(tensors=out)
 
 

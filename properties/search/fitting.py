@@ -122,11 +122,11 @@ def fit(case: Case, domain: Domain) -> Case:
             if v is None:
                 continue
             if kind.shape == "rows":
-                t[name] = _relayout(_halves(v, n2) if rec.halves else _resize(v, -1, n2), v)
+                t[name] = relayout(_halves(v, n2) if rec.halves else _resize(v, -1, n2), v)
             elif kind.shape == "vector":
-                t[name] = _relayout(_resize(v, -1, n2), v)
+                t[name] = relayout(_resize(v, -1, n2), v)
             elif kind.shape == "matrix":
-                t[name] = _relayout(_resize(_resize(v, -1, n2), -2, n2), v)
+                t[name] = relayout(_resize(_resize(v, -1, n2), -2, n2), v)
         changed.append(f"row length {n} -> {n2}")
         scalars = dict(case.scalars)
         for name, kind in kinds.items():
@@ -231,12 +231,19 @@ def _halves(t: torch.Tensor, n: int) -> torch.Tensor:
     return torch.cat([_resize(gate, -1, n // 2), _resize(up, -1, n // 2)], dim=-1)
 
 
-def _relayout(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+def relayout(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``v``'s values in ``like``'s kind of layout: contiguous; rows at a stride past their length
     (3 more, as ``strategies.layout_tensor``'s "sliced"); or the last two dims transposed in memory.
-    Storage around the values is ``strategies.surround``'s, as in every layout the strategies make."""
+    Where ``v`` fits inside ``like`` (its shape no larger in any dim), it is written into a copy of
+    ``like``'s storage at ``like``'s strides and offset: the layout and what surrounds the values
+    kept (a case cut narrower holds the memory it held); else the storage around the values is
+    ``strategies.surround``'s, as in every layout the strategies make."""
     if like.is_contiguous() or v.dim() == 0:
         return v.contiguous()
+    if (v.dim() == like.dim() and v.dtype == like.dtype and v.device == like.device and 0 not in like.stride()
+            and all(a <= b for a, b in zip(v.shape, like.shape))):
+        out = torch.empty(0, dtype=v.dtype, device=v.device)
+        return out.set_(like.untyped_storage().clone(), like.storage_offset(), v.shape, like.stride()).copy_(v)
     if like.stride(-1) == 1:
         buf = surround((*v.shape[:-1], v.shape[-1] + 3), v.dtype, v.device)
         buf[..., : v.shape[-1]] = v

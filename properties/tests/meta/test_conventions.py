@@ -107,7 +107,7 @@ def test_the_storage_around_every_view_normcert_makes_is_poison():
              for dtype in conventions.POISON for layout in ("sliced", "fused_qkv", "offset")]
     weight = strategies.vectors(rng, 8, torch.bfloat16, "cpu", "weight", 1.0, ("normal",))
     views.append(find(weight, lambda w: not w.is_contiguous(), settings=settings(database=None, phases=[Phase.generate])))
-    views += [fitting._relayout(torch.ones(3, 8), views[0]), fitting._relayout(torch.ones(8), views[-1])]
+    views += [fitting.relayout(torch.ones(3, 8), views[0]), fitting.relayout(torch.ones(8), views[-1])]
     views.append(strategies.device_normal((3, 8), torch.float16, "cpu", seed=0, stride=20))
     for v in views:
         around = _around(v)

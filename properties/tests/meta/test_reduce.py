@@ -20,6 +20,7 @@ from ...run import runner
 from ...run.failures import kind_of
 from ...run.reduce import BUDGET, Reduction, reduce
 from ...search.case import Case
+from ...search.fitting import relayout
 from .expect import registered
 from .planted import layer_norms, rms_norms
 
@@ -86,6 +87,19 @@ def test_the_reduced_case_fails_the_same_way_within_the_budget():
     assert done.label == "shrunk case" and small.notes["reduced"].startswith("rows 4 -> 1")
     again, same = _fails(search, small)
     assert same == kind and again == said
+
+
+def test_a_bug_of_a_strided_layout_alone_is_reduced_keeping_the_layout():
+    """The row length's steps (a window rotated to the front, columns cut out) keep each tensor's
+    layout: a kernel wrong only on transposed rows (it reads the storage as contiguous) is reduced from
+    2 x 64 to a row of 2 at a stride (a contiguous copy would not fail: the case stayed 64 long)."""
+    search = _search(rms_norms.rms_ignores_strides)
+    wide = Case.sample("rms_norm", torch.float32, rows=2, width=64)
+    wide.tensors["x"] = relayout(wide.tensors["x"], torch.ones(64, 2).t())  # (2, 64), strides (1, 2)
+    message, kind = _fails(search, wide)
+    small, said, done = reduce(search, wide, message, kind)
+    assert small.main.numel() <= 2 and not small.main.is_contiguous(), (small.describe(), done.steps)
+    assert _fails(search, small) == (said, kind)
 
 
 def test_a_case_cut_short_by_the_budget_says_so():
