@@ -11,6 +11,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 
+from . import pulse
 from .autotune import Forcing, tuners
 from .run_settings import HEARTBEAT
 from ..search.buckets import LONG_RUN_CALLS, LONG_RUN_EVERY
@@ -41,6 +42,8 @@ class Session:
     returned: kernel id -> the outputs of its last calls, held to catch a reused buffer
     (``sandbox.check_not_reused``);
     heartbeat: the file ``beat`` touches (``$NORMCERT_HEARTBEAT``, set by ``normcert certify``), or None;
+    pulse: the thread that beats between beats where the run advances (``pulse.start``, at the first
+    beat of a run that has a heartbeat), or None;
     tuned: kernel id -> its autotuners, forced config by config (``forcing``);
     first_calls: (kernel id, dtype) -> what was wrong with the kernel's first call of that dtype in this
     process ("" if nothing: ``probes.first_call``), the support probe's call;
@@ -80,6 +83,7 @@ class Session:
     profile: str = "ci"
     returned: dict = field(default_factory=dict)
     heartbeat: str | None = field(default_factory=lambda: os.environ.get(HEARTBEAT))
+    pulse: object = None
     tuned: dict = field(default_factory=dict)
     first_calls: dict = field(default_factory=dict)
     compiled: dict = field(default_factory=dict)
@@ -100,9 +104,13 @@ class Session:
 
     def beat(self) -> None:
         """The run made progress (a kernel call returned, a test started): touch the heartbeat file
-        that ``normcert certify`` watches, if it set one.  A process stuck in kernel code outside
-        the watchdog (a finalizer, an exception's ``__str__``, an import) stops beating and is ended."""
+        that ``normcert certify`` watches, if it set one, and start the run's ``pulse`` at the first
+        beat (it beats between beats while interpreted programs run or the oracle computes).  A
+        process stuck in kernel code outside the watchdog (a finalizer, an exception's ``__str__``,
+        an import) stops beating and is ended."""
         if self.heartbeat:
+            if self.pulse is None:
+                self.pulse = pulse.start(self.heartbeat)
             try:
                 os.utime(self.heartbeat)
             except OSError:

@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
 import sys
 import threading
 import time
 import warnings
 import weakref
 
+import numpy as np
 import pytest
 import torch
 
 from .... import impls
 from ....impls import eager, flushes_denormals, make
-from ...harness import interpreter
+from ....oracle.formats import fmt
+from ...harness import interpreter, pulse
 from ...declared.conventions import ConventionViolation
 from ...run import runner
 from ...harness import sandbox
@@ -148,6 +151,58 @@ def test_a_slow_interpreted_call_that_advances_is_not_hung(session):
     assert time.perf_counter() - t0 > 24 * slow_triton.PAUSE > session.kernel_timeout
     message = runner.record(session, impl, "accuracy", "float32", "pass").message
     assert message.startswith("slow, not hung: a call took ") and "(24 programs)" in message, message
+
+
+def _touched(heartbeat, work, seconds: float) -> bool:
+    """Was ``heartbeat`` touched by a pulse (every 0.05 s) while ``work`` ran in a thread of its own
+    (for at most ``seconds``)?"""
+    os.utime(heartbeat, (0, 0))
+    pulse.start(str(heartbeat), period=0.05)
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    time.sleep(0.2)
+    return os.path.getmtime(heartbeat) > 0
+
+
+def test_the_pulse_beats_while_interpreted_programs_run_where_no_watchdog_looks(tmp_path):
+    """A call outside the worker (the importer thread, a kernel's own thread) gives no beat until it
+    returns: the pulse beats while the interpreter starts its programs; a thread that blocks does not."""
+    pytest.importorskip("triton")
+    from . import slow_triton  # noqa: PLC0415 - imports triton
+
+    if not interpreter.active():
+        pytest.skip("a GPU: no interpreter to count programs in")
+    x = torch.randn(16, 8)
+    slow_triton.copy_rows(x[:1])  # compiled
+    (tmp_path / "beat").write_text("")
+    assert _touched(tmp_path / "beat", lambda: slow_triton.copy_rows(x), 5.0)
+    (tmp_path / "still").write_text("")
+    assert not _touched(tmp_path / "still", lambda: threading.Event().wait(0.6), 0.6)
+
+
+def test_the_pulse_beats_while_the_oracle_computes(tmp_path):
+    """normcert's oracle between two kernel calls (mpmath over a large case: minutes on a loaded machine)
+    is the run advancing: a thread inside the oracle package's code is seen there."""
+    stacks = []
+
+    class Seen:
+        def __array__(self, dtype=None, copy=None):  # called by numpy from the oracle's own frame
+            stacks.append(pulse.in_oracle(sys._getframe()))
+            return np.zeros(2)
+
+    fmt(torch.float32).round(Seen())
+    assert stacks == [True] and not pulse.in_oracle(sys._getframe())
+    (tmp_path / "beat").write_text("")
+    assert _touched(tmp_path / "beat", lambda: fmt(torch.float32).round(_Slow()), 2.0)
+
+
+class _Slow:
+    """An array numpy takes 0.5 s to read: the oracle's frame is on the stack meanwhile."""
+
+    def __array__(self, dtype=None, copy=None):
+        time.sleep(0.5)
+        return np.zeros(2)
 
 
 def test_an_interpreted_call_that_launches_for_ever_is_hung_all_the_same(session):
