@@ -20,7 +20,8 @@ each correct under its declaration, and the meta-tests reject it without one.
     fp4_ieee_ties_even   its twin, nearest-even, declaring arithmetic=ieee: certified
     silu_fp4_float16_product  (a bug under the default intermediate=float32) silu_and_mul_fp4_quant
         rounding v = silu(gate) up to x's dtype before its amax (vLLM's unfused order): a float16 product
-        past 65504 is inf, its block scaled as an infinite one; right declaring intermediate=input
+        past 65504 is inf, its block scaled as an infinite one; right where intermediate=input is declared
+        (``test_fp4_rules``: the catalogue holds it undeclared)
     silu_fp4_inf_peak_unit_scale  (a bug) silu_and_mul_fp4_quant giving a block whose peak is infinite
         the scale 1 (UE8M0 byte 127) where the rule rounds inf / (6 g) to its largest (byte 254, 448)
     silu_fp4_float32_product  their correct twin: v held in the compute format, every block by the rule
@@ -161,8 +162,6 @@ def silu_fp4_float16_product(x, block_format, global_scale, layout):
     """v rounded to x's dtype before the quant, as an unfused silu_and_mul then FP4 quant stores it."""
     return _quantise(_silu_v(x, stored=x.dtype), block_format, global_scale, layout)
 
-
-silu_fp4_float16_product.normcert_domain = "intermediate=input"
 
 
 @bug("silu_and_mul_fp4_quant", "extremes")
