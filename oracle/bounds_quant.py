@@ -44,9 +44,22 @@ division), so B_y = B_v / (s_k g) + (gam(2 (2 FN_ULPS + 1)) + ORACLE) |w| + lam_
 E2M1(w) to the step; where s_k = 0 (an E4M3 scale that underflowed) y is 0, exactly (bound 0).  No
 claim where s_k is NaN or inf, where v is NaN (E2M1 has no NaN), or where s_k g overflows the
 compute format (a UE8M0 scale of 2**127 saturated from an infinite v, times g > 1: the divisor is
-not representable, as a row whose mean square overflows is outside the contract, ``error_model``),
-nor on a block whose v, within its bound, reaches past the largest value of the compute format or of
-x's dtype (the group quant's rule, ``quantised``: the kernel holds v in c, so its block is inf).  Against the exact scale (two
+not representable, as a row whose mean square overflows is outside the contract, ``error_model``).
+
+Where the kernel holds v before its amax is a contract choice (argument kind "intermediate",
+``fp4.INTERMEDIATES``): "float32" (the default, a fused kernel) holds it in c, float32 (float64 for
+float64 inputs); "input" (an unfused pipeline: silu_and_mul, then the quant) materialises it in x's
+dtype o first.  Let M be the largest value of that format: c's, or min(c, o)'s.  A block with an
+element whose exact v is finite but reaches M within its bound (|v| + B_v >= M) has no claim: the
+kernel's v there may be finite or infinite, and the block's scale with it.  Under "float32" a
+float16 v past 65504 is therefore claimed (c holds it; a kernel that rounds it to float16 makes it
+inf and is wrong), under "input" its block is not.  An element whose exact v is infinite (an
+infinite input: silu(g) u with u = inf) is claimed, with B_v = 0: every correct kernel holds that
+infinity (or a NaN where ``indeterminate``), so its block's peak is inf, its scale S = inf, stored
+as R(inf) (E4M3's 448, UE8M0's 2**127, the rules' clamps), and its own y is E2M1(+-inf) = +-6,
+bound 0; the block's other elements keep their bounds against that scale.  For float64 inputs an
+infinite oracle v may stand for a finite exact value past float64's range, whose kernel value may
+round to the largest finite one: no claim there, as a finite v reaching M.  Against the exact scale (two
 calls compared): any s in [R(S - B_s), R(S + B_s)], as for the group quant, with D (``fp4.divisor``)
 for S_P; none where that range reaches 0.
 """
@@ -215,7 +228,9 @@ DIVISIONS = 2 * (2 * FN_ULPS + 1)  # two divisions, each a reciprocal good to FN
 
 def block(base, main: str, block_format: str, global_scale: str, nan: str, indeterminate=None, exact_rows=None):
     """The bounds (y's, the scale's, the rest) of base quantised to FP4 per block
-    (``fp4.forward``): the module docstring's B_s and B_y, the peak's NaN policy ``args[nan]``.  ``indeterminate``: base's (where an
+    (``fp4.forward``): the module docstring's B_s and B_y, the peak's NaN policy ``args[nan]``, a block
+    whose v may overflow where the kernel holds it (``args["intermediate"]``) without a claim, one whose
+    exact v is infinite held to R(inf).  ``indeterminate``: base's (where an
     infinite exact v may come back NaN, ``bounds_gated``): a block holding such an element has no
     claim, on its scale (NaN's amax is NaN) or its values.  ``exact_rows``: base's rows that every correct
     order computes exactly (``bounds_norms.rms_norm_exact``), where under arithmetic=ieee y's bound against
@@ -232,9 +247,11 @@ def block(base, main: str, block_format: str, global_scale: str, nan: str, indet
             d = divisor(scale, form)
             v = y * spread(d, y) * g
             v_bound, *rest = base(args, (v, *exact[2:]), kernel, **kw)
-            v_err = peak_errors(np.where(np.isnan(v_bound), np.inf, v_bound), v, args, nan)
+            infinite = np.isinf(v) & (args[main].dtype != torch.float64)  # exactly infinite (module docstring)
+            v_err = np.where(infinite, 0.0, np.where(np.isnan(v_bound), np.inf, v_bound))
+            v_err = peak_errors(v_err, v, args, nan)
             peak_err = np.max(v_err.reshape(v_bound.shape[:-1] + (n // f.block, f.block)), axis=-1, initial=0.0)
-            scale_bound = peak_err / (6 * g) + rel * scale + ctx.lam_c
+            scale_bound = np.where(np.isinf(scale), 0.0, peak_err / (6 * g) + rel * scale + ctx.lam_c)  # S = inf: R(inf)
             if kernel_scale is None:
                 lo = form.round(np.where(scale > scale_bound, scale - scale_bound, 0.0))
                 hi = form.round(scale + scale_bound)
@@ -250,9 +267,10 @@ def block(base, main: str, block_format: str, global_scale: str, nan: str, indet
                     y_bound = np.where(exactly_quantised(args, exact_rows, kw.get("rows"), v, w, s, spread(d, y), g,
                                                                 compute_format(args[main].dtype)), 0.0, y_bound)
                 no_claim = ~np.isfinite(s) | (s < 0) | (s * g > ctx.cmax)
+            y_bound = np.where(infinite, 0.0, y_bound)  # E2M1(+-inf / s g) = +-6 exactly
             no_claim = no_claim | np.isnan(v)
-            v_reach = np.abs(v) + np.where(np.isnan(v_bound), np.inf, v_bound)  # past c's or x.dtype's range:
-            loose = unclaimed_nan(v, args, nan) | (v_reach >= min(ctx.cmax, ctx.omax))  # no claim, as ``quantised``
+            held = min(ctx.cmax, ctx.omax) if args.get("intermediate") == "input" else ctx.cmax  # None: the default
+            loose = unclaimed_nan(v, args, nan) | (~infinite & (np.abs(v) + v_err >= held))  # may overflow where held
             if indeterminate is not None:
                 loose = loose | np.asarray(indeterminate(args), bool)
             if loose.any():

@@ -73,7 +73,8 @@ from .formats import E2M1, E4M3, UE8M0, toward_exact
 from .fp4_scales import scale_format
 
 RULES = ("mx_scale", "block_floor")  # the contract choices of a block scale's rounding (``fp4_scales``)
-CHOICES = (*RULES, "mx_global_scale", "arithmetic")  # every FP4 contract choice: never passed to the base op
+CHOICES = (*RULES, "mx_global_scale", "arithmetic", "intermediate")  # every FP4 contract choice: never passed to the base op
+INTERMEDIATES = ("float32", "input")  # where a kernel holds v before its amax (``bounds_quant.block``); the first the default
 
 GLOBAL_SCALES = (1.0, 1.0, 0.375, 2.0 ** -5, 11 / 8192, 3.0)  # drawn (NVFP4): float32-exact, one saturating E4M3
 BLOCK_LAYOUTS = ("linear", "swizzled")
@@ -212,5 +213,5 @@ def forward(base, block_format: str, global_scale: str, layout: str, nan: str):
     return quantised
 
 
-__all__ = ["BLOCK_FORMATS", "BLOCK_LAYOUTS", "E2M1", "GLOBAL_SCALES", "decode_scales", "divisor", "forward",
+__all__ = ["BLOCK_FORMATS", "BLOCK_LAYOUTS", "E2M1", "GLOBAL_SCALES", "INTERMEDIATES", "decode_scales", "divisor", "forward",
            "pack_e2m1", "padded", "rounding", "swizzle", "swizzled_offsets", "unpack_e2m1"]

@@ -74,6 +74,9 @@ sets them (``properties.declared.domain``, ``properties.search.fitting``); the o
     arithmetic  the kernel's square roots, divisions and reciprocals, one of ``lattice.ARITHMETICS``:
              None or "approximate" (good to FN_ULPS ulps, ``error_model``) or "ieee" (correctly
              rounded: on the rows ``lattice`` proves exact an FP4 y is checked bit for bit)
+    intermediate  where an FP4 kernel holds v before its amax, one of ``fp4.INTERMEDIATES``: None or
+             "float32" (the compute format, a fused kernel) or "input" (x's dtype, an unfused
+             pipeline): a block whose v may overflow there has no claim (``bounds_quant.block``)
     qdtype   the name of the format an output is quantised to, one of ``dynamic_quant.QDTYPES``:
              "float8_e4m3fn" or "int8" (the output's dtype follows it: ``record.Out.dtype_arg``)
     scale_ub None (no bound) or a positive finite float: the largest row peak a dynamic scale is
@@ -113,7 +116,7 @@ import torch
 from . import validate as v
 from .dynamic_quant import NAN_POLICIES, QDTYPES, SCALE_FLOORS, SCALE_FORMATS, TAILS, read_floor
 from .formats import to_float64
-from .fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS, GLOBAL_SCALES
+from .fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS, GLOBAL_SCALES, INTERMEDIATES
 from .fp4_scales import BLOCK_FLOORS, MX_GLOBAL_SCALES, MX_SCALES
 from .lattice import ARITHMETICS
 
@@ -317,4 +320,5 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     _contract_kind("block_floor", BLOCK_FLOORS),
     _contract_kind("mx_global_scale", MX_GLOBAL_SCALES),
     _contract_kind("arithmetic", ARITHMETICS),
+    _contract_kind("intermediate", INTERMEDIATES),
 )}

@@ -67,6 +67,7 @@ BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT = Arg("block_format", "block_format"), 
 MX_SCALE, BLOCK_FLOOR = Arg("mx_scale", "mx_scale"), Arg("block_floor", "block_floor")  # contract choices (``fp4_scales``)
 MX_GLOBAL = Arg("mx_global_scale", "mx_global_scale")  # a contract choice: an MXFP4 kernel takes a global scale
 ARITHMETIC = Arg("arithmetic", "arithmetic")  # a contract choice: IEEE division and square root (``lattice``)
+INTERMEDIATE = Arg("intermediate", "intermediate")  # a contract choice: v held in float32 or x's dtype (``bounds_quant``)
 Y_FP4 = Out("y", dtype=torch.uint8, quantised=True, packed=True, scale="scales")  # e2m1 codes, two a byte
 BLOCK_SCALES = Out("scales", dtype_arg="block_format", shape="groups", group_arg="block_format",
                    format_arg="block_format", layout_arg="layout")  # E4M3 or UE8M0, one per block
@@ -206,7 +207,8 @@ RMS_NORM_GROUP_QUANT = _group_quantised(
     call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["group"], a["scale_format"], a["layout"]))
 RMS_NORM_FP4_QUANT = _fp4_quantised(
     "rms_norm_fp4_quant", RMS_NORM,
-    (X, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT, NAN, MX_SCALE, BLOCK_FLOOR, MX_GLOBAL, ARITHMETIC),
+    (X, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT, NAN, MX_SCALE, BLOCK_FLOOR, MX_GLOBAL, ARITHMETIC,
+     INTERMEDIATE),
     call=lambda fn, a: fn(a["x"], a["weight"], a["eps"], a["block_format"], a["global_scale"], a["layout"]),
     exact=bounds_norms.rms_norm_exact)
 RMS_NORM_FP8 = _quantised("rms_norm_fp8", RMS_NORM, (X, WEIGHT, EPS, SCALE),
@@ -263,7 +265,7 @@ OPS: dict[str, Op] = {
         RMS_NORM_FP4_QUANT,
         _fused("add_rms_norm_fp4_quant", RMS_NORM_FP4_QUANT,
                (X, RESIDUAL, WEIGHT, EPS, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT, NAN, MX_SCALE, BLOCK_FLOOR, MX_GLOBAL,
-                ARITHMETIC),
+                ARITHMETIC, INTERMEDIATE),
                call=lambda fn, a: fn(a["x"], a["residual"], a["weight"], a["eps"], a["block_format"],
                                      a["global_scale"], a["layout"])),
         LAYER_NORM,
@@ -285,7 +287,7 @@ OPS: dict[str, Op] = {
         SILU_AND_MUL_GROUP_QUANT,
         SILU_AND_MUL_GROUP_QUANT_MASKED,
         _fp4_quantised("silu_and_mul_fp4_quant", SILU_AND_MUL, (X, BLOCK_FORMAT, GLOBAL_SCALE, BLOCK_LAYOUT, NAN, MX_SCALE,
-                                                                BLOCK_FLOOR, MX_GLOBAL, ARITHMETIC),
+                                                                BLOCK_FLOOR, MX_GLOBAL, ARITHMETIC, INTERMEDIATE),
                        call=lambda fn, a: fn(a["x"], a["block_format"], a["global_scale"], a["layout"])),
         GEGLU,
         _on_halves("gelu_and_mul", GEGLU, (X, APPROXIMATE), call=lambda fn, a: fn(a["x"], a["approximate"])),

@@ -116,6 +116,13 @@ was certified.
                               ulps, as rsqrt.approx and rcp.approx) or ieee (correctly rounded: on the
                               rows the oracle proves exact an FP4 kernel's y is checked bit for bit, so
                               an E2M1 tie is decided).  Only the FP4 ops have one
+    intermediate=float32|input  where the kernel holds v before its block amax (a contract choice,
+                              ``oracle.bounds_quant.block``): float32 (the default, a fused kernel: the
+                              compute format, float64 for float64 inputs) or input (an unfused
+                              pipeline materialising v in x's dtype first, vLLM's silu_and_mul then
+                              its FP4 quant): a block whose v may overflow that format has no claim,
+                              so a float16 v past 65504 is claimed under float32 alone.  Only the FP4
+                              ops have one
 
 A case is drawn as for any kernel, then *fitted* into the domain
 (``properties.search.fitting``): the row length rounded up to the multiple (cut short of a
@@ -139,7 +146,7 @@ from dataclasses import dataclass, fields, replace
 from ...oracle import OPS
 from ...oracle.dynamic_quant import NAN_POLICIES, SCALE_FLOORS, TAILS, read_floor
 from ...oracle.formats import DTYPE_NAMES
-from ...oracle.fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS
+from ...oracle.fp4 import BLOCK_FORMATS, BLOCK_LAYOUTS, INTERMEDIATES
 from ...oracle.kinds import APPROXIMATE, GROUPS, SCALE_LAYOUTS
 from ...oracle.fp4_scales import BLOCK_FLOORS, MX_GLOBAL_SCALES, MX_SCALES
 from ...oracle.lattice import ARITHMETICS
@@ -160,12 +167,13 @@ narrowest row the domain admits (``Domain.width(1)``): a width_multiple of up to
 KEYS = ("dtypes", "params", "residual", "max_width", "width_multiple", "contiguous", "ranks", "weightless", "flags",
         "unsupported", "capturable", "nan", "scale_floor", "tail", "amax_floor", "groups", "approximate", "layouts",
         "block_formats",
-        "mx_scale", "block_floor", "mx_global_scale", "arithmetic", "autocast", "dy")
+        "mx_scale", "block_floor", "mx_global_scale", "arithmetic", "intermediate", "autocast", "dy")
 ARG_KEYS = {"groups": ("group",), "approximate": ("approximate",), "layouts": ("layout", "block_layout"),
             "block_formats": ("block_format",)}
 """The keys restricting an argument's drawn values to some of its kind's: key -> the argument kinds."""
 CONTRACT = {"nan": NAN_POLICIES, "scale_floor": SCALE_FLOORS, "tail": TAILS, "mx_scale": MX_SCALES,
-            "block_floor": BLOCK_FLOORS, "mx_global_scale": MX_GLOBAL_SCALES, "arithmetic": ARITHMETICS}  # the contract choices: key = the argument kind it sets, and its values
+            "block_floor": BLOCK_FLOORS, "mx_global_scale": MX_GLOBAL_SCALES, "arithmetic": ARITHMETICS,
+            "intermediate": INTERMEDIATES}  # the contract choices: key = the argument kind it sets, and its values
 RANKS = (2, 3, 4)
 
 
@@ -200,6 +208,7 @@ class Domain:
     block_floor: str | None = None  # NVFP4's block-scale floor, ``fp4_scales.BLOCK_FLOORS`` (a contract choice)
     mx_global_scale: str | None = None  # "none" | "taken": an MXFP4 kernel's global scale (a contract choice)
     arithmetic: str | None = None  # "approximate" | "ieee": its divisions and square roots (a contract choice)
+    intermediate: str | None = None  # "float32" | "input": where an FP4 kernel holds v (a contract choice)
     autocast: str | None = None  # "keeps" | "casts": its outputs' dtype inside autocast (a contract choice of the call)
     dy: str | None = None  # "kept" | "overwritten": its backward's writes into dy (a contract choice of the call)
 
@@ -221,7 +230,8 @@ class Domain:
         as the scale_floor "amax:A", ``oracle.dynamic_quant.read_floor``)."""
         floor = "amax:" + self.amax_floor if self.amax_floor is not None else self.scale_floor
         every = {"nan": self.nan, "scale_floor": floor, "tail": self.tail, "mx_scale": self.mx_scale,
-                 "block_floor": self.block_floor, "mx_global_scale": self.mx_global_scale, "arithmetic": self.arithmetic}
+                 "block_floor": self.block_floor, "mx_global_scale": self.mx_global_scale, "arithmetic": self.arithmetic,
+                 "intermediate": self.intermediate}
         return {key: value for key, value in every.items() if value is not None}
 
     @property

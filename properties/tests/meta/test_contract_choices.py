@@ -91,6 +91,7 @@ def test_nan_ignore_reaches_every_amax(op, extra):
     ("tail", "partial", "full", "none, partial", "rms_norm_dynamic_quant", "rms_norm_group_quant"),
     ("mx_scale", "floor", "round", "rceil, floor, ceil, even", "rms_norm_group_quant", "rms_norm_fp4_quant"),
     ("block_floor", "2^-6", "tiny", "none, 2^-6", "rms_norm_dynamic_quant", "rms_norm_fp4_quant"),
+    ("intermediate", "input", "float16", "float32, input", "silu_and_mul_group_quant", "rms_norm_fp4_quant"),
 ])
 def test_a_contract_key_is_read_said_back_and_refused_in_one_line(key, value, bad, expected, op, first):
     """Read and said back; an unknown value names the key and its values; declared for an op

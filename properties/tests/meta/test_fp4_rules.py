@@ -6,7 +6,9 @@
   the S that round there;
 * the NVFP4 floor clamps S to 2**-6 before E4M3, its interval of 2**-6 reaching 0;
 * a correct kernel making each choice (``planted.fp4_rules``) is certified once it declares it and
-  rejected while it does not; the certificate's domain names the choice.
+  rejected while it does not; the certificate's domain names the choice;
+* where a kernel holds v (``intermediate=``): a float16 v past 65504 is claimed under the default
+  (float32) and not under input, and a block whose exact v is infinite is held to the rule's scale.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 import torch
 
 from ....impls.eager import to_e2m1
+from ....oracle import OPS
 from ....oracle.assessment import assess
 from ....oracle.formats import DTYPES, E2M1, E4M3
 from ....oracle.fp4_scales import Floored, SharedExponent, scale_format
@@ -181,3 +184,68 @@ def test_fusion_makes_no_claim_on_a_block_either_side_makes_none_on(normcert_ses
     for impl, says in ((registered(ADD_FP4, fn, declared=False), r"got [-0-9.e]+, exact nan"), (wrong, "")):
         with pytest.raises(PropertyFailure, match=r"fusion fails .* vs rms_norm_fp4_quant:eager\(residual_out\).*" + says):
             runner.run_family(session, fusion, impl, F32, shrink=False)
+
+
+SILU_FP4 = "silu_and_mul_fp4_quant"
+
+
+def _silu_fp4_bounds(x, intermediate, kernel):
+    """(exact scales, their bounds, exact y, y's bounds) of silu_and_mul_fp4_quant (MXFP4, g = 1) on x
+    against ``kernel``'s own scales."""
+    from ....oracle import forward
+    args = dict(x=x, block_format="mxfp4", global_scale=1.0, layout="linear", intermediate=intermediate)
+    exact = forward(SILU_FP4, **args)
+    _, raw = kernel(x, "mxfp4", 1.0, "linear")
+    y_bound, scale_bound = OPS[SILU_FP4].forward_bound(args, exact, kernel_scale=raw.float().double().numpy())[:2]
+    return exact[1], scale_bound, exact[0], y_bound
+
+
+def test_a_float16_v_past_65504_is_claimed_unless_v_is_held_in_float16():
+    """Block 0's v = silu(1140) 1140 ~ 1.3e6 is past float16's range, not float32's: under the default
+    (a fused kernel holds v in float32) its scale is claimed, and the kernel rounding v to float16 first
+    (whose amax is then inf: scale 2**127) is off it; declaring intermediate=input, that block has no
+    claim and block 1, within range, keeps its bound."""
+    x = torch.full((1, 128), 2.0, dtype=torch.float16)
+    x[0, 0] = x[0, 64] = 1140.0
+    scale, bound, _, _ = _silu_fp4_bounds(x, None, planted.silu_fp4_float16_product)
+    assert np.isfinite(bound).all()
+    got = planted.silu_fp4_float16_product(x, "mxfp4", 1.0, "linear")[1].float().double().numpy()
+    assert got[0, 0] == 2.0 ** 127 and not assess("scales", torch.from_numpy(got), scale, bound, scale_format("mxfp4"),
+                                                   quantised=True).ok
+    _, bound, _, _ = _silu_fp4_bounds(x, "input", planted.silu_fp4_float16_product)
+    assert bound[0, 0] == -np.inf and np.isfinite(bound[0, 1])
+
+
+def test_a_block_with_an_infinite_v_is_held_to_the_rules_scale():
+    """up = inf makes v = inf exactly: the block's exact scale is inf, stored as UE8M0's largest
+    (2**127, byte 254) with a finite bound, and the infinite element's y is E2M1(inf) = 6, bound 0;
+    the unit-scale kernel's byte 127 is off it, under either intermediate."""
+    x = torch.full((1, 128), 2.0)
+    x[0, 64] = float("inf")
+    for intermediate in (None, "input"):
+        scale, bound, y, y_bound = _silu_fp4_bounds(x, intermediate, planted.silu_fp4_float32_product)
+        assert scale[0, 0] == np.inf and np.isfinite(bound[0, 0]) and y[0, 0] == np.inf and y_bound[0, 0] == 0.0
+        wrong = planted.silu_fp4_inf_peak_unit_scale(x, "mxfp4", 1.0, "linear")[1].float()
+        assert wrong[0, 0] == 1.0 and not assess("scales", wrong, scale, bound, scale_format("mxfp4"), quantised=True).ok
+
+
+@pytest.mark.parametrize("held_dtype", [torch.float16, F32], ids=["float16", "float32"])
+def test_where_v_is_held_decides_the_verdict(tmp_path, held_dtype):
+    """The float16-rounding kernel: rejected by extremes under the default, certified declaring
+    intermediate=input (the certificate's domain names it); the unit-scale kernel rejected under both;
+    their twin, v held in the compute format, certified under the default."""
+    session = Session(failures_dir=str(tmp_path))
+    rounding = registered(SILU_FP4, planted.silu_fp4_float16_product)
+    declared = dataclasses.replace(rounding, domain=parse("intermediate=input"))
+    assert "intermediate=input" in declared.domain.describe()
+    unit = registered(SILU_FP4, planted.silu_fp4_inf_peak_unit_scale)
+    rejected = [unit, dataclasses.replace(unit, domain=parse("intermediate=input"))]
+    certified = [declared, registered(SILU_FP4, planted.silu_fp4_float32_product)]
+    if held_dtype == torch.float16:
+        rejected.append(rounding)
+    for impl in rejected:
+        with pytest.raises(PropertyFailure, match=r"extremes fails .* scales"):
+            runner.run_family(session, BY_NAME["extremes"], impl, held_dtype, max_examples=20, shrink=False)
+    for impl in certified:
+        res = runner.run_family(session, BY_NAME["extremes"], impl, held_dtype, max_examples=20)
+        assert res.outcome == "pass", (impl.id, res.message)

@@ -18,6 +18,13 @@ each correct under its declaration, and the meta-tests reject it without one.
     fp4_ties_half_away   (a bug) rms_norm_fp4_quant declaring arithmetic=ieee whose E2M1 rounds ties
         half away from zero: only the ties buckets (``buckets.ties_buckets``) put w exactly on a tie
     fp4_ieee_ties_even   its twin, nearest-even, declaring arithmetic=ieee: certified
+    silu_fp4_float16_product  (a bug under the default intermediate=float32) silu_and_mul_fp4_quant
+        rounding v = silu(gate) up to x's dtype before its amax (vLLM's unfused order): a float16 product
+        past 65504 is inf, its block scaled as an infinite one; right where intermediate=input is declared
+        (``test_fp4_rules``: the catalogue holds it undeclared)
+    silu_fp4_inf_peak_unit_scale  (a bug) silu_and_mul_fp4_quant giving a block whose peak is infinite
+        the scale 1 (UE8M0 byte 127) where the rule rounds inf / (6 g) to its largest (byte 254, 448)
+    silu_fp4_float32_product  their correct twin: v held in the compute format, every block by the rule
 """
 from __future__ import annotations
 
@@ -26,11 +33,11 @@ import torch.nn.functional as F
 
 from .....impls.eager import fp4_round_scale, fp4_scales_in, pack_fp4, rms_formula, to_e2m1, to_e4m3, up
 from .....oracle.fp4 import BLOCK_FORMATS
-from ..expect import bucket_bug, correct
+from ..expect import bucket_bug, bug, correct
 
 __all__ = ["mx_floor_scale", "mx_ceil_scale", "mx_even_scale", "nvfp4_scale_floored", "fp4_nan_any_scale",
            "add_fp4_nan_any_scale", "mx_without_global_scale", "silu_fp4_byte0_unit_reciprocal", "fp4_ties_half_away",
-           "fp4_ieee_ties_even"]
+           "fp4_ieee_ties_even", "silu_fp4_float16_product", "silu_fp4_inf_peak_unit_scale", "silu_fp4_float32_product"]
 
 
 def _exponent(a, mode):
@@ -141,6 +148,39 @@ def silu_fp4_byte0_unit_reciprocal(x, block_format, global_scale, layout):
     rcp = torch.where(s == 2.0 ** -127, 1.0, 1.0 / (s * global_scale))
     y = to_e2m1(blocks * rcp).flatten(-2)
     return pack_fp4(y), fp4_scales_in(scales, block_format, layout)
+
+
+def _silu_v(x, stored=None):
+    """v = silu(gate) up in the compute format (x = [gate | up]), rounded to ``stored`` and back if given."""
+    gate, value = (up(t) for t in x.chunk(2, dim=-1))
+    v = F.silu(gate) * value
+    return v if stored is None else v.to(stored).to(v.dtype)
+
+
+@bug("silu_and_mul_fp4_quant", "extremes")
+def silu_fp4_float16_product(x, block_format, global_scale, layout):
+    """v rounded to x's dtype before the quant, as an unfused silu_and_mul then FP4 quant stores it."""
+    return _quantise(_silu_v(x, stored=x.dtype), block_format, global_scale, layout)
+
+
+
+@bug("silu_and_mul_fp4_quant", "extremes")
+def silu_fp4_inf_peak_unit_scale(x, block_format, global_scale, layout):
+    """A block whose amax is inf gets the scale 1 (its y still E2M1(v / g)); every other block by the rule."""
+    v = _silu_v(x)
+    block = BLOCK_FORMATS[block_format].block
+    blocks = v.unflatten(-1, (v.shape[-1] // block, block))
+    peak = blocks.abs().amax(-1)
+    scales = torch.where(peak.isinf(), 1.0, fp4_round_scale(peak / (6.0 * global_scale), block_format))
+    s = scales[..., None].to(v.dtype)
+    y = torch.where(s == 0, 0.0, to_e2m1(blocks / (s * global_scale))).flatten(-2)
+    return pack_fp4(y), fp4_scales_in(scales, block_format, layout)
+
+
+@correct("silu_and_mul_fp4_quant")
+def silu_fp4_float32_product(x, block_format, global_scale, layout):
+    """v = silu(gate) up held in the compute format, quantised by the rule (an infinite peak's scale its largest)."""
+    return _quantise(_silu_v(x), block_format, global_scale, layout)
 
 
 for _name in __all__:
