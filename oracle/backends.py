@@ -45,7 +45,7 @@ Interface (``a`` has rows along the last axis; results keep that axis as 1):
                           arguments of all three in double-double (``special``)
     B.mul_add_(a, m, b)   a = a * m (+ b), in place on ``a`` (an array the caller
                           owns), m and b broadcast; returns a
-    B.pointwise(fn, *a, risky=None, scaled=False)
+    B.pointwise(fn, *a, risky=None, scaled=False, overflows=None)
                           fn(B, *a) for an elementwise formula fn.  MP evaluates
                           it as is.  F64 evaluates it in float64 and then
                           re-evaluates, exactly (with MP), every element where
@@ -55,7 +55,9 @@ Interface (``a`` has rows along the last axis; results keep that axis as 1):
                           overflowed; not where ``scaled``: fn forms its result
                           with no intermediate under- or overflow, e.g. by
                           ``exp_times``), or where ``risky`` (a function of the
-                          float64 inputs) says so.
+                          float64 inputs) says so; but not where ``overflows``
+                          (a function of the float64 result and inputs) proves
+                          the result's ±inf the exact value's rounding.
 
 NaN and ±Inf: rows holding a non-finite value are reduced in plain IEEE
 arithmetic (``inf + -inf = nan``), which is what the exact value of the maths

@@ -40,7 +40,10 @@ more roundings.
 exactly (with the mpmath backend), every element where float64 cannot be
 trusted: a non-finite input or result, a result within ``2**-1000`` of 0 or
 beyond ``2**1000`` (an intermediate may have flushed or overflowed), or where
-the caller's ``risky`` says so.
+the caller's ``risky`` says so; but not a result of ±inf that the caller's
+``overflows`` proves is the exact value rounded (``proven_overflow``): a
+filter, as in exact geometric predicates, that leaves mpmath the elements
+float64 cannot decide.
 
 NaN and ±Inf: rows holding a non-finite value are reduced in plain IEEE
 arithmetic (``inf + -inf = nan``), which is what the exact value of the maths
@@ -109,7 +112,7 @@ class Float64Exact:
     def row_peak(self, a):
         return sums.row_peak(a)
 
-    def pointwise(self, fn, *arrays, risky=None, scaled=False):
+    def pointwise(self, fn, *arrays, risky=None, scaled=False, overflows=None):
         arrays = np.broadcast_arrays(*[np64(a) for a in arrays])
         with np.errstate(all="ignore"):
             out = np.array(fn(self, *arrays), dtype=np.float64)
@@ -117,6 +120,8 @@ class Float64Exact:
             redo = ~np.isfinite(out)
             if not scaled:
                 redo |= (mag > 2.0 ** 1000) | ((mag < 2.0 ** -1000) & (out != 0))
+            if overflows is not None:
+                redo &= ~overflows(out, *arrays)
             for a in arrays:
                 redo |= ~np.isfinite(a)
             if risky is not None:
@@ -290,6 +295,31 @@ class Float64Exact:
             r = np.ldexp(1.0 / np.sqrt(ms + np.ldexp(eps, -2 * k)), -k)
             direct = 1.0 / np.sqrt(np.ldexp(ms, 2 * k) + eps)  # where eps 2**-2k overflowed: eps dominates
             return np.where(np.isfinite(r) & (r > 0), r, direct)
+
+
+def proven_overflow(out, low, *factors):
+    """Where ``out`` is the infinity that p = |f_1 ... f_k| c rounds to in float64 (RNE), proven in
+    float64: f_i the finite ``factors`` (k <= 3), c >= ``low`` >= 0 a positive factor the caller bounds,
+    p's sign that of the product of the f_i.
+
+    With f_i = m_i 2**e_i (frexp, 1/2 <= |m_i| < 1), P = fl(...fl(|m_1| |m_2|)... |m_k|) has k - 1
+    roundings, so |m_1 ... m_k| >= P (1 - (k - 1) u), u = 2**-53; L = fl(fl(P low) (1 - 2**-46)) <=
+    P low (1 + u)**2 (1 - 2**-46) <= P low (1 - (k - 1) u) (2**-46 > (k + 1) u).  So p >= L 2**E,
+    E = sum e_i, and ldexp (exact, then rounded once) gives inf exactly where L 2**E >= 2**1024 -
+    2**970, the RNE overflow threshold, which p then passes too: its rounding is inf, of that sign.
+    mpmath's float() rounds the same way, so these elements need no redo."""
+    m = [np.frexp(f) for f in factors]
+    P = np.ones_like(out)
+    for mi, _ in m:
+        P = P * np.abs(mi)
+    E = sum(e.astype(np.int64) for _, e in m)
+    L = P * low * (1 - 2.0 ** -46)
+    negative = np.zeros(out.shape, bool)
+    for f in factors:
+        negative ^= np.signbit(f)
+    finite = np.logical_and.reduce([np.isfinite(f) for f in factors])
+    with np.errstate(over="ignore"):
+        return finite & np.isinf(out) & (np.signbit(out) == negative) & np.isinf(np.ldexp(L, E))
 
 
 def mean_dd(hi, lo, err, n):

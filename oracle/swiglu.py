@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .float64_backend import proven_overflow
+
 
 def _sigmas(B, g):
     """(sigma(g), 1 - sigma(g)), each computed without cancellation."""
@@ -56,12 +58,31 @@ def _risky(g, *_):
     return ((g < -600) & (g >= NEGLIGIBLE)) | ((g != 0) & (np.abs(g) < 2.0 ** -900))
 
 
+def _sigma_low(g):
+    """A lower bound on sigma(g), and so on silu'(g) = sigma(g) (1 + g (1 - sigma(g))) >= sigma(g)
+    for g >= 0: 1 - 2**-52 for g >= 45 (1 - sigma(g) = sigma(-g) < e**-45 < 2**-64), 1/2 for g >= 0,
+    else 0 (no bound: sigma(g) -> 0)."""
+    return np.where(g >= 45, 1 - 2.0 ** -52, np.where(g >= 0, 0.5, 0.0))
+
+
+def _overflow_silu(out, g, u):
+    """silu(g) u = g u sigma(g) past float64's range, proven (``float64_backend.proven_overflow``):
+    the extreme profiles' huge gate and up, whose float64 product is inf (10**5 elements a case)."""
+    return proven_overflow(out, _sigma_low(g), g, u)
+
+
+def _overflow_dgate(out, g, u, d):
+    """d u silu'(g) past float64's range, proven as ``_overflow_silu``."""
+    return proven_overflow(out, _sigma_low(g), u, d)
+
+
 def forward(B, gate, up):
-    return (B.pointwise(lambda B, g, u: silu(B, g) * u, gate, up, risky=_risky),)
+    return (B.pointwise(lambda B, g, u: silu(B, g) * u, gate, up, risky=_risky, overflows=_overflow_silu),)
 
 
 def vjp(B, cot, gate, up):
     (dy,) = cot
-    return {"gate": B.pointwise(lambda B, g, u, d: d * (u * dsilu(B, g)), gate, up, dy, risky=_risky),
-            "up": B.pointwise(lambda B, g, d: d * silu(B, g), gate, dy, risky=_risky)}
+    return {"gate": B.pointwise(lambda B, g, u, d: d * (u * dsilu(B, g)), gate, up, dy, risky=_risky,
+                                overflows=_overflow_dgate),
+            "up": B.pointwise(lambda B, g, d: d * silu(B, g), gate, dy, risky=_risky, overflows=_overflow_silu)}
 
