@@ -75,7 +75,8 @@ def describe(coverage: dict | None) -> str:
 
 def defined(modules) -> dict[str, set[str]]:
     """The ``@triton.jit`` functions defined in the imported ``modules`` (an autotuner's or heuristics'
-    function included): "module:qualname" -> the jit functions its source calls by name."""
+    function included): "module:qualname" -> those of them its source calls by name (not triton's own,
+    ``tl.sum`` say)."""
     if "triton" not in sys.modules:
         return {}
     found = {}
@@ -84,7 +85,7 @@ def defined(modules) -> dict[str, set[str]]:
             fn = _jitted(value)
             if fn is not None and fn.__module__ == module:
                 found[name(fn)] = fn
-    return {n: _calls(fn) for n, fn in found.items()}
+    return {n: _calls(fn) & found.keys() for n, fn in found.items()}
 
 
 def _jitted(value):

@@ -34,6 +34,7 @@ from ..evidence.bounded_json import loads
 from ..evidence.files import regular_or_absent
 from ..evidence.certificate import READABLE, SCHEMA, headline, schema
 from ..evidence.code import short as code_line
+from ..evidence.coverage import describe as describe_coverage
 from .report_replay import Replays, replay_view
 from ..evidence.verdict import DTYPE_ORDER, rejudge
 
@@ -320,6 +321,7 @@ def environment() -> jinja2.Environment:
     env.filters["plain"] = plain
     env.filters["sortkey"] = sortkey
     env.filters["code"] = code_line
+    env.filters["coverage"] = describe_coverage
     return env
 
 
