@@ -24,6 +24,7 @@ closed under "called by").  The record is a stated fact: the verdict reads resul
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import sys
 import textwrap
@@ -99,12 +100,13 @@ def _jitted(value):
     return value if inspect.isfunction(value) else None
 
 
-def _calls(fn) -> set[str]:
+@functools.lru_cache(maxsize=None)  # a module's functions are read once a certificate, not once a kernel
+def _calls(fn) -> frozenset[str]:
     """The jit functions ``fn``'s source names (``helper(...)``, ``module.helper(...)``), resolved in its globals."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError):
-        return set()
+        return frozenset()
     out = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
@@ -116,7 +118,7 @@ def _calls(fn) -> set[str]:
         called = _jitted(target) if target is not None else None
         if called is not None and called is not fn:
             out.add(name(called))
-    return out
+    return frozenset(out)
 
 
 def _sum(tallies) -> dict:

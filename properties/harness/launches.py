@@ -9,8 +9,9 @@ calls, and the one an autotuner or heuristics wrapper calls with its config's va
 * ``launches``: how many times it was launched;
 * ``meta``: for each of its ``tl.constexpr`` parameters, and each launch option given to the
   launch (``num_warps``, ``num_stages``, ``num_ctas``, ``maxnreg``: "where known", i.e. passed by
-  the caller or its autotuner config; a default the launcher fills in is not seen), the distinct
-  values it was launched with (a ``tl.dtype`` or other non-JSON value by its ``str``).
+  the caller or its autotuner config; a default the launcher fills in is not seen; under the
+  interpreter an option is given but not run), the distinct values it was launched with (a
+  ``tl.dtype`` or other non-JSON value by its ``str``).
 
 ``take()`` hands the tally over and starts a new one: the runner takes it when it records a result
 (``runner.record``), so a result row holds the launches its check made, in whichever process ran it.

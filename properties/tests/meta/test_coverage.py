@@ -9,6 +9,9 @@ rows' alone.
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -22,6 +25,7 @@ from ...harness.session import Session
 from ...presentation import report
 from ...run.outcomes import certify
 from .. import report_samples
+from ..certificate_helpers import read_certificate
 
 triton = pytest.importorskip("triton")
 from . import planted_paths  # noqa: E402 - imports triton
@@ -46,6 +50,22 @@ def test_each_launch_is_counted_under_its_function_with_its_constexprs_and_launc
         planted_paths.rms_norm_dispatched(torch.ones(3, 8), torch.ones(8), 1e-6)
     assert launches.take() == {ROWS: {"launches": 3, "meta": {"BLOCK_SIZE": [4, 128], "num_warps": [2]}}}
     assert launches.take() == {}
+
+
+def test_a_compiled_launch_is_counted_where_triton_launches_it_on_a_gpu():
+    """``JITFunction.run``, the GPU's launch (on a machine without a GPU the launch fails for want of
+    a driver after it is counted: a launch that raises was still made)."""
+    from triton.runtime.jit import JITFunction  # noqa: PLC0415
+
+    launches.record()
+    launches.take()
+    compiled = JITFunction(planted_paths._rms_rows.fn)
+    x = torch.ones(1, 4, device="cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        compiled[(1,)](x, torch.ones_like(x[0]), torch.empty_like(x), 4, 1e-6, BLOCK_SIZE=4, num_warps=8)
+    except RuntimeError as e:
+        assert not torch.cuda.is_available(), e  # "0 active drivers"
+    assert launches.take() == {ROWS: {"launches": 1, "meta": {"BLOCK_SIZE": [4], "num_warps": [8]}}}
 
 
 def test_the_functions_of_a_module_and_those_their_sources_call():
@@ -83,3 +103,21 @@ def test_a_kernel_without_triton_functions_has_no_coverage_and_coverage_never_ju
     from ...evidence.verdict import rejudge  # noqa: PLC0415
 
     assert rejudge(report_samples.validate(cert)) == "certified"
+
+
+@pytest.mark.normcert_heavy  # the command end to end, two xdist workers: the heavy tier
+def test_two_workers_launches_reach_one_certificate_and_its_report(tmp_path):
+    """Each worker's rows carry its own launches; the controller names what no worker reached."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TRITON_"))}
+    run = subprocess.run([sys.executable, "-m", "normcert", "certify", f"rms_norm={MODULE}:rms_norm_dispatched",
+                          "--certificate", "c.json", "--report", "r.html", "-n", "2", "--property", "accuracy",
+                          "--dtype", "float32", "--dtype", "float16", "--profile", "dev"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    cert = read_certificate(tmp_path / "c.json")
+    rows = {r["dtype"]: r["launches"][ROWS]["launches"] for r in cert["results"]}
+    listed = next(iter(cert["implementations"].values()))["triton"]
+    assert sorted(rows) == ["float16", "float32"] and listed["ran"][ROWS]["launches"] == sum(rows.values())
+    assert listed["not_reached"] == [BLOCKED]
+    assert "not reached: \\_rms\\_blocked" in (tmp_path / "c.md").read_text()
+    assert "not reached: _rms_blocked" in (tmp_path / "r.html").read_text()
