@@ -121,3 +121,15 @@ def test_two_workers_launches_reach_one_certificate_and_its_report(tmp_path):
     assert listed["not_reached"] == [BLOCKED]
     assert "not reached: \\_rms\\_blocked" in (tmp_path / "c.md").read_text()
     assert "not reached: _rms_blocked" in (tmp_path / "r.html").read_text()
+
+
+def test_a_test_s_rows_hold_none_of_the_launches_a_test_before_it_made(request):
+    """A meta-test launches kernels without recording a result; the next test's rows start afresh."""
+    launches.record()
+    planted_paths.rms_norm_dispatched(torch.ones(2, 4), torch.ones(4), 1e-6)  # as a test before it would
+    suite = request.config.pluginmanager.get_plugin("normcert-suite")
+    call = suite.pytest_runtest_call(request.node)
+    next(call)  # the hook's part before the test runs
+    assert launches.take() == {}
+    with pytest.raises(StopIteration):
+        next(call)
