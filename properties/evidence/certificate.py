@@ -29,7 +29,10 @@ JSON schema ``normcert-certificate/10`` (``normcert-certificate.schema.json`` be
                                      property; [] if none), "configs_ran_on",
                                      "agrees_with" (the kernel id it must give the bits of, --agree; null),
                                      "code" (the code certified, ``code.record``: {"digest", "files"
-                                     {module: sha256}, "within", "distribution" {"name", "version"} or null})}},
+                                     {module: sha256}, "within", "distribution" {"name", "version"} or null}),
+                                     "triton" (which of its modules' @triton.jit functions ran, at which
+                                     constexpr and launch values, and which the run never reached,
+                                     ``coverage.record``: {"ran", "not_reached"}; null for no Triton kernel)}},
      "results": [{"impl", "op", "backend", "property", "dtype", "outcome", "examples", "refused", "domain",
                   "seconds", "worst_ulps", "worst_units", "worst_where", "unclaimed", "message", "replay",
                   "modes" (how the kernel was called: "grad on", the served family's modes and why
@@ -38,6 +41,8 @@ JSON schema ``normcert-certificate/10`` (``normcert-certificate.schema.json`` be
                   "threads" (torch's intra-op threads when the result was recorded),
                   "calls" (the calls in a row of the served family's long run on one case,
                   ``families.long_run``; 0 where none ran),
+                  "launches" (the Triton launches the check made, ``harness.launches``: {"module:function":
+                  {"launches", "meta"}}; absent where it made none),
                   "failures" (a failing row only: each distinct failure its search found, the first being
                   the one "message", "worst_where" and "replay" name: [{"message", "where", "kind",
                   "replay", "worst_units", "worst_ulps" (the last two where a measurement failed)}])}]}
@@ -70,6 +75,7 @@ from collections import Counter
 
 import normcert
 
+from . import coverage
 from .code import short
 from .files import UnsafePath, why_not_writable, write_atomic
 from ..harness.run_settings import PROFILES
@@ -198,6 +204,7 @@ def _row(r: dict) -> dict:
             "worst_where": r["worst_where"], "unclaimed": r["unclaimed"], "message": r["message"],
             "replay": r["replay"], "modes": r.get("modes", ""), "threads": r.get("threads", 0),
             "calls": r.get("calls", 0),
+            **({"launches": r["launches"]} if r.get("launches") else {}),
             **({"failures": r["failures"]} if r.get("failures") else {})}
 
 
@@ -213,15 +220,17 @@ def _configs(session, impl) -> dict:
     return {"configs": list(forcing.names), "configs_ran_on": where}
 
 
-def implementations(session, code: dict[str, dict]) -> dict:
+def implementations(session, code: dict[str, dict], rows: list[dict] = ()) -> dict:
     """The certificate's ``implementations``: each kernel the run checks on its device (one
     registered for another, e.g. the compiled kernels on CPU, is not run there, so not listed),
-    with ``code``'s record of the code it runs (``evidence.code``; null where none was read)."""
+    with ``code``'s record of the code it runs (``evidence.code``; null where none was read) and
+    which of its modules' Triton functions the result ``rows`` reached (``evidence.coverage``)."""
     return {i.id: {"op": i.op, "backend": i.backend, "target": i.target, "convention": i.convention or "out-of-place",
                    "expected_failure": i.expected_failure, "domain": i.domain.spec() or "all",
                    "certified_on": i.domain.describe(), **_configs(session, i),
                    "agrees_with": i.agrees_with.id if i.agrees_with is not None else None,
-                   "code": code.get(i.id)}
+                   "code": code.get(i.id),
+                   "triton": coverage.record(i.id, rows, (code.get(i.id) or {}).get("files", ()))}
             for i in session.impls if session.device in i.devices}
 
 
@@ -230,7 +239,7 @@ def build(session, results: list[dict], config, run: dict, code: dict[str, dict]
     ``run`` = {"run", "verdict", "pytest_exit_status", "deselected", "crashed", "scope", "not_run"};
     ``code``: kernel id -> the code it runs (``evidence.code.of``)."""
     rows = [_row(r) for r in results]
-    impls = implementations(session, code)
+    impls = implementations(session, code, rows)
     return {"run": run["run"], "schema": SCHEMA, "verdict": run["verdict"], "disagreement": run["disagreement"],
             "pytest_exit_status": run["pytest_exit_status"], "deselected": run["deselected"],
             "crashed": run["crashed"], "scope": run["scope"], "not_run": run["not_run"], "shard": run.get("shard"),
@@ -285,6 +294,9 @@ def markdown(cert: dict) -> str:
     lines += [f"| {md(k)} | {md(v)} |" for k, v in env.items()]
     lines += ["", "| code certified | |", "|---|---|"]
     lines += [f"| {md(k)} | {md(short(v.get('code')))} |" for k, v in sorted(cert["implementations"].items())]
+    reached = [(k, coverage.describe(v["triton"])) for k, v in sorted(cert["implementations"].items()) if v.get("triton")]
+    if reached:
+        lines += ["", "| Triton paths | |", "|---|---|"] + [f"| {md(k)} | {md(text)} |" for k, text in reached]
     lines += ["", "Summary: " + ", ".join(f"{v} {k}" for k, v in sorted(cert["summary"].items())), ""]
     lines += ["| implementation | property | dtype | outcome | examples | worst ulp | worst error/bound | domain | "
               "modes | threads | calls in a row |", "|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -20,7 +20,8 @@ shards' rows, with expected checks the union of the C_K, and run state "complete
     equal in every shard;
 
 otherwise the state says which of these failed ("merged with problems: ..."), and the verdict is
-"not certified".
+"not certified".  Each kernel's Triton coverage is merged (``coverage.merge``): what each shard
+launched, added; "not reached" what no shard reached.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import os
 import re
 from collections import Counter
 
-from . import code
+from . import code, coverage
 from .verdict import judge, key
 
 SAME = ("normcert", "commit", "torch", "device", "device_name", "profile", "seed", "bitwise")
@@ -146,14 +147,26 @@ def merge(named: list[tuple[str, dict]], schema: str) -> dict:
             "pytest_exit_status": status, "deselected": [x for c in certs for x in c.get("deselected", [])],
             "crashed": [x for c in certs for x in c.get("crashed", [])], "scope": first.get("scope", {}),
             "not_run": not_run, "config": first.get("config", {}), "environment": first.get("environment", {}),
-            "summary": dict(Counter(r["outcome"] for r in rows)), "implementations": first.get("implementations", {}),
+            "summary": dict(Counter(r["outcome"] for r in rows)), "implementations": _implementations(certs),
             "results": rows, "shard": None,
             "merged_from": [{"file": os.path.basename(name), "shard": _words(c.get("shard"))} for name, c in named]}
 
 
 def _kernels(cert: dict) -> dict:
-    """The certificate's implementations but for their code (compared on its own: ``code.changes``)."""
-    return {k: {f: v for f, v in impl.items() if f != "code"} for k, impl in cert.get("implementations", {}).items()}
+    """The certificate's implementations but for their code (compared on its own: ``code.changes``)
+    and what each shard's checks reached of their Triton functions (merged: ``_implementations``)."""
+    return {k: {f: v for f, v in impl.items() if f not in ("code", "triton")}
+            for k, impl in cert.get("implementations", {}).items()}
+
+
+def _implementations(certs: list[dict]) -> dict:
+    """The first shard's implementations, each with its Triton coverage merged over every shard's
+    (``coverage.merge``: the launches added, "not reached" where no shard reached it)."""
+    out = {}
+    for kernel, impl in certs[0].get("implementations", {}).items():
+        records = [c.get("implementations", {}).get(kernel, {}).get("triton") for c in certs]
+        out[kernel] = {**impl, **({"triton": coverage.merge(records)} if "triton" in impl else {})}
+    return out
 
 
 def _words(shard: dict | None) -> str:

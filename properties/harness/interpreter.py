@@ -115,9 +115,17 @@ def install() -> list[str]:
         from . import interpreter_probes as probes  # noqa: PLC0415 - imports triton
     except ImportError:
         return []
-    made = []
-    from . import interpreter_bf16, interpreter_fp8  # noqa: PLC0415
+    from . import interpreter_bf16, interpreter_fp8, launches  # noqa: PLC0415
 
+    with launches.paused():  # the probe kernels are normcert's, no kernel's launches
+        made = _corrected(probes, interpreter_bf16, interpreter_fp8)
+    _patch_once_per_launch()
+    return made
+
+
+def _corrected(probes, interpreter_bf16, interpreter_fp8) -> list[str]:
+    """``install``'s probes and corrections: the names of the corrections made (``install``)."""
+    made = []
     for name, probe, correct in (("float scalars", probes.float_probe, _correct_floats),
                                  ("libdevice", probes.libdevice_probe, _correct_libdevice),
                                  ("bfloat16", probes.bfloat16_probe, interpreter_bf16.install),
@@ -129,7 +137,6 @@ def install() -> list[str]:
             if correct is not None:
                 correct()
             made.append(name if _runs(probe) else f"{name} (not corrected)")
-    _patch_once_per_launch()
     return made
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from ...impls import flushes_denormals, importer
-from . import interpreter
+from . import interpreter, launches
 from ..search.case import Case
 from .run_settings import FIRST_CALL, PROGRESSING
 
@@ -260,7 +260,9 @@ def kernel_code(session, impl, what: str, thunk, specialisation=None, thread: st
     torch's global state (``global_state``) is restored after the call, and a
     kernel that changed it is a ``ContractViolation`` too.  A kernel whose module changed the
     process's floating-point state at import (``Impl.import_fault``) fails every call, uncalled.
+    Its Triton launches are counted (``launches.record``) for its result's row.
     """
+    launches.record()
     if impl.import_fault:
         raise ContractViolation(f"{impl.id}{what}: its module {impl.import_fault}, a change to the floating-point "
                                 f"state normcert's oracle computes in (turned off again; the kernel is not called)")

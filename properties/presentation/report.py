@@ -34,6 +34,7 @@ from ..evidence.bounded_json import loads
 from ..evidence.files import regular_or_absent
 from ..evidence.certificate import READABLE, SCHEMA, headline, schema
 from ..evidence.code import short as code_line
+from ..evidence.coverage import describe as describe_coverage
 from .report_replay import Replays, replay_view
 from ..evidence.verdict import DTYPE_ORDER, rejudge
 
@@ -304,12 +305,15 @@ def detail_ids(cert: dict) -> tuple[dict, dict, dict]:
 
 
 def facts(cert: dict) -> dict:
-    """The run's facts: environment, config, scope, implementations and time in checks."""
+    """The run's facts: environment, config, scope, implementations, each kernel's Triton paths in
+    words (``coverage.describe``; a certificate before them has none) and time in checks."""
     seconds = sum(v for v in (number(r["seconds"]) for r in cert["results"]) if math.isfinite(v))
     return {"environment": cert.get("environment", {}), "config": cert.get("config", {}),
             "scope": cert.get("scope", {}), "implementations": cert.get("implementations", {}),
             "seconds": seconds, "pytest_exit_status": cert.get("pytest_exit_status"),
-            "crashed": cert.get("crashed", []), "deselected": cert.get("deselected", [])}
+            "crashed": cert.get("crashed", []), "deselected": cert.get("deselected", []),
+            "triton_paths": [(k, describe_coverage(i["triton"])) for k, i in sorted(cert.get("implementations", {}).items())
+                             if i.get("triton")]}
 
 
 def environment() -> jinja2.Environment:

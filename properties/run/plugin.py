@@ -71,6 +71,7 @@ import pytest
 from hypothesis import settings
 
 from ..evidence import code, shards
+from ..harness import launches
 from ..harness.run_settings import KERNEL_TIMEOUT, PROFILES, RUN_RECORD
 from . import news
 from . import scope
@@ -518,6 +519,7 @@ class Suite:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):
         start = len(self.session.results)
+        launches.take()  # its rows hold its own launches, none a test before it made (a meta-test's)
         yield
         if item.module.__name__.startswith(_PACKAGE + ".tests.meta"):
             return  # the suite's self-test runs planted kernels: not part of any certificate

@@ -52,6 +52,7 @@ from ..search.modes import AS_TESTED
 from ..harness.probes import accepts_weightless, first_call, has_backward, inference_convention, probe, sample
 from ..evidence.replay import save_failure
 from ..harness.calling import effective
+from ..harness import launches
 from ..harness.sandbox import ContractViolation, KernelHung, NotSupported, first_line, invoke, kernel_code
 from ..families.long_run import said
 from .failures import kind_of
@@ -83,6 +84,7 @@ class Result:
     #                         family that draws the calling context its counts (``context.ran``)
     threads: int = 0  # torch's intra-op threads when recorded; a failing served row: those of the call that failed
     calls: int = 0  # the calls in a row of the served family's long run (``families.long_run``); 0: none
+    launches: dict = field(default_factory=dict)  # its Triton launches (``harness.launches.take``)
     failures: list = field(default_factory=list)  # each distinct failure the search found (``Found.entry``):
     #                                               the first is the one message, worst_where and replay name
 
@@ -259,6 +261,7 @@ def record(session, impl, prop: str, dtype: str, outcome: str, **fields) -> Resu
     elif prop == "compiled":
         fields.setdefault("modes", COMPILED_MODES)
     fields.setdefault("threads", torch.get_num_threads())
+    fields.setdefault("launches", launches.take())  # the Triton launches since the last result: this check's
     res = Result(impl.id, impl.op, impl.backend, prop, dtype, outcome, **fields)
     session.results.append(res)
     return res
