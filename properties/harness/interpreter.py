@@ -189,6 +189,14 @@ def programs(thread: int) -> int:
     return InterpreterBuilder.normcert_programs.get(thread, 0)
 
 
+def programs_so_far(thread: int) -> int:
+    """``programs(thread)`` as counted so far, read without importing or patching anything (0 until
+    ``programs`` has installed the count): safe from a thread that runs beside an import of triton,
+    where importing a part of it could hand the importing thread a half-made module."""
+    builder = getattr(sys.modules.get("triton.runtime.interpreter"), "InterpreterBuilder", None)
+    return getattr(builder, "normcert_programs", {}).get(thread, 0)
+
+
 def _runs(probe) -> bool:
     try:
         return probe()

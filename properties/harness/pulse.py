@@ -14,8 +14,8 @@ progress for 360 s" while it advanced):
   took 46 s on an idle machine, minutes on a loaded one).
 
 Every ``period`` seconds the pulse looks at every thread and beats where one of them advanced: the
-interpreter's count of programs started (``interpreter.programs``, per thread) changed since its
-last look, or a thread is inside the oracle (its stack holds a frame of normcert's ``oracle``
+interpreter's count of programs started (``interpreter.programs_so_far``, per thread: read, never
+imported, since the pulse runs beside the run's own imports of triton) changed since its last look, or a thread is inside the oracle (its stack holds a frame of normcert's ``oracle``
 package, which calls numpy, mpmath and the standard library alone: it ends).  A process stuck in
 kernel code does neither, and its heartbeat stops as before.
 """
@@ -45,7 +45,7 @@ def in_oracle(frame) -> bool:
 def advancing(seen: dict) -> bool:
     """Did any thread advance since ``seen`` was taken (updated in place to now)?  A thread advances
     where the interpreter started a program in it, or where it is inside the oracle."""
-    now = {ident: interpreter.programs(ident) for ident in sys._current_frames()}
+    now = {ident: interpreter.programs_so_far(ident) for ident in sys._current_frames()}  # never imports triton
     moved = any(count != seen.get(ident, 0) for ident, count in now.items())
     seen.clear()
     seen.update(now)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import gc
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -175,10 +176,38 @@ def test_the_pulse_beats_while_interpreted_programs_run_where_no_watchdog_looks(
         pytest.skip("a GPU: no interpreter to count programs in")
     x = torch.randn(16, 8)
     slow_triton.copy_rows(x[:1])  # compiled
+    interpreter.programs(threading.get_ident())  # the count installed, as a watched call installs it
     (tmp_path / "beat").write_text("")
     assert _touched(tmp_path / "beat", lambda: slow_triton.copy_rows(x), 5.0)
     (tmp_path / "still").write_text("")
     assert not _touched(tmp_path / "still", lambda: threading.Event().wait(0.6), 0.6)
+
+
+PULSE_BESIDE_AN_IMPORT = """
+import importlib.abc, os, sys, types
+os.environ["TRITON_INTERPRET"] = "1"
+from normcert.properties.harness import interpreter, pulse
+tried = []
+
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        tried.append(name)
+
+sys.meta_path.insert(0, Watch())
+half = sys.modules["triton"] = types.ModuleType("triton")  # another thread's import of triton, half made
+half.__path__ = []  # a package: an import of a part of it asks the finders
+pulse.advancing({})
+print([name for name in tried if name.startswith("triton")])
+"""
+
+
+def test_the_pulse_imports_nothing_beside_an_import_of_triton():
+    """The pulse runs beside the run's threads: where one of them is importing triton (the certificate's
+    versions, a kernel's first call), an import of a part of triton from the pulse could hand that
+    thread a half-made module ("module 'triton.language' has no attribute 'core'", seen once in an eager
+    kernel's certify); the pulse reads the interpreter's counts without importing."""
+    ran = subprocess.run([sys.executable, "-c", PULSE_BESIDE_AN_IMPORT], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0 and ran.stdout.strip() == "[]", ran.stdout + ran.stderr
 
 
 def test_the_pulse_beats_while_the_oracle_computes(tmp_path):
