@@ -81,10 +81,12 @@ def defined(modules) -> dict[str, set[str]]:
     if "triton" not in sys.modules:
         return {}
     found = {}
-    for module in modules:
-        for value in list(vars(sys.modules.get(module) or object()).values()):
+    for module in (sys.modules.get(m) for m in modules):
+        if module is None:  # a file of the code record the run never imported as that name
+            continue
+        for value in list(vars(module).values()):
             fn = _jitted(value)
-            if fn is not None and fn.__module__ == module:
+            if fn is not None and fn.__module__ == module.__name__:
                 found[name(fn)] = fn
     return {n: _calls(fn) & found.keys() for n, fn in found.items()}
 

@@ -72,6 +72,14 @@ def test_the_functions_of_a_module_and_those_their_sources_call():
     assert coverage.defined([MODULE]) == {ROWS: {SQUARE}, BLOCKED: {SQUARE}, SQUARE: set()}
 
 
+def test_a_module_of_the_code_record_never_imported_under_its_name_is_passed_over():
+    """A kernel's code record names files by module; one not in ``sys.modules`` (an eager kernel's
+    package, triton imported only for the certificate's versions) defines nothing reached or not:
+    the certificate is written, where it raised and left the run incomplete."""
+    assert "triton" in sys.modules and "no.such.module" not in sys.modules
+    assert coverage.defined(["no.such.module", planted_paths.__name__]) == coverage.defined([planted_paths.__name__])
+
+
 def test_the_certificate_names_the_path_that_ran_with_its_block_sizes_and_the_one_never_reached(normcert_session,
                                                                                                  tmp_path):
     session = Session(device=normcert_session.device, seed=normcert_session.seed, failures_dir=str(tmp_path))
