@@ -45,11 +45,12 @@ def in_oracle(frame) -> bool:
 def advancing(seen: dict) -> bool:
     """Did any thread advance since ``seen`` was taken (updated in place to now)?  A thread advances
     where the interpreter started a program in it, or where it is inside the oracle."""
-    now = {ident: interpreter.programs_so_far(ident) for ident in sys._current_frames()}  # never imports triton
+    frames = sys._current_frames()
+    now = {ident: interpreter.programs_so_far(ident) for ident in frames}  # never imports triton
     moved = any(count != seen.get(ident, 0) for ident, count in now.items())
     seen.clear()
     seen.update(now)
-    return moved or any(in_oracle(frame) for frame in sys._current_frames().values())
+    return moved or any(in_oracle(frame) for frame in frames.values())
 
 
 def start(heartbeat: str, period: float = 1.0) -> threading.Thread:
