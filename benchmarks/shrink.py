@@ -27,6 +27,8 @@ the figures before the reducer.
     python benchmarks/shrink.py                                   # the whole catalogue (long)
     python benchmarks/shrink.py --only rms_ ln_ --dtypes float32  # a subset, by name prefix
     python benchmarks/shrink.py --mode hypothesis --only rms_no_upcast
+    python benchmarks/shrink.py --shard 1/2 > a.txt & python benchmarks/shrink.py --shard 2/2 > b.txt
+                                                                  # the catalogue on two cores
 """
 from __future__ import annotations
 
@@ -156,10 +158,21 @@ def smallest(found: dict, family, dtype) -> tuple[int, str] | None:
     return None
 
 
-def catalogue(only, families_only) -> list[tuple[str, object, set[str]]]:
+def catalogue(only, families_only, shard: tuple[int, int]) -> list[tuple[str, object, set[str]]]:
+    """The planted bugs to run: those named by ``only`` (all where empty), the ``shard[0]``-th of
+    every ``shard[1]`` in catalogue order, each with its declared families (those of ``families_only``)."""
     bugs = expect.catalogue(planted, "bug") + expect.catalogue(planted, "bucket_bug")
-    return [(op, fn, {f for f in fams if not families_only or f in families_only}) for op, fn, fams in bugs
-            if not only or any(fn.__name__.startswith(p) for p in only)]
+    chosen = [(op, fn, {f for f in fams if not families_only or f in families_only}) for op, fn, fams in bugs
+              if not only or any(fn.__name__.startswith(p) for p in only)]
+    k, n = shard
+    return chosen[k - 1::n]
+
+
+def _shard(text: str) -> tuple[int, int]:
+    k, _, n = text.partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise argparse.ArgumentTypeError(f"expected K/N with 1 <= K <= N, got {text!r}")
+    return int(k), int(n)
 
 
 def main() -> None:
@@ -169,18 +182,20 @@ def main() -> None:
     p.add_argument("--dtypes", nargs="*", default=tuple(DTYPES), choices=tuple(DTYPES))
     p.add_argument("--mode", default="reduce", choices=("reduce", "hypothesis"))
     p.add_argument("--no-smallest", action="store_true", help="skip the exhaustive search")
+    p.add_argument("--shard", type=_shard, default=(1, 1), metavar="K/N",
+                   help="run the K-th of every N planted bugs (one process per core)")
     a = p.parse_args()
     for name, examples in PROFILES.items():
         settings.register_profile(name, max_examples=examples, deadline=None)
     settings.load_profile("ci")
     torch.set_num_threads(1)
     print(f"# shrink: planted catalogue, mode {a.mode}, ci profile ({PROFILES['ci']} examples), seed 0; "
-          f"{cpu_name()}, torch {torch.__version__}, 1 thread")
+          f"{cpu_name()}, torch {torch.__version__}, 1 thread, shard {a.shard[0]}/{a.shard[1]}")
     print(f"{'kernel':<34} {'family':<14} {'dtype':<9} {'reported':>9} {'shape':<14} {'smallest':>8} "
           f"{'first s':>7} {'cert s':>7} {'calls':>6}  named")
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        for op, fn, families in catalogue(a.only, a.families):
+        for op, fn, families in catalogue(a.only, a.families, a.shard):
             impl = expect.registered(op, fn)
             for name in sorted(families):
                 family = BY_NAME[name]
