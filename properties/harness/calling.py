@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from dataclasses import replace
 
 import torch
@@ -179,16 +180,30 @@ def _replace(case, mine: dict, names: tuple[str, ...], held: tuple[str, ...], le
         storage, gone = mine[k].untyped_storage(), id(mine[k])
         storage.copy_(case.tensors[k].detach().untyped_storage())
         flat = _over(case.tensors[k], storage)  # made first: the next object made is the new weight
-        del mine[k]  # the caller holds no other reference: the old weight is freed here
+        old = weakref.ref(mine[k])
+        del mine[k]  # the caller holds no other reference: the old weight is freed here, or once a
+        _freed(old)  # thread that held it for a moment (the pulse's look at the frames) lets it go
         misses = []
         for attempt in range(REBUILDS):
             new = _holding(flat, k in held, k in leaves)
             if id(new) == gone:
                 break
             misses.append(new)
-            time.sleep(0)  # a worker thread still unwinding from the call drops its reference
+            time.sleep(0)
         mine[k] = new
         del misses, flat
+
+
+FREEING = 0.1
+"""Seconds ``_freed`` waits for a dead weight's last transient reference to go."""
+
+
+def _freed(ref: weakref.ref) -> None:
+    """Wait, ``FREEING`` seconds at most, for the object of ``ref`` to be freed: a kernel that keeps
+    it (a cache holding the weight itself) keeps it for ever, and its id cannot recur."""
+    end = time.monotonic() + FREEING
+    while ref() is not None and time.monotonic() < end:
+        time.sleep(0.001)
 
 
 def called(session, impl, case, within=None, mode: str = ""):

@@ -174,8 +174,9 @@ class Worker:
                     return  # retired
                 compiling = compiling or compile_every_call()
                 fn()  # never raises: kernel_code's call() keeps the exception
+                del fn  # before the caller is told: it may free the call's arguments and count on them gone
                 done.set()
-                del fn, done  # else the finished call's arguments live until the next call
+                del done
 
         thread = threading.Thread(target=loop, name="normcert-kernel", daemon=True)
         thread.start()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import threading
 from dataclasses import fields
 from types import SimpleNamespace
 
@@ -16,7 +17,7 @@ import torch
 from ....impls import make
 from ....impls.eager import rms_norm as eager_rms_norm
 from ...families import BY_NAME
-from ...harness.calling import laid_out
+from ...harness.calling import _replace, laid_out
 from ...evidence.replay import ReplayError, load
 from ...harness.measure import PropertyFailure, Worst
 from ...harness.session import Session
@@ -24,6 +25,7 @@ from ...run import runner
 from ...run.failures import kind_of
 from ...run.reduce import reduce
 from ...search.buckets import Bucket, cycled
+from ...search.case import Case
 from ...search.context import AS_TESTED, LATER, Context, choices, problem
 
 from . import planted_context
@@ -320,3 +322,18 @@ def test_a_weight_replaced_alone_kills_a_cache_keyed_on_id_and_version(normcert_
     with pytest.raises(PropertyFailure, match="in context state=params replaced: "):
         replaced(planted_context.rms_caches_by_id_and_version)
     assert replaced(planted_context.rms_caches_by_id_and_version_twin).outcome == "pass"
+
+
+def test_a_replaced_weight_takes_the_dead_one_s_id_after_a_thread_lets_it_go():
+    """A thread that holds the old weight for a moment after the call (the worker unwinding, the
+    pulse's look at the frames) does not cost the new weight the dead one's id: ``_replace`` waits
+    for the old one to be freed before it builds the new one."""
+    case = Case.sample("rms_norm", F32)
+    mine = {"weight": case.tensors["weight"].detach().clone()}
+    gone = id(mine["weight"])
+    held = [mine["weight"]]
+    letting_go = threading.Timer(0.02, held.clear)  # the last other reference, dropped 20 ms later
+    letting_go.start()
+    _replace(case, mine, ("weight",), (), ())
+    letting_go.join()
+    assert id(mine["weight"]) == gone and torch.equal(mine["weight"], case.tensors["weight"])
