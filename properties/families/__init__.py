@@ -107,7 +107,10 @@ class Family:
     and runs on such kernels alone; divide: its random search takes the profile's examples divided by
     this (``examples``): the served family calls the kernel once per mode on each case; compiles: it
     runs on kernels a compiled model calls alone (``Impl.compiles``: a torch operator, or --compile);
-    contexts: the calling-context fields its strategy draws (``search.context``), which its result counts."""
+    contexts: the calling-context fields its strategy draws (``search.context``), which its result counts;
+    tries: how many times the reduction (``run.reduce``) checks a smaller case before it counts it as
+    passing: a failure that shows by chance (two calls of a kernel whose sums race differ in one call
+    pair of two on some shapes) may not show on the first."""
 
     name: str
     check: Callable | None
@@ -123,6 +126,7 @@ class Family:
     divide: int = 1
     compiles: bool = False
     contexts: tuple[str, ...] = ()
+    tries: int = 1
 
     def covers(self, impl, bitwise: bool) -> bool:
         """Does the family run on ``impl``?  It must have a claim about the op; a bitwise family
@@ -158,7 +162,7 @@ FAMILIES: tuple[Family, ...] = (
            backward=True, buckets=SHAPES + ("near_constant", "loud"), params=(Param("cot_seed", "seed"),),
            contexts=gradients.DRAWN),
     Family("gradcheck", None, None, applies=_has_backward, backward=True),
-    Family("determinism", bitwise.check_determinism, bitwise.determinism_cases, bitwise=True),
+    Family("determinism", bitwise.check_determinism, bitwise.determinism_cases, bitwise=True, tries=4),
     Family("batch-invariance", bitwise.check_batch_invariance, bitwise.batch_cases,
            applies=_batched_rows, bitwise=True, buckets=("odd", "strided"), params=(Param("shift", "row"),)),
     Family("agreement", agreement.check_agreement, accuracy.accuracy_cases, buckets=BUCKETS, pair=True),

@@ -5,9 +5,12 @@ The guarantee: the case ``reduce`` returns fails ``search.check`` with a failure
 the same place) as the case it was given, in the same dtype, for the same property; every case it
 tries is a valid input of the op inside the kernel's declared domain (the same ranks, row lengths a
 multiple of the domain's and the op's width multiple, at most its max_width); and it calls the check
-at most ``budget`` times and begins no call past ``seconds`` (a kernel slow on a large case: one
-case took 191 s to reduce by calls alone).  Where the budget was not spent, no single step below still fails the same
-way on the case returned (a local minimum of these steps, not the smallest failing case there is).
+at most ``budget`` times (times the family's ``tries``, where a failure shows by chance and each
+smaller case is checked up to that many times) and begins no call past ``seconds`` (a kernel slow
+on a large case: one case took 191 s to reduce by calls alone).  Where the budget was not spent, no
+single step below still fails the same way on the case returned (a local minimum of these steps,
+not the smallest failing case there is; for a failure by chance, with each step tried ``tries``
+times).
 
 The steps, tried in this order, each kept only where the candidate fails the same way, and the
 list started again after each kept step:
@@ -19,8 +22,8 @@ list started again after each kept step:
     rank       a leading dim of size 1 dropped (where the domain admits the lower rank)
     row        the row length halved (rounded down to the width step), keeping the window of
                columns that holds the failing element, else the first columns; then a half, a
-               quarter or an eighth of the columns taken out, each in turn (not for a gated
-               norm's groups)
+               quarter or an eighth of the columns taken out, each in turn (of a gated norm's
+               groups, the same part of every group: as many groups, each shorter)
     layout     every tensor made contiguous
     values     every float input rounded towards zero to a power of two, then to an integer; a
                weight or bias set to its identity (ones, zeros)
@@ -64,6 +67,7 @@ class Reduction:
     ran out first (``spent``), or why the case was not tried (``skipped``)."""
 
     calls: int = 0
+    budget: int = BUDGET
     steps: tuple[str, ...] = ()
     spent: bool = False
     skipped: str = ""
@@ -77,7 +81,7 @@ class Reduction:
         if not self.steps:
             return ("first failing case (not shrunk: the reduction's budget was spent first)" if self.spent
                     else "first failing case (not shrunk: no smaller case fails the same way)")
-        return (f"reduced case (not shown minimal: the reduction's budget of {BUDGET} calls or {SECONDS:g} s was "
+        return (f"reduced case (not shown minimal: the reduction's budget of {self.budget} calls or {SECONDS:g} s was "
                 f"spent, after {self.calls} calls)" if self.spent else "shrunk case")
 
 
@@ -89,7 +93,9 @@ def reduce(search, case: Case, message: str, kind: str, budget: int = BUDGET,
         return case, message, Reduction(skipped=f"a long run of {int(case.params['calls'])} calls in a row")
     if "limit" in case.params:
         return case, message, Reduction(skipped="a large case, its rows remade on the device past an offset limit")
-    done = Reduction()
+    tries = BY_NAME[search.prop].tries if search.prop in BY_NAME else 1
+    budget *= tries  # as many smaller cases as for a failure that shows every time
+    done = Reduction(budget=budget)
     steps: list[str] = []
     tried: set = set()
     memo = {"parts": 2}  # the finest cut-out that held: the next pass starts there (as ddmin does)
@@ -105,8 +111,14 @@ def reduce(search, case: Case, message: str, kind: str, budget: int = BUDGET,
                 done.spent = True
                 break
             tried.add(key)
-            done.calls += 1
-            said = _same(search, candidate, kind, done.others)
+            said = None
+            for _ in range(tries):  # a failure by chance: a smaller case is checked again before it counts as passing
+                if done.calls >= budget:
+                    break
+                done.calls += 1
+                said = _same(search, candidate, kind, done.others)
+                if said is not None:
+                    break
             if said is not None:
                 case, message, progress = candidate, said, True
                 steps.append(step)
@@ -249,8 +261,10 @@ def _cut_out(search, case: Case, memo: dict):
     if not case.main.dim():
         return
     n, step, m = _row(search, case)
-    if any(case.scalars.get(a.name) is not None for a in rec.args if a.kind == "group_size"):
-        return  # a gated norm's groups: only the halving above, which refits group_size
+    group = next((a.name for a in rec.args if a.kind == "group_size" and case.scalars.get(a.name)), None)
+    if group is not None:
+        yield from _cut_out_of_groups(search, case, group, memo)
+        return
     for parts in (p for p in (2, 4, 8) if p >= memo["parts"]):
         memo["cut"] = parts
         k = max(step // (2 if rec.halves else 1), m // parts // step * step)
@@ -258,6 +272,25 @@ def _cut_out(search, case: Case, memo: dict):
             left = (m - k) * (2 if rec.halves else 1)
             if left and search.impl.domain.width(left, rec.halves, rec.width_multiple) == left:
                 yield f"row length {n} -> {left}", _without(case, first, first + k)
+
+
+def _cut_out_of_groups(search, case: Case, group: str, memo: dict):
+    """A gated norm's case, its k groups of s columns each: a half, a quarter or an eighth of every
+    group taken out, at the same place in each, each place in turn; k groups of fewer columns.
+    (Halving the row keeps k groups only where k divides the new length: two groups of 141 halved
+    are one group of 141, where a bug of groups shows on two groups of one.)"""
+    rec = case.record
+    n, size = case.main.shape[-1], case.scalars[group]
+    k = n // size
+    for parts in (p for p in (2, 4, 8) if p >= memo["parts"]):
+        memo["cut"] = parts
+        w = max(1, size // parts)
+        if k * (size - w) < 1 or search.impl.domain.width(k * (size - w), rec.halves, rec.width_multiple) != k * (size - w):
+            continue
+        for first in range(0, size - w + 1, w):
+            kept = torch.tensor([c for c in range(n) if not first <= c % size < first + w])
+            out = _per_column(case, lambda t, dim, kept=kept: t.index_select(dim, kept.to(t.device)))
+            yield f"group size {size} -> {size - w}", out.copy(scalars={**out.scalars, group: size - w})
 
 
 def _without(case: Case, a: int, b: int) -> Case:

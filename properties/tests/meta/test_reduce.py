@@ -22,7 +22,7 @@ from ...run.reduce import BUDGET, Reduction, reduce
 from ...search.case import Case
 from ...search.fitting import relayout
 from .expect import registered
-from .planted import layer_norms, rms_norms
+from .planted import gated_norm, layer_norms, rms_norms
 
 SMALL = 16
 """The issue's bar: a bug any row of a few elements shows is reported on at most this many elements."""
@@ -100,6 +100,33 @@ def test_a_bug_of_a_strided_layout_alone_is_reduced_keeping_the_layout():
     small, said, done = reduce(search, wide, message, kind)
     assert small.main.numel() <= 2 and not small.main.is_contiguous(), (small.describe(), done.steps)
     assert _fails(search, small) == (said, kind)
+
+
+def test_a_bug_of_groups_is_reduced_keeping_its_groups():
+    """A gated norm's row of two groups of 141 halved is one group of 141, where a kernel that ignores
+    the groups is right: each group is cut instead (the same part of each), to two groups of one."""
+    search = _search(gated_norm.gated_groups_ignored)
+    wide = Case.sample("rms_norm_gated", torch.float32, rows=1, width=282)
+    wide.scalars["group_size"] = 141
+    wide.tensors["x"][0, 141:] *= 64  # the groups' statistics apart
+    message, kind = _fails(search, wide)
+    small, said, done = reduce(search, wide, message, kind)
+    assert small.main.numel() <= 4 and small.main.shape[-1] // small.scalars["group_size"] == 2, (small.describe(), done.steps)
+    assert _fails(search, small) == (said, kind)
+
+
+def test_a_failure_by_chance_is_reduced_all_the_same():
+    """A kernel whose sums race (a random order each call) differs between two calls on some shapes
+    and not on others: each smaller case is checked up to the family's ``tries`` times, and a
+    5,376-element row is reduced to a few elements (checked once each, it stayed at 5,376)."""
+    rms_norms._RACES.manual_seed(0)
+    search = _search(rms_norms.rms_nondeterministic, "determinism")
+    wide = Case.sample("rms_norm", torch.float64, rows=4, width=5376)
+    wide.tensors["x"] = torch.randn(4, 5376, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 10
+    message, kind = _fails(search, wide)
+    small, said, done = reduce(search, wide, message, kind)
+    assert BY_NAME["determinism"].tries > 1 and done.budget == BUDGET * BY_NAME["determinism"].tries
+    assert small.main.numel() <= SMALL, (small.describe(), done.steps)
 
 
 def test_a_case_cut_short_by_the_budget_says_so():
