@@ -1,12 +1,12 @@
 #!/usr/bin/env python
-"""What does binding the language once per launch save under Triton's interpreter?
+"""What does binding the language once save under Triton's interpreter?
 
-Triton's interpreter rebinds ``triton.language``'s builtins at every launch and again at every
-``@triton.jit`` helper call; ``normcert.properties.harness.interpreter`` makes a helper call reuse its launch's
-binding (a change of cost, none of semantics).  For each registry Triton kernel's forward, at a
-small and a large shape, this prints the median time of one call with Triton's binding at every
-call and with normcert's once per launch, side by side in one run, and whether the two gave the
-same bits.
+Triton's interpreter binds ``triton.language``'s builtins at every launch and again at every
+``@triton.jit`` helper call; ``normcert.properties.harness.interpreter`` binds each language module
+once for the process (a change of cost, none of semantics).  For each registry Triton kernel's
+forward, at a small and a large shape, this prints the median time of one call with Triton's
+binding at every call and with normcert's once, side by side in one run, and whether the two gave
+the same bits.
 
     python benchmarks/interpreter.py                   # bfloat16, 3x19 and 257x4096
     python benchmarks/interpreter.py --shapes 8x512 --dtype float32 --reps 3

@@ -75,14 +75,16 @@ environment lists what was corrected.  The gaps (Triton 3.7.1):
     "fp4 stores (not corrected)" instead of certifying on wrong bytes.
 
 Besides the gaps, one change of cost and none of semantics, made by ``install()`` whenever the
-interpreter is active (``_patch_once_per_launch``): the interpreter rebinds ``triton.language``'s
+interpreter is active (``_bind_language_once``): the interpreter binds ``triton.language``'s
 builtins to its own (``_patch_lang``: ``inspect.getmembers`` over four namespaces) at every launch
-*and again at every call of a ``@triton.jit`` helper* inside the kernel, where the launch's binding
-is already in place and the repeat binds nothing new (it finds no builtin left to bind) and is never
-undone.  A helper call whose language modules the launch already bound now skips the repeat; one
-that sees a module the launch did not bind (``triton.language.core`` imported on its own) still
-runs it.  Outputs are bitwise the same (``test_interpreter``); a call of a registry Triton kernel is
-1.2 to 1.6 times as fast (``benchmarks/interpreter.py``).
+*and again at every call of a ``@triton.jit`` helper* inside the kernel, and undoes the launch's
+binding at its end.  normcert binds each language module once for the process, at the first launch
+or helper call that sees it, and leaves it bound (under the interpreter no launch runs the
+unbound language); a kernel's own globals (the libdevice names) are still bound per launch and
+undone at its end.  Outputs are bitwise the same (``test_interpreter``); a call of a registry
+Triton kernel is 1.2 to 1.6 times as fast as with Triton's binding at every call, and a launch in
+one thread no longer undoes the binding under a launch running in another
+(``benchmarks/interpreter.py``).
 """
 from __future__ import annotations
 
@@ -119,7 +121,7 @@ def install() -> list[str]:
 
     with launches.paused():  # the probe kernels are normcert's, no kernel's launches
         made = _corrected(probes, interpreter_bf16, interpreter_fp8)
-    _patch_once_per_launch()
+    _bind_language_once()
     return made
 
 
@@ -330,6 +332,7 @@ def _correct_libdevice() -> None:
                 scope.set_attr(names, name, shims[value.__name__])
 
     patched.normcert_bind = _bind_libdevice
+    patched.normcert_language = patch_lang  # the language's binding alone, without the libdevice names
     interpreter._patch_lang = patched
 
 
@@ -340,32 +343,38 @@ def _language_modules(fn) -> frozenset:
     return frozenset(id(v) for v in fn.__globals__.values() if v is tl or v is tl.core)
 
 
-def _patch_once_per_launch() -> None:
-    """Inside a launch, a helper call whose language modules the launch's ``_patch_lang`` bound
-    reuses that binding: it runs only the libdevice correction (where installed) on its own
-    globals, recorded in the launch's scope so that the launch's end undoes it as well.  (Triton
-    calls ``_patch_lang`` at a launch and at each helper call, and drops the helper call's scope.)"""
+def _bind_language_once() -> None:
+    """Bind ``triton.language`` once for the process: the first launch (or helper call) that sees a
+    language module (``triton.language``, ``triton.language.core``) binds it, and it stays bound;
+    a kernel's own globals (the libdevice names, where that correction is installed) are still
+    bound at each launch and helper call, in the launch's scope, and the launch's end undoes them.
+    (Triton binds the language at every launch and again at each helper call, inspecting four
+    namespaces each time, and undoes the launch's binding at its end: a tenth of an interpreted
+    certify run, and a launch in one thread undid the binding of a launch running in another.)"""
     from triton.runtime import interpreter  # noqa: PLC0415
 
-    if getattr(interpreter._patch_lang, "normcert_once_per_launch", False):
+    if getattr(interpreter._patch_lang, "normcert_bound_once", False):
         return
     patch_lang = interpreter._patch_lang
     bind = getattr(patch_lang, "normcert_bind", None)
-    # per thread (a launch and its helper calls run in one; a launch never starts inside another):
-    # the running launch's (modules bound, scope)
-    running = threading.local()
+    language = getattr(patch_lang, "normcert_language", patch_lang)
+    bound: set = set()  # the ids of the language modules bound for the process
+    lock = threading.Lock()
+    running = threading.local()  # per thread: the running launch's scope (a launch never starts inside another)
 
     def patched(fn):
         modules = _language_modules(fn)
+        with lock:
+            if not modules <= bound:
+                language(fn)  # its scope dropped: never undone
+                bound.update(modules)
         launch = getattr(running, "launch", None)
-        if launch is not None and modules <= launch[0]:
-            if bind is not None:
-                bind(fn, launch[1])
-            return interpreter._LangPatchScope()  # nothing to undo: the launch's scope holds it
-        scope = patch_lang(fn)
-        if launch is not None:  # a helper that sees another module: bound (and left) as Triton does
-            return scope
-        running.launch = (modules, scope)
+        scope = launch if launch is not None else interpreter._LangPatchScope()
+        if bind is not None:
+            bind(fn, scope)
+        if launch is not None:
+            return interpreter._LangPatchScope()  # a helper call's: nothing of its own to undo
+        running.launch = scope
         restore = scope.restore
 
         def restore_and_end():
@@ -375,6 +384,6 @@ def _patch_once_per_launch() -> None:
         scope.restore = restore_and_end
         return scope
 
-    patched.normcert_once_per_launch = True
+    patched.normcert_bound_once = True
     patched.normcert_every_call = patch_lang  # Triton's binding at every call, with the corrections (benchmarks)
     interpreter._patch_lang = patched
