@@ -253,3 +253,20 @@ def test_the_language_is_bound_once_and_the_helpers_stay_correct(tmp_path):
     # the launch's module once, then plus_one's (it sees triton.language.core) once; round_half
     # never; a second launch binds nothing
     assert got["patches"] == ["kernel", "plus_one"] and got["again"] == []
+
+
+def test_the_kept_numpy_types_are_the_interpreter_s_own():
+    """``_np_dtypes_once`` keeps ``_get_np_dtype``'s answers: the same numpy type as Triton's own for
+    every element type, pointer and block of them."""
+    import triton.language as tl
+    from triton.runtime import interpreter as triton_interpreter
+
+    from ..harness import interpreter
+
+    interpreter._np_dtypes_once()
+    kept = triton_interpreter._get_np_dtype
+    assert kept.normcert_kept is not None
+    types = [tl.int1, tl.float16, tl.bfloat16, tl.float32, tl.float64, tl.int8, tl.uint8, tl.int16, tl.int32,
+             tl.uint32, tl.int64, tl.uint64, tl.float8e5, tl.float8e4nv, tl.pointer_type(tl.float32)]
+    for ty in types + [tl.block_type(t, [4]) for t in types]:
+        assert kept(ty) == kept(ty) == kept.normcert_built(ty), ty
