@@ -55,6 +55,7 @@ from normcert.properties.harness.session import Session
 from normcert.properties.run import reduce as reducer
 from normcert.properties.run import runner
 from normcert.properties.search.case import Case
+from normcert.properties.search.constants import own_constants_only
 from normcert.properties.search.fitting import fit
 from normcert.properties.tests.meta import expect, planted
 
@@ -130,7 +131,8 @@ def drawn(family, impl, dtype) -> list[Case]:
         @given(case=strategy)
         def collect(case):
             out.append(case)
-        collect()
+        with own_constants_only():
+            collect()
     return out
 
 

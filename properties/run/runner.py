@@ -47,6 +47,7 @@ from ..families.gradients import fresh_leaves
 from ..families import BY_NAME, examples
 from ..search.fitting import fit
 from ..harness.measure import PropertyFailure, Worst
+from ..search.constants import own_constants_only
 from ..search.context import ran, tally
 from ..search.modes import AS_TESTED
 from ..harness.probes import accepts_weightless, first_call, has_backward, inference_convention, probe, sample
@@ -435,7 +436,8 @@ class _Search:
         def body(case):
             self.example(case)
 
-        body()
+        with own_constants_only():  # the seed's cases, whatever modules this process imported
+            body()
 
     def example(self, case) -> None:
         """Check one case, keep its worst error (which Hypothesis climbs) and what it covered."""
