@@ -9,7 +9,9 @@ A replay file is a NumPy ``.npz`` written and read with ``allow_pickle=False``:
 "agrees_with" (an agreement failure's other kernel, OP=MODULE:ATTR; absent otherwise), "device", "versions", "scalars", "params", "notes", "config" (an autotuned kernel's config by
 content, "" for none), "context" (the calling context, ``search.context.Context`` as an object of its
 fields; absent in older files: they replay as tested), "tensors": {name: {"dtype",
-"shape", "stride", "offset"} or null}, and, where the case failed a check of its outputs, "elements":
+"shape", "stride", "offset"} or null}, "cotangents" (a backward's failure: the dy of each output it was checked
+with, {output: tensor as above}, its bytes in member t_dy.<output>; absent in a forward's file and
+in older files, which draw dy from the cot_seed param again), and, where the case failed a check of its outputs, "elements":
 the failing output's per-element data (``oracle.assessment.worst_elements``: the top elements by
 error / bound or by ulps apart, the failing row's values in a window; non-finite numbers as the
 strings "inf", "-inf", "nan"), which the report's card draws; ``load`` does not read it}.  Tensors come back bit for bit with
@@ -44,6 +46,7 @@ from .files import UnsafePath, why_not_writable, write_atomic
 FORMAT = "normcert-replay/1"
 _OTHER = {"bool": torch.bool, "int32": torch.int32, "int64": torch.int64}  # a mask; a masked op's counts
 _OTHER_NAMES = {d: k for k, d in _OTHER.items()}
+DY = "dy."  # a backward's upstream gradient of output y is stored as the tensor "dy.y" (member t_dy.y)
 
 
 class ReplayError(ValueError):
@@ -73,20 +76,23 @@ def save_failure(impl, prop: str, case: Case, directory: str, suffix: str = "") 
             return (f"not saved: {k} spans {extent(t)} elements, past the {MAX_ELEMENTS} of a replay file; "
                     f"the same --seed and --profile make the same case again")
     os.makedirs(directory, exist_ok=True)
-    arrays, meta_t = {}, {}
-    for k, t in case.tensors.items():
+    arrays = {}
+
+    def kept(k, t):
         if t is None:
-            meta_t[k] = None
-            continue
+            return None
         raw, off, stride = _span(t)
         arrays[f"t_{k}"] = np.frombuffer(raw, dtype=np.uint8)
-        meta_t[k] = {"dtype": _OTHER_NAMES.get(t.dtype) or DTYPE_NAMES[t.dtype], "shape": list(t.shape),
-                     "stride": stride, "offset": off}
+        return {"dtype": _OTHER_NAMES.get(t.dtype) or DTYPE_NAMES[t.dtype], "shape": list(t.shape), "stride": stride,
+                "offset": off}
+
+    meta_t = {k: kept(k, t) for k, t in case.tensors.items()}
+    dy = {} if case.cotangents is None else {"cotangents": {k: kept(DY + k, t) for k, t in case.cotangents.items()}}
     agrees = {"agrees_with": f"{impl.op}={impl.agrees_with.target}"} if impl.agrees_with is not None else {}
     meta = {"format": FORMAT, "op": case.op, "property": prop, "impl": f"{impl.op}={impl.target}", **agrees,
             "device": str(case.main.device), "versions": versions(), "scalars": case.scalars,
             "params": case.params, "notes": case.notes, "config": case.config, "context": case.context.as_dict(),
-            "tensors": meta_t}
+            "tensors": meta_t, **dy}
     if case.elements is not None:
         meta["elements"] = finite_json(case.elements)
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
@@ -221,6 +227,13 @@ def _check_meta(path: str, meta) -> None:
     for k, m in meta["tensors"].items():
         if m is None and k not in may_be_none:
             _fail(path, f"tensor {k!r} is null, and {meta['op']} needs it")
+    if "cotangents" in meta:
+        if not family.backward:
+            _fail(path, f"'cotangents' is not a field of a {family.name} failure (it calls no backward)")
+        if not isinstance(meta["cotangents"], dict) or set(meta["cotangents"]) != set(rec.outputs) or \
+                not all(isinstance(m, dict) and m.get("dtype") in BY_NAME for m in meta["cotangents"].values()):
+            _fail(path, f"'cotangents' must hold a float tensor for each output of {meta['op']} "
+                        f"({', '.join(rec.outputs)})")
 
 
 def _dotted(name: str) -> bool:
@@ -267,6 +280,10 @@ def _check_case(path: str, meta: dict, case: Case) -> None:
         problem = p.problem(case.record, meta["params"][p.name], rows)
         if problem:
             _fail(path, f"param {p.name!r} = {_short(meta['params'][p.name])}: {problem}")
+    n = x.shape[-1] // 2 if case.record.halves else x.shape[-1]  # an output row
+    for k, t in (case.cotangents or {}).items():
+        if tuple(t.shape) != (*x.shape[:-1], n):
+            _fail(path, f"cotangent {k!r} has shape {tuple(t.shape)}, expected {(*x.shape[:-1], n)} (the output's)")
 
 
 def load(path: str, device: str) -> tuple[dict, Case]:
@@ -295,6 +312,7 @@ def load(path: str, device: str) -> tuple[dict, Case]:
                 _fail(path, f"metadata nested too deeply ({e})")
             _check_meta(path, meta)
             layout = {k: _tensor_meta(path, k, m, sizes) for k, m in meta["tensors"].items() if m is not None}
+            layout.update({DY + k: _tensor_meta(path, DY + k, m, sizes) for k, m in meta.get("cotangents", {}).items()})
             raw = {k: z[f"t_{k}"] for k in layout}
     except ReplayError:
         raise
@@ -308,9 +326,10 @@ def load(path: str, device: str) -> tuple[dict, Case]:
         flat = torch.from_numpy(data.copy()).view(dtype) if data.size else torch.empty(0, dtype=dtype)
         flat = flat.to(device)
         tensors[k] = torch.as_strided(flat, shape, stride, offset) if span else flat[:0].reshape(shape)
+    dy = {k[len(DY):]: tensors.pop(k) for k in list(tensors) if k.startswith(DY)} if "cotangents" in meta else None
     context = stored(meta.get("context", tested(families.BY_NAME[meta["property"]]).as_dict()))
     case = Case(meta["op"], tensors, dict(meta["scalars"]), dict(meta["notes"]), dict(meta["params"]),
-                meta.get("config", ""), Context(**context))
+                meta.get("config", ""), Context(**context), cotangents=dy)
     _check_case(path, meta, case)
     wrong = names.mismatch(path, names.digest(path), meta["op"], meta["property"])
     if wrong:

@@ -62,14 +62,19 @@ def fresh_leaves(case):
 
 
 def case_cotangents(case, outs) -> tuple[torch.Tensor, ...]:
-    """The upstream gradients of ``outs`` for this case: drawn from its ``cot_seed`` in each
-    output's dtype, zero at padded positions (a masked op's)."""
-    rng = np.random.default_rng(int(case.params["cot_seed"]))
-    cot = cotangents(rng, [(o.shape, o.dtype) for o in outs], case.main.device)
-    mask = case.tensors.get(case.record.mask) if case.record.mask else None
-    if mask is not None:
-        cot = tuple(c * mask.unsqueeze(-1).to(c.dtype) for c in cot)
-    return cot
+    """The upstream gradients of ``outs`` for this case: the case's own (``Case.cotangents``), or, at
+    its first check, drawn from its ``cot_seed`` in each output's dtype, zero at padded positions (a
+    masked op's), and kept in the case: a failure is then reduced and replayed with the dy it failed
+    on (a backward wrong only for some dy, as a float16 product dy * up that overflows, is not lost
+    when a smaller case would draw other values)."""
+    if case.cotangents is None:
+        rng = np.random.default_rng(int(case.params["cot_seed"]))
+        cot = cotangents(rng, [(o.shape, o.dtype) for o in outs], case.main.device)
+        mask = case.tensors.get(case.record.mask) if case.record.mask else None
+        if mask is not None:
+            cot = tuple(c * mask.unsqueeze(-1).to(c.dtype) for c in cot)
+        case.cotangents = dict(zip(case.record.outputs, cot))
+    return tuple(case.cotangents[name].to(o.dtype).contiguous() for name, o in zip(case.record.outputs, outs))
 
 
 def check_gradients(session, impl, case, worst, within=None, mode=""):
@@ -77,10 +82,12 @@ def check_gradients(session, impl, case, worst, within=None, mode=""):
     over (in the context's layout).  ``within`` / ``mode``: the calling mode the forward is called in
     (``modes``; autocast), as ``sandbox.invoke`` takes them; the backward runs outside it.  A case
     whose context asks for no gradient (requires="none": served's, one built by hand) asks for all."""
-    if case.context.requires == "none":
-        case = case.copy(context=replace(case.context, requires="all"))
-    with naming(impl, case, TRAINING):
-        _check(session, impl, case, worst, within, mode)
+    asked = case.copy(context=replace(case.context, requires="all")) if case.context.requires == "none" else case
+    try:
+        with naming(impl, asked, TRAINING):
+            _check(session, impl, asked, worst, within, mode)
+    finally:
+        case.cotangents = asked.cotangents  # the dy drawn is the case's own (``case_cotangents``)
 
 
 def _check(session, impl, case, worst, within, mode):

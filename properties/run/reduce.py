@@ -25,8 +25,12 @@ list started again after each kept step:
                quarter or an eighth of the columns taken out, each in turn (of a gated norm's
                groups, the same part of every group: as many groups, each shorter)
     layout     every tensor made contiguous
-    values     every float input rounded towards zero to a power of two, then to an integer; a
-               weight or bias set to its identity (ones, zeros)
+    values     every float input rounded towards zero to a power of two, then to an integer (and
+               a backward's dy, apart); a weight or bias set to its identity (ones, zeros)
+
+A backward's case carries the dy it was checked with (``Case.cotangents``), cut with the rows and
+output columns of the tensors: a failure that needs particular dy (a float16 product dy * up
+that overflows) is reduced on the same values, not on a dy drawn afresh for each smaller shape.
 
 A failure of another kind met on the way is kept (``Reduction.others``) for the search for distinct
 failures (``runner._Search.others``), as Hypothesis's shrinker reports them.  What changed is said in ``case.notes["reduced"]``; a masked MoE op (``counts``) keeps its rows and
@@ -133,9 +137,12 @@ def reduce(search, case: Case, message: str, kind: str, budget: int = BUDGET,
 
 def _key(case: Case):
     """What tells two candidates apart: their tensors' shapes, strides and bits, scalars and context."""
-    return (tuple((k, None) if t is None else (k, tuple(t.shape), tuple(t.stride()), torch.empty(t.shape, dtype=t.dtype)
-                                               .copy_(t.detach()).reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-                  for k, t in case.tensors.items()),
+    def bits(k, t):
+        return (k, None) if t is None else (k, tuple(t.shape), tuple(t.stride()), torch.empty(t.shape, dtype=t.dtype)
+                                            .copy_(t.detach()).reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+
+    return (tuple(bits(k, t) for k, t in case.tensors.items()),
+            tuple(bits(k, t) for k, t in (case.cotangents or {}).items()),
             repr(sorted(case.scalars.items())), case.context, case.config)
 
 
@@ -214,10 +221,18 @@ def _failing_index(message: str) -> tuple[int, ...] | None:
 
 
 def _along_rows(case: Case, cut) -> Case:
-    """``case`` with ``cut`` applied to every tensor that shares the main tensor's rows (a mask too)."""
+    """``case`` with ``cut`` applied to every tensor that shares the main tensor's rows (a mask too,
+    and a backward's dy)."""
     kinds = {a.name: KINDS[a.kind].shape for a in case.record.args}
     return case.copy(tensors={k: cut(t) if t is not None and kinds.get(k) in ("rows", "leading") else t
-                              for k, t in case.tensors.items()})
+                              for k, t in case.tensors.items()},
+                     cotangents=_each(case.cotangents, cut))
+
+
+def _each(cotangents: dict | None, move) -> dict | None:
+    """A case's dy (``Case.cotangents``), each moved alike (rows or output columns, as its outputs'),
+    contiguous: the layout dy is handed over in is the calling context's (``Context.dy``), not a cut's."""
+    return None if cotangents is None else {k: move(t).contiguous() for k, t in cotangents.items()}
 
 
 def _row(search, case: Case) -> tuple[int, int, int]:
@@ -251,6 +266,8 @@ def _halved(search, case: Case, column: int | None, memo: dict):
         moved = _rotated(case, shift) if shift else case
         out = fit(moved, domain)
         out.notes = dict(case.notes)  # fitted to the domain already: "reduced" says what changed
+        kept = out.main.shape[-1] // 2 if rec.halves else out.main.shape[-1]  # fit keeps a row's first columns
+        out.cotangents = _each(moved.cotangents, lambda t: t[..., :kept])
         yield f"row length {n} -> {limit}", out
 
 
@@ -326,11 +343,11 @@ def _per_column(case: Case, move) -> Case:
             out[k] = relayout(move(move(t, -1), -2), t)
         else:
             out[k] = relayout(move(t, -1), t)
-    return case.copy(tensors=out)
+    return case.copy(tensors=out, cotangents=_each(case.cotangents, lambda t: move(t, -1)))
 
 
 def _simpler(case: Case):
-    """Simpler values: powers of two, integers, identity weights."""
+    """Simpler values: powers of two, integers (the inputs, then a backward's dy), identity weights."""
     kinds = {a.name: KINDS[a.kind] for a in case.record.args}
     floats = [k for k, t in case.tensors.items()
               if t is not None and t.is_floating_point() and t.element_size() >= 2
@@ -340,6 +357,9 @@ def _simpler(case: Case):
         changed = {k: t for k, t in changed.items() if not torch.equal(t, case.tensors[k])}
         if changed:
             yield step, case.replace(**changed)
+        dy = _each(case.cotangents, lambda t: _exact(t, simplify))
+        if dy is not None and any(not torch.equal(t, case.cotangents[k]) for k, t in dy.items()):
+            yield f"dy {step}", case.copy(cotangents=dy)
     for k in floats:
         kind = kinds[k]
         if kind.shape == "vector" and kind.identity is not None:

@@ -27,6 +27,10 @@ class Case:
     params: dict[str, float] = field(default_factory=dict)  # a property's own draws (scale, cotangent seed)
     config: str = ""  # an autotuned kernel's config the case runs under, by content (``properties.harness.autotune``)
     context: Context = AS_TESTED  # how the kernel is called on it (``context``)
+    # a backward's upstream gradient of each output (its name -> dy): drawn from ``params["cot_seed"]``
+    # at the case's first check (``gradients.case_cotangents``), then part of the case: the reducer
+    # cuts it with the rows and columns it cuts, a replay file keeps it (None: not drawn yet)
+    cotangents: dict[str, torch.Tensor] | None = None
     # where a check failed on this case: the failing output's per-element data
     # (``assessment.worst_elements``), which ``replay.save_failure`` keeps for the report's card
     elements: dict | None = field(default=None, compare=False, repr=False)
@@ -47,13 +51,15 @@ class Case:
         return {**self.tensors, **self.scalars}
 
     def describe(self) -> str:
-        """One line: op, dtype, shapes and strides, scalars, how the values were drawn."""
+        """One line: op, dtype, shapes and strides (a backward's dy too), scalars, how the values were drawn."""
         parts = []
         for k, t in self.tensors.items():
             if t is None:
                 continue
             contiguous = "" if t.is_contiguous() else f" strides={tuple(t.stride())}"
             parts.append(f"{k}: {str(t.dtype).replace('torch.', '')}{tuple(t.shape)}{contiguous}")
+        parts += [f"dy of {k}: {str(t.dtype).replace('torch.', '')}{tuple(t.shape)}"
+                  for k, t in (self.cotangents or {}).items()]
         parts += [f"{k}={v!r}" for k, v in {**self.scalars, **self.params}.items()]
         parts += [f"{k}={v}" for k, v in self.notes.items()]
         parts += [f"config: {self.config}"] if self.config else []
@@ -87,7 +93,8 @@ class Case:
 
     def copy(self, **changes) -> "Case":
         """A new case with ``changes`` to its fields, its dicts its own (the tensors themselves shared)."""
-        own = {k: dict(getattr(self, k)) for k in ("tensors", "scalars", "notes", "params") if k not in changes}
+        own = {k: dict(getattr(self, k)) for k in ("tensors", "scalars", "notes", "params", "cotangents")
+               if k not in changes and getattr(self, k) is not None}
         return replace(self, **own, **changes)
 
 

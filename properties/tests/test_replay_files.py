@@ -1,7 +1,7 @@
 """Replay files: exact round trip, clear errors on bad files, and the replay command end to end.
 
 * a saved case loads back bit for bit: dtype, shape, strides (a transposed
-  bfloat16 view, a bool mask, sublayer weights) and the scalars;
+  bfloat16 view, a bool mask, sublayer weights), the scalars and a backward's dy;
 * a file that is not a replay file, is truncated, or names an unknown op is a
   ``ReplayError`` naming the file and what is wrong (never unpickled); so is every hostile
   variant of a good file: JSON nested 100 000 deep, eps = 10**400, a null x, a weight of the
@@ -47,7 +47,8 @@ def _deep_norm_case():
     t = {"x": x, "sub_weight": torch.randn(n, n, generator=g).to(torch.bfloat16),
          "sub_bias": torch.zeros(n, dtype=torch.bfloat16), "weight": torch.ones(n, dtype=torch.float32),
          "bias": torch.tensor([float("nan"), 0, -0.0, float("inf"), 1e-40], dtype=torch.float32)}
-    return Case("deep_norm", t, {"eps": 1e-6, "alpha": 1.5}, {"x": "test"}, {"cot_seed": 7})
+    dy = torch.randn(3, 5, generator=g).to(torch.bfloat16)  # the backward's dy it failed on (``Case.cotangents``)
+    return Case("deep_norm", t, {"eps": 1e-6, "alpha": 1.5}, {"x": "test"}, {"cot_seed": 7}, cotangents={"y": dy})
 
 
 def test_round_trip_is_bit_exact(tmp_path):
@@ -57,8 +58,8 @@ def test_round_trip_is_bit_exact(tmp_path):
     meta, back = load(shlex.split(cmd)[-1], "cpu")
     assert meta["impl"] == "deep_norm=normcert.impls.eager:deep_norm" and meta["property"] == "gradients"
     assert back.scalars == case.scalars and back.params == case.params
-    for k, t in case.tensors.items():
-        u = back.tensors[k]
+    for k, t in [*case.tensors.items(), *case.cotangents.items()]:
+        u = back.tensors[k] if k in back.tensors else back.cotangents[k]
         assert (u.dtype, u.shape, u.stride()) == (t.dtype, t.shape, t.stride()), k
         assert torch.equal(_bits(u), _bits(t)), k
 
@@ -145,6 +146,9 @@ def _set_x_shape(shape):
     (_set_x_shape([2 ** 40, 0]), "declares 1099511627776 elements"),
     (_set("property", "padding"), "property 'padding' does not apply to deep_norm"),
     (_set("params", {}), "params [], expected ['cot_seed'] for property 'gradients'"),
+    (_set("cotangents.y.shape", [3, 4]), "cotangent 'y' has shape (3, 4), expected (3, 5) (the output's)"),
+    (_set("cotangents", {"z": None}), "'cotangents' must hold a float tensor for each output of deep_norm (y)"),
+    (_set("cotangents.y.dtype", "bool"), "'cotangents' must hold a float tensor for each output of deep_norm (y)"),
     (_set("params.cot_seed", -1), "param 'cot_seed' = -1: expected an integer in [0, 4294967295]"),
     (_set("params.cot_seed", 10 ** 400), "param 'cot_seed' = 1000000000000000000000000000000000000...: expected a "
                                          "finite number"),

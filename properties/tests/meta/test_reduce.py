@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ...evidence.replay import load
+from ...evidence.replay import load, save_failure
 from ...families import BY_NAME
 from ...harness.measure import PropertyFailure, Worst
 from ...harness.session import Session
@@ -22,7 +22,7 @@ from ...run.reduce import BUDGET, Reduction, reduce
 from ...search.case import Case
 from ...search.fitting import relayout
 from .expect import registered
-from .planted import gated_norm, layer_norms, rms_norms
+from .planted import activations, gated_norm, layer_norms, rms_norms
 
 SMALL = 16
 """The issue's bar: a bug any row of a few elements shows is reported on at most this many elements."""
@@ -30,6 +30,9 @@ SMALL = 16
 CASES = [
     (rms_norms.rms_float64_in_float32, "accuracy", torch.float64),
     (rms_norms.rms_drops_last_column, "accuracy", torch.float32),
+    # a bug that needs particular dy (dy * up past float16's max): 1,178 elements on seed 0 while each
+    # smaller case drew a dy of its own
+    (activations.geglu_backward_rounds_dy_up, "gradients", torch.float16),
     pytest.param(rms_norms.rms_float64_in_float32, "gradients", torch.float64, marks=pytest.mark.normcert_heavy),
     pytest.param(rms_norms.rms_float64_in_float32, "served", torch.float64, marks=pytest.mark.normcert_heavy),
     pytest.param(layer_norms.ln_one_pass, "accuracy", torch.float32, marks=pytest.mark.normcert_heavy),
@@ -127,6 +130,30 @@ def test_a_failure_by_chance_is_reduced_all_the_same():
     small, said, done = reduce(search, wide, message, kind)
     assert BY_NAME["determinism"].tries > 1 and done.budget == BUDGET * BY_NAME["determinism"].tries
     assert small.main.numel() <= SMALL, (small.describe(), done.steps)
+
+
+def test_a_gradient_failure_is_reduced_and_replayed_on_the_dy_it_failed_on(tmp_path):
+    """Liger's GeGLU backward rounds dy * up to float16: with up = 60000 and gate = 0.2, dgate is inf
+    where dy > 65504 / 60000 and finite (exact 0.66 dy up) otherwise.  A 4 x 64 case failing at one
+    element is reduced to that element with its own dy (a dy drawn afresh for each smaller shape, as
+    before, keeps the failure only where the new draw passes 1.09 there), and its replay file keeps
+    the dy: loaded, it fails the same way."""
+    search = _search(activations.geglu_backward_rounds_dy_up, "gradients")
+    wide = Case.sample("geglu", torch.float16, rows=4, width=64)
+    wide.tensors["gate"] = torch.full((4, 64), 0.2, dtype=torch.float16)
+    wide.tensors["up"][2, 37] = 60000.0
+    dy = torch.rand(4, 64, generator=torch.Generator().manual_seed(0)).to(torch.float16)  # in [0, 1): no overflow
+    dy[2, 37] = 1.5
+    wide.cotangents, wide.params["cot_seed"] = {"y": dy}, 0
+    message, kind = _fails(search, wide)
+    assert message.startswith("dgate[2, 37]: got inf"), message
+    small, said, done = reduce(search, wide, message, kind)
+    dy_up = small.cotangents["y"].double() * small.tensors["up"].double()  # simplified: 2 x 32768, say
+    assert small.main.numel() == 1 and dy_up.abs().item() > 65504, (small.describe(), done.steps)
+    assert _fails(search, small) == (said, kind)
+    saved = save_failure(search.impl, "gradients", small, str(tmp_path))
+    _, replayed = load(saved.split()[-1], "cpu")
+    assert torch.equal(replayed.cotangents["y"], small.cotangents["y"]) and _fails(search, replayed) == (said, kind)
 
 
 def test_a_case_cut_short_by_the_budget_says_so():
