@@ -18,9 +18,16 @@ interpreter's count of programs started (``interpreter.programs_so_far``, per th
 imported, since the pulse runs beside the run's own imports of triton) changed since its last look, or a thread is inside the oracle (its stack holds a frame of normcert's ``oracle``
 package, which calls numpy, mpmath and the standard library alone: it ends).  A process stuck in
 kernel code does neither, and its heartbeat stops as before.
+
+The threads' frames are read with the collector off (``frames``): CPython before 3.11.9 and 3.12.3
+deadlocks where a collection starts inside ``sys._current_frames()`` (which holds the runtime's
+lock of thread states while it makes frame objects) and frees a ``threading.local``, whose
+clearing takes that lock again (gh-106883).  Hypothesis's engine holds such locals, so the pulse
+stopped a whole run on Python 3.11.7: both xdist workers of a quick tier waited forever.
 """
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
@@ -42,15 +49,27 @@ def in_oracle(frame) -> bool:
     return False
 
 
+def frames() -> dict:
+    """``sys._current_frames()`` with no collection inside it (the module docstring; CPython's own
+    fix does the same): the collector is off for the call where it was on, and on again after."""
+    on = gc.isenabled()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        if on:
+            gc.enable()
+
+
 def advancing(seen: dict) -> bool:
     """Did any thread advance since ``seen`` was taken (updated in place to now)?  A thread advances
     where the interpreter started a program in it, or where it is inside the oracle."""
-    frames = sys._current_frames()
-    now = {ident: interpreter.programs_so_far(ident) for ident in frames}  # never imports triton
+    frames_now = frames()
+    now = {ident: interpreter.programs_so_far(ident) for ident in frames_now}  # never imports triton
     moved = any(count != seen.get(ident, 0) for ident, count in now.items())
     seen.clear()
     seen.update(now)
-    return moved or any(in_oracle(frame) for frame in frames.values())
+    return moved or any(in_oracle(frame) for frame in frames_now.values())
 
 
 def start(heartbeat: str, period: float = 1.0) -> threading.Thread:

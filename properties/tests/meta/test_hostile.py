@@ -210,6 +210,43 @@ def test_the_pulse_imports_nothing_beside_an_import_of_triton():
     assert ran.returncode == 0 and ran.stdout.strip() == "[]", ran.stdout + ran.stderr
 
 
+PULSE_WHILE_A_LOCAL_IS_FREED = """
+import gc, sys, threading
+from normcert.properties.harness import pulse
+
+class Holder:
+    pass
+
+def garbage():  # a cycle holding a threading.local, as Hypothesis's engine holds its caches' locals
+    h = Holder(); h.local = threading.local(); h.local.x = 1; h.self = h
+
+armed = [1]
+def after_a_collection(phase, info):  # the garbage made just after the collection the frames' dict starts
+    if phase == "stop" and armed:
+        armed.pop()
+        for _ in range(5):
+            garbage()
+
+ev = threading.Event()
+for _ in range(3):  # threads whose frames have no frame object yet: reading them allocates
+    threading.Thread(target=lambda: ev.wait(), daemon=True).start()
+gc.collect()
+gc.callbacks.append(after_a_collection)
+gc.set_threshold(1)
+pulse.frames()
+print("returned", gc.isenabled())
+"""
+
+
+def test_the_pulse_reads_the_threads_frames_with_no_collection_inside():
+    """A collection that starts inside ``sys._current_frames()`` and frees a ``threading.local``
+    deadlocks CPython before 3.11.9 (gh-106883: both of a quick tier's xdist workers waited forever
+    on 3.11.7); the pulse's read of the frames returns, and leaves the collector on."""
+    ran = subprocess.run([sys.executable, "-c", PULSE_WHILE_A_LOCAL_IS_FREED], capture_output=True, text=True,
+                         timeout=60)
+    assert ran.returncode == 0 and ran.stdout.strip() == "returned True", ran.stdout + ran.stderr
+
+
 def test_the_pulse_beats_while_the_oracle_computes(tmp_path):
     """normcert's oracle between two kernel calls (mpmath over a large case: minutes on a loaded machine)
     is the run advancing: a thread inside the oracle package's code is seen there."""
