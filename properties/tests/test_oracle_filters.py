@@ -17,8 +17,10 @@ import torch
 
 from ... import oracle
 from ...oracle.backends import F64, MP
+from ...oracle.bounds_quant import rescaled
 from ...oracle.float64_backend import proven_overflow
 from ...oracle.formats import fmt
+from ...oracle.fp4 import divisor, rounding
 from ...oracle.swiglu import _sigma_low
 
 T = mpmath.mpf(2) ** 1024 - mpmath.mpf(2) ** 970  # float64's round-to-nearest overflow threshold (a real)
@@ -145,3 +147,55 @@ def test_rows_left_unresolved_have_no_claim_and_the_rest_match_mpmath(x_dtype, n
     claimed = ~free & np.isfinite(y)
     a, b = f.round(y[claimed]), f.round(ym[claimed])
     assert ((a == b) | np.isnan(a) & np.isnan(b)).all()  # as ``assess`` reads a quantised value: -0 == 0
+
+
+def _fp4_rows(op: str, dtype, g: float) -> torch.Tensor:
+    """Rows whose block scales underflow E4M3 (s_lo = 0: y's own bound +inf), sit at its smallest
+    steps, or are ordinary, in blocks of one magnitude each."""
+    rng = np.random.default_rng(11)
+    n = 128 if op.startswith("silu") else 64
+    edge = 6 * g * 2.0 ** -10  # a block peak whose scale A / (6 g) is E4M3's least subnormal's half
+    mags = np.array([1e-3, 1.0, edge, edge * 2, edge * 3.01, 0.02, 50.0, 1e-6])
+    x = rng.standard_normal((len(mags), n)) * mags[:, None]
+    if op.startswith("silu"):  # v = silu(g) u: gates about 1, the magnitude in up
+        x[:, : n // 2] = 1.0 + 0.1 * rng.standard_normal((len(mags), n // 2))
+    else:  # a row of mean square 1 (with eps 1e-30: rho = 1 - 5e-31, float64's 1): its block of peak 6
+        tie = np.zeros(n)  # has S = 1 and y = 3.5 rho just below E2M1's tie of 3 and 4, which float64 rounds up
+        tie[:20] = [6.0, 3.5, 0.5, 0.5, 0.5] + [1.0] * 15
+        x = np.vstack([x, tie / g])  # over g: rho is g (1 - 5e-31), A = 6, S = 1 / g, exact in E4M3 for g = 1, 2^-5
+    return torch.from_numpy(x).to(dtype)
+
+
+@pytest.mark.parametrize("op", ["silu_and_mul_fp4_quant", "rms_norm_fp4_quant"])
+@pytest.mark.parametrize("x_dtype", [torch.bfloat16, torch.float16])
+def test_fp4_rows_left_unresolved_for_an_unbounded_y_are_checked_as_mpmath_s(op, x_dtype):
+    """``oracle._resolve`` leaves the rows whose only near elements have an infinite y bound: there
+    a check that compares y as it is has no claim (the kernel's bound is infinite too); one that holds
+    it against the kernel's scale (``measure.oracle_assessments``) reads w = y S / s_k, which is
+    within its bound of the mpmath path's w (bit for bit where the bound is 0); and every element
+    with a finite bound of its own rounds to E2M1 as the mpmath path's does."""
+    rec = oracle.OPS[op]
+    skipped_any = tied = False
+    for g in (1.0, 0.375, 2.0 ** -5, 11 / 8192, 3.0):
+        args = dict(rec.sample(x_dtype, "cpu"), x=_fp4_rows(op, x_dtype, g), global_scale=g)
+        if "weight" in args:
+            args.update(weight=torch.ones(args["x"].shape[-1], dtype=x_dtype), eps=1e-30)
+        y, s = oracle.forward(op, **args)
+        ym, sm = oracle.forward(op, path="mpmath", **args)
+        own = rec.forward_bound(args, (y, s), kernel=False)[0]
+        unbounded = own == np.inf
+        skipped_any |= bool(unbounded.any())
+        assert np.isinf(rec.forward_bound(args, (y, s))[0][unbounded]).all()
+        e2m1, form, block = rec.quantised_format("y"), rounding(args, "block_format"), rec.group_size(rec.outs[1], args)
+        finite = np.isfinite(own) & np.isfinite(y)
+        near = finite & (e2m1.round(y - own) != e2m1.round(y + own))
+        assert (e2m1.round(y[finite & ~near]) == e2m1.round(ym[finite & ~near])).all()
+        assert _bits_equal(y[near], ym[near]).all()  # resolved: the mpmath path's own values
+        tied |= bool(near.any())
+        for ks in (divisor(sm, form), divisor(sm, form) * 2, np.zeros_like(sm)):  # a right scale, one off, 0
+            b = rec.forward_bound(args, (y, s), kernel_scale=ks)[0]
+            w, wm = rescaled(y, divisor(s, form), ks, block), rescaled(ym, divisor(sm, form), ks, block)
+            held = np.isfinite(b) & (b >= 0) & np.isfinite(w)
+            assert _bits_equal(w[held & (b == 0)], wm[held & (b == 0)]).all()
+            assert (np.abs(w - wm)[held] <= b[held]).all()
+    assert skipped_any and (tied or op.startswith("silu"))  # the tie row rounded otherwise by float64
