@@ -26,40 +26,40 @@ from __future__ import annotations
 import contextlib
 import threading
 
-try:
-    from hypothesis.internal.cache import LRUCache
-    from hypothesis.internal.conjecture import providers as _providers
-    from hypothesis.internal.constants_ast import Constants
-except ImportError:  # a Hypothesis without local constants
-    _providers = None
 
-_PATCHED = ("_get_local_constants", "CONSTANTS_CACHE")
+def _replacements() -> tuple[object, dict]:
+    """(Hypothesis's providers module, {attribute: normcert's value}) for the two attributes through
+    which the local pool reaches a draw; (None, {}) for a Hypothesis without them."""
+    try:
+        from hypothesis.internal.cache import LRUCache  # noqa: PLC0415
+        from hypothesis.internal.conjecture import providers  # noqa: PLC0415
+        from hypothesis.internal.constants_ast import Constants  # noqa: PLC0415
+    except ImportError:
+        return None, {}
+    names = ("_get_local_constants", "CONSTANTS_CACHE")
+    if not all(hasattr(providers, name) for name in names):
+        return None, {}
+    none = Constants()
+    # the cache's entries: (choice type, constraints) -> (own pool's permitted, ()), no process state
+    return providers, dict(zip(names, (lambda: none, LRUCache(1024))))
+
+
+_PROVIDERS, _OURS = _replacements()
 _LOCK = threading.RLock()  # a search in one thread at a time holds Hypothesis's module in this state
-
-
-def _reachable() -> bool:
-    return _providers is not None and all(hasattr(_providers, name) for name in _PATCHED)
-
-
-if _reachable():
-    _NONE = Constants()
-    _OWN_CACHE = LRUCache(1024)  # (choice type, constraints) -> (own pool's permitted, ()): no process state
-
-    def _no_local_constants() -> Constants:
-        return _NONE
 
 
 @contextlib.contextmanager
 def own_constants_only():
     """While open, Hypothesis draws its constants from its own pool only (see the module's docstring)."""
-    if not _reachable():
+    if _PROVIDERS is None:
         yield
         return
     with _LOCK:
-        saved = [getattr(_providers, name) for name in _PATCHED]
-        _providers._get_local_constants, _providers.CONSTANTS_CACHE = _no_local_constants, _OWN_CACHE
+        saved = {name: getattr(_PROVIDERS, name) for name in _OURS}
+        for name, value in _OURS.items():
+            setattr(_PROVIDERS, name, value)
         try:
             yield
         finally:
-            for name, value in zip(_PATCHED, saved):
-                setattr(_providers, name, value)
+            for name, value in saved.items():
+                setattr(_PROVIDERS, name, value)
