@@ -218,6 +218,9 @@ KERNELS = {  # the planted kernels as a user's module names them: (source, the r
 }
 
 
+EARLY_SAMPLE = r"nondeterministic: the same case gave another result when run again"  # the sampled bug, seen by a rerun
+
+
 def _certify(tmp_path, kernel: str, *scope: str):
     """``normcert certify rms_norm=mykern:rms --property served`` (and ``scope``) in a folder outside
     the clone (its own pytest.ini), ``mykern.rms`` the planted kernel ``kernel``: its exit status,
@@ -236,12 +239,24 @@ def _certify(tmp_path, kernel: str, *scope: str):
 @pytest.mark.parametrize("kernel", list(KERNELS))
 def test_from_a_user_s_folder_certify_rejects_each_bug_naming_its_cause_and_certifies_each_twin(tmp_path, kernel):
     """The served family in every dtype: 2**16 calls in the one dtype the seed picks, 8193 in each
-    other, every row stating its calls; each bug rejected naming its cause (the per-dtype ring in
-    bfloat16 alone), each twin certified."""
+    other, every row that reached its long run stating its calls; each bug rejected naming its cause
+    (the per-dtype ring in bfloat16 alone), each twin certified.
+
+    Only the sampled kernel may be caught before a long run: its wrong call is the object's
+    5000k-1-th over every dtype, and after the first dtype's failure the later rounds' calls are
+    bounded by time, so in a later dtype that call can fall in a search's rerun of one case, which
+    is then rejected as nondeterministic: the same defect, named as such, with no long run made."""
     code, out, cert = _certify(tmp_path, kernel)
     rows = {row["dtype"]: row for row in cert["results"] if row["property"] == "served"}
-    assert sorted(row["calls"] for row in rows.values()) == [LONG_RUN_EVERY] * 3 + [LONG_RUN_CALLS], out
-    assert all(f"long run: {row['calls']} calls in a row" in row["modes"] for row in rows.values()), out
+    early = {d for d, row in rows.items() if row["calls"] == 0}
+    assert kernel == "sampled" or not early, out
+    assert all(re.search(EARLY_SAMPLE, rows[d]["message"]) for d in early), out
+    made = sorted(rows[d]["calls"] for d in rows if d not in early)
+    if early:
+        assert set(made) <= {LONG_RUN_EVERY, LONG_RUN_CALLS} and made.count(LONG_RUN_CALLS) <= 1, out
+    else:
+        assert made == [LONG_RUN_EVERY] * 3 + [LONG_RUN_CALLS], out
+    assert all(f"long run: {rows[d]['calls']} calls in a row" in rows[d]["modes"] for d in rows if d not in early), out
     says = KERNELS[kernel][1]
     if says is None:
         assert code == 0 and cert["verdict"] == "certified", out
@@ -249,7 +264,7 @@ def test_from_a_user_s_folder_certify_rejects_each_bug_naming_its_cause_and_cert
     assert code == 1 and cert["verdict"] == "not certified", out
     failed = {d for d, row in rows.items() if row["outcome"] == "fail"}
     assert failed == ({"bfloat16"} if kernel == "dtype-ring" else set(rows)), out
-    assert all(re.search(says, rows[d]["message"]) for d in failed), [rows[d]["message"] for d in failed]
+    assert all(re.search(says, rows[d]["message"]) for d in failed - early), [rows[d]["message"] for d in failed]
 
 
 @pytest.mark.normcert_heavy  # 2**16 calls in a fresh process each
