@@ -167,7 +167,25 @@ def _normcert(args, cwd) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-def test_merge_command_writes_by_the_rules_and_exits_by_the_verdict(tmp_path):
+def _merge_here(args, cwd, monkeypatch, capsys) -> subprocess.CompletedProcess:
+    """``normcert merge ARGS`` in this process, in ``cwd``, by the console script's own mapping of
+    exit statuses (``cli.entry``): a subprocess's result without a subprocess's start (torch-free,
+    but about a second each), for the many refusals one command's rules make."""
+    from normcert.cli import USAGE, main
+
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    try:
+        code = main(["merge", *args])
+    except SystemExit as e:
+        code = USAGE if e.code == 2 else e.code
+    said = capsys.readouterr()
+    return subprocess.CompletedProcess(["normcert", "merge", *args], code, said.out, said.err)
+
+
+def test_merge_command_writes_by_the_rules_and_exits_by_the_verdict(tmp_path, monkeypatch, capsys):
+    """The first merge as users run it (the installed command, a process of its own); its refusals
+    through the same ``main`` in this process."""
     parts = _split(report_samples.certified(), 3)
     for name, cert in parts:
         (tmp_path / name).write_text(to_json(cert))
@@ -177,7 +195,7 @@ def test_merge_command_writes_by_the_rules_and_exits_by_the_verdict(tmp_path):
     assert "normcert verdict: certified" in ok.stdout
     assert json.loads((tmp_path / "m.json").read_text())["verdict"] == "certified"
     assert (tmp_path / "m.md").read_text().startswith("# normcert certificate: certified")
-    dropped = _normcert(["merge", names[0], names[2], "-o", "m.json"], tmp_path)  # replaces its own file
+    dropped = _merge_here([names[0], names[2], "-o", "m.json"], tmp_path, monkeypatch, capsys)  # replaces its own file
     assert dropped.returncode == 1 and "normcert merge: shard 2/3 is missing" in dropped.stderr
     assert json.loads((tmp_path / "m.json").read_text())["verdict"] == "not certified"
     (tmp_path / "notes.md").write_text("mine\n")
@@ -188,7 +206,7 @@ def test_merge_command_writes_by_the_rules_and_exits_by_the_verdict(tmp_path):
                          ("m.md", "-o m.md: give the JSON path; the Markdown is written beside it as .md"),
                          ("fresh.md", "-o fresh.md: give the JSON path"),  # its Markdown would be its own path
                          ("new.MD", "-o new.MD: give the JSON path")):
-        refused = _normcert(["merge", *names, "-o", out], tmp_path)
+        refused = _merge_here([*names, "-o", out], tmp_path, monkeypatch, capsys)
         assert refused.returncode == 4 and problem in refused.stderr, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1
     assert (tmp_path / "notes.md").read_text() == "mine\n"
@@ -197,7 +215,7 @@ def test_merge_command_writes_by_the_rules_and_exits_by_the_verdict(tmp_path):
     (tmp_path / "junk.json").write_text("{")
     for args, problem in ((["junk.json", "-o", "x.json"], "junk.json: not JSON"),
                           ([*names], "-o C.json: give the merged certificate's path")):
-        refused = _normcert(["merge", *args], tmp_path)
+        refused = _merge_here(args, tmp_path, monkeypatch, capsys)
         assert refused.returncode == 4 and problem in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
 
 
