@@ -45,7 +45,7 @@ Interface (``a`` has rows along the last axis; results keep that axis as 1):
                           arguments of all three in double-double (``special``)
     B.mul_add_(a, m, b)   a = a * m (+ b), in place on ``a`` (an array the caller
                           owns), m and b broadcast; returns a
-    B.pointwise(fn, *a, risky=None, scaled=False, overflows=None)
+    B.pointwise(fn, *a, risky=None, scaled=False, overflows=None, tails=())
                           fn(B, *a) for an elementwise formula fn.  MP evaluates
                           it as is.  F64 evaluates it in float64 and then
                           re-evaluates, exactly (with MP), every element where
@@ -57,7 +57,14 @@ Interface (``a`` has rows along the last axis; results keep that axis as 1):
                           ``exp_times``), or where ``risky`` (a function of the
                           float64 inputs) says so; but not where ``overflows``
                           (a function of the float64 result and inputs) proves
-                          the result's ±inf the exact value's rounding.
+                          the result's ±inf the exact value's rounding.  Each
+                          of ``tails``, (where, value): where where(*a) holds
+                          (a band of finite inputs whose formula under- or
+                          overflows in float64, e.g. e**g for g < -600), F64
+                          takes value(B, *a) instead of fn, a float64 form of
+                          the same exact value built with ``exp_times`` (no
+                          intermediate under- or overflow) and good to
+                          ORACLE, as its caller derives; MP ignores them.
 
 NaN and ±Inf: rows holding a non-finite value are reduced in plain IEEE
 arithmetic (``inf + -inf = nan``), which is what the exact value of the maths

@@ -112,7 +112,7 @@ class Float64Exact:
     def row_peak(self, a):
         return sums.row_peak(a)
 
-    def pointwise(self, fn, *arrays, risky=None, scaled=False, overflows=None):
+    def pointwise(self, fn, *arrays, risky=None, scaled=False, overflows=None, tails=()):
         arrays = np.broadcast_arrays(*[np64(a) for a in arrays])
         with np.errstate(all="ignore"):
             out = np.array(fn(self, *arrays), dtype=np.float64)
@@ -122,10 +122,15 @@ class Float64Exact:
                 redo |= (mag > 2.0 ** 1000) | ((mag < 2.0 ** -1000) & (out != 0))
             if overflows is not None:
                 redo &= ~overflows(out, *arrays)
-            for a in arrays:
-                redo |= ~np.isfinite(a)
             if risky is not None:
                 redo |= risky(*arrays)
+            for where, value in tails:  # value(B, *a) formed with no intermediate under- or overflow
+                band = where(*arrays)
+                if band.any():
+                    out[band] = value(self, *[a[band] for a in arrays])
+                    redo &= ~band
+            for a in arrays:
+                redo |= ~np.isfinite(a)
         if redo.any():
             with mpmath.workprec(MP_PREC):
                 exact = fn(MP, *[MP.array(a[redo]) for a in arrays])

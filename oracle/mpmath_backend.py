@@ -63,7 +63,7 @@ class MPExact:
     def scaled_sum(self, a, b):
         return a + b, 1
 
-    def pointwise(self, fn, *arrays, risky=None, scaled=False, overflows=None):
+    def pointwise(self, fn, *arrays, risky=None, scaled=False, overflows=None, tails=()):
         return fn(self, *arrays)
 
     def row_peak(self, a):

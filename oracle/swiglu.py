@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from .float64_backend import proven_overflow
+from .special import near_zero
 
 
 def _sigmas(B, g):
@@ -43,19 +44,35 @@ def dsilu(B, g):
 
 
 NEGLIGIBLE = -2200.0  # below it, e**g times any two finite doubles rounds to 0 in float64
+UNDERFLOW = -600.0  # below it, e**g < 2**-865: float64's formula loses it in a product
 
 
-def _risky(g, *_):
-    """Where float64 loses the formula: e**g underflows (g < -600), or g is near-subnormal.
+def _band(factors):
+    """``pointwise``'s float64 form on g in [NEGLIGIBLE, UNDERFLOW), where e**g underflows: e**g
+    times ``factors(g, *a)`` by ``exp_times``, nothing under- or overflowing before the result.
+    (Below NEGLIGIBLE every product the oracle forms, silu(g) * u * d and silu'(g) * u * d with
+    finite u, d (|u|, |d| < 2**1024), is below 2**-1075 in magnitude (|g| e**g and |1 + g| e**g
+    decrease for g < -1, and 2200 > (1075 + 2048) ln 2 + ln 2200), so it rounds to a zero of sign
+    sign(g u d) -- which is what float64 gets: e**-g = inf, sigma(g) = +0, silu(g) = g * 0 = -0.
+    An infinite or NaN u or d is evaluated by mpmath, as every element with a non-finite input.)
 
-    Except for g < NEGLIGIBLE: there every product the oracle forms, silu(g) * u * d and
-    silu'(g) * u * d with finite u, d (|u|, |d| < 2**1024), is below 2**-1075 in magnitude
-    (|g| e**g and |1 + g| e**g decrease for g < -1, and 2200 > (1075 + 2048) ln 2 + ln 2200),
-    so it rounds to a zero of sign sign(g u d) -- which is what float64 gets: e**-g = inf,
-    sigma(g) = +0, silu(g) = g * 0 = -0.  An infinite or NaN u or d is redone anyway
-    (``pointwise`` redoes every element with a non-finite input).  Without the exception the
-    extreme profiles of a many-row case would send most elements to mpmath (10**5 of them)."""
-    return ((g < -600) & (g >= NEGLIGIBLE)) | ((g != 0) & (np.abs(g) < 2.0 ** -900))
+    On the band sigma(g) = e**g / (1 + e**g) = e**g (1 - d), 0 < d < e**g < 2**-865, and
+    1 - sigma(g) = 1 - d' with d' < 2**-865, so
+
+        silu(g) u    = e**g g u (1 - d)
+        silu'(g) u d = e**g (1 + g - g sigma(g)) u d = e**g (1 + g) u d (1 - d''),  |d''| < 2**-854
+
+    (|g sigma(g) / (1 + g)| < 2 e**g).  Left out, d and d'' are 2**-800 of an ulp.  The float64
+    value: e**r (under 1 ulp, with r's own error under 1/2 ulp of e**r, ``exp_times``), at most
+    four products of mantissas (1/2 ulp each) and 1 + g (1/2 ulp): under 4 ulps, within the
+    ORACLE term's 8 u_64 (and its LAM_64 where the result is subnormal: one rounding there)."""
+    return (lambda g, *_: (g < UNDERFLOW) & (g >= NEGLIGIBLE),
+            lambda B, g, *a: B.exp_times(g, *factors(g, *a)))
+
+
+_NEAR_ZERO = near_zero(lambda g, v: (g, v), lambda g, u, d: (u, d))  # g near 0: sigma(g), silu'(g) = 1/2
+_SILU_TIMES = (_band(lambda g, v: (g, v)), _NEAR_ZERO[0])  # silu(g) v: y = silu(g) u, dup = dy silu(g)
+_DSILU_TIMES = (_band(lambda g, u, d: (1 + g, u, d)), _NEAR_ZERO[1])  # dgate = d u silu'(g)
 
 
 def _sigma_low(g):
@@ -77,12 +94,12 @@ def _overflow_dgate(out, g, u, d):
 
 
 def forward(B, gate, up):
-    return (B.pointwise(lambda B, g, u: silu(B, g) * u, gate, up, risky=_risky, overflows=_overflow_silu),)
+    return (B.pointwise(lambda B, g, u: silu(B, g) * u, gate, up, overflows=_overflow_silu, tails=_SILU_TIMES),)
 
 
 def vjp(B, cot, gate, up):
     (dy,) = cot
-    return {"gate": B.pointwise(lambda B, g, u, d: d * (u * dsilu(B, g)), gate, up, dy, risky=_risky,
-                                overflows=_overflow_dgate),
-            "up": B.pointwise(lambda B, g, d: d * silu(B, g), gate, dy, risky=_risky, overflows=_overflow_silu)}
+    return {"gate": B.pointwise(lambda B, g, u, d: d * (u * dsilu(B, g)), gate, up, dy, overflows=_overflow_dgate,
+                                tails=_DSILU_TIMES),
+            "up": B.pointwise(lambda B, g, d: d * silu(B, g), gate, dy, overflows=_overflow_silu, tails=_SILU_TIMES)}
 

@@ -38,14 +38,14 @@ from hypothesis import strategies as st
 from ... import oracle
 from ...impls import eager
 from ...impls.eager import deep_norm
-from ...oracle import geglu, swiglu
+from ...oracle import geglu, special, swiglu
 from ...oracle.deep_norm import affine_sublayer
 from ...oracle.assessment import assess
 from ...oracle.bounds_norms import moved_rho
 from ...oracle.bounds_quant import rescaled
 from ...oracle.float64_backend import F64
 from ...oracle.mpmath_backend import MP
-from ...oracle.error_model import lowest_bit
+from ...oracle.error_model import LAM_64, ORACLE, lowest_bit
 from ...oracle.formats import E4M3, fmt
 
 from ..search.case import valid_positions
@@ -427,6 +427,46 @@ def test_gated_norm_far_negative_gates_agree_with_mpmath(norm_before_gate):
     bounds = rec.grad_bound(args, cot, gmp)
     for k in g64:
         agree("rms_norm_gated", "d" + k, g64[k], gmp[k], bounds[k])
+
+
+def _band_gates(lo, hi):
+    return lambda rng, n: np.concatenate([[lo, np.nextafter(hi, -np.inf), (lo + hi) / 2], rng.uniform(lo, hi, n - 3)])
+
+
+def _near_zero_gates(rng, n):  # 0 < |g| < 2**-900: subnormal ones, the smallest and the largest included
+    g = np.ldexp(rng.uniform(0.5, 1, n) * rng.choice([-1, 1], n), rng.integers(-1074, -900, n))
+    g[:3] = [5e-324, -5e-324, np.nextafter(special.NEAR_ZERO, 0)]
+    return g
+
+
+@pytest.mark.parametrize("op, approximate, gates", [
+    ("swiglu", None, _band_gates(swiglu.NEGLIGIBLE, swiglu.UNDERFLOW)),
+    ("geglu", "none", _band_gates(geglu.NEGLIGIBLE["none"], geglu.UNDERFLOW["none"])),
+    ("swiglu", None, _near_zero_gates), ("geglu", "none", _near_zero_gates), ("geglu", "tanh", _near_zero_gates)],
+    ids=["swiglu-underflow", "geglu-underflow", "swiglu-near-zero", "geglu-near-zero", "geglu-tanh-near-zero"])
+def test_the_float64_form_of_a_band_float64_loses_is_mpmath_s_value_to_the_oracle_term(op, approximate, gates):
+    """Where e**g or Phi(g) underflows float64 (``swiglu._band``, ``geglu._erf_band``), and where
+    a gate near 0 makes g sigma(g) a subnormal (``special.near_zero``), the float64 path no longer
+    sends each element to mpmath: its value, formed by ``exp_times``, must be mpmath's to ORACLE
+    (|exact| + LAM_64), for y, dgate and dup, over up and dy of every binade (normal, subnormal
+    and past 2**1000 results), the band's ends included."""
+    rng = np.random.default_rng(7)
+    n = 1500
+    g = gates(rng, n)
+    u, d = (np.ldexp(rng.uniform(0.5, 1, n) * rng.choice([-1, 1], n), rng.integers(-1074, 1024, n)) for _ in "ud")
+    kw = dict(gate=torch.tensor(g[None]), up=torch.tensor(u[None]), **({"approximate": approximate} if approximate else {}))
+    dy = (torch.tensor(d[None]),)
+    f64 = (*oracle.forward(op, **kw), *oracle.vjp(op, dy, **kw).values())
+    mp = (*oracle.forward(op, path="mpmath", **kw), *oracle.vjp(op, dy, path="mpmath", **kw).values())
+    for name, a, b in zip(("y", "dgate", "dup"), f64, mp):
+        a, b = np.asarray(a), np.asarray(b)
+        inf = np.isinf(b)  # u d / 2 past float64's range: the same infinity
+        assert not np.isnan(b).any() and np.array_equal(a[inf], b[inf]), name
+        a, b = a[~inf], b[~inf]
+        held = np.abs(b[b != 0])  # the band's values, not its zeros: normal ones and subnormal ones
+        assert held.size > n / 10 and (held < LAM_64).any() and (held > LAM_64).any(), name
+        err, bound = np.abs(a - b), ORACLE * (np.abs(b) + LAM_64)
+        assert (err <= bound).all(), (name, (err / bound).max())
 
 
 def test_exp_times_forms_the_product_before_rounding():
