@@ -3,8 +3,9 @@
 Each result row holds the launches its check made (``harness.launches``: "module:qualname" ->
 {"launches", "meta"}).  For a kernel, ``record(impl_id, rows, modules)`` is
 
-    {"ran": {name: {"launches": n, "meta": {key: [values]}}}   the launches of the kernel's own rows,
-                                                                 summed, their values' union;
+    {"ran": {name: {"launches": n, "meta": {key: [values]},     the launches of the kernel's own rows,
+                    "programs": [fewest, most]}}                 summed, their values' union, the
+                                                                 programs' range (where known);
      "not_reached": [names]}                                     the jit functions defined in the
                                                                  kernel's modules (``defined``) that
                                                                  the run did not reach,
@@ -61,13 +62,15 @@ def merge(records: list) -> dict | None:
 
 def describe(coverage: dict | None) -> str:
     """A coverage record in words, the functions by their short names: "Triton functions run: _fwd
-    (BLOCK 64, 128; 12 launches); not reached: _fwd_blocked" ("" for None)."""
+    (BLOCK 64, 128; 12 launches of 1 to 300 programs); not reached: _fwd_blocked" ("" for None)."""
     if not coverage:
         return ""
 
     def one(fn: str, t: dict) -> str:
         values = "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in t["meta"].items())
-        return f"{_short(fn)} ({values + '; ' if values else ''}{t['launches']} launches)"
+        lo, hi = t.get("programs", (None, None))
+        grid = "" if lo is None else f" of {lo} program{'s' * (hi != 1)}" if lo == hi else f" of {lo} to {hi} programs"
+        return f"{_short(fn)} ({values + '; ' if values else ''}{t['launches']} launches{grid})"
 
     ran = ", ".join(one(fn, t) for fn, t in coverage["ran"].items()) or "none"
     unreached = ", ".join(_short(fn) for fn in coverage["not_reached"]) or "none"
@@ -124,7 +127,8 @@ def _calls(fn) -> frozenset[str]:
 
 
 def _sum(tallies) -> dict:
-    """Launch tallies added: counts summed, each key's values united (sorted as ``launches.take``)."""
+    """Launch tallies added: counts summed, each key's values united (sorted as ``launches.take``),
+    the programs' ranges joined."""
     out: dict[str, dict] = {}
     for tally in tallies:
         for fn, t in tally.items():
@@ -132,7 +136,11 @@ def _sum(tallies) -> dict:
             entry["launches"] += t["launches"]
             for k, v in t["meta"].items():
                 entry["meta"][k] = _union(entry["meta"].get(k, []), v)
-    return {fn: {"launches": t["launches"], "meta": dict(sorted(t["meta"].items()))} for fn, t in sorted(out.items())}
+            if "programs" in t:
+                lo, hi = entry.get("programs", t["programs"])
+                entry["programs"] = [min(lo, t["programs"][0]), max(hi, t["programs"][1])]
+    return {fn: {"launches": t["launches"], "meta": dict(sorted(t["meta"].items())),
+                 **({"programs": t["programs"]} if "programs" in t else {})} for fn, t in sorted(out.items())}
 
 
 def _union(a: list, b: list) -> list:

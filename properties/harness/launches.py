@@ -11,7 +11,10 @@ calls, and the one an autotuner or heuristics wrapper calls with its config's va
   launch (``num_warps``, ``num_stages``, ``num_ctas``, ``maxnreg``: "where known", i.e. passed by
   the caller or its autotuner config; a default the launcher fills in is not seen; under the
   interpreter an option is given but not run), the distinct values it was launched with (a
-  ``tl.dtype`` or other non-JSON value by its ``str``).
+  ``tl.dtype`` or other non-JSON value by its ``str``);
+* ``programs``: [fewest, most] programs one of its launches ran, the product of the grid's
+  dimensions (a callable grid read from what it returns to Triton: it is not called again); absent
+  where no grid was seen (a grid Triton could not use raises before it is read).
 
 ``take()`` hands the tally over and starts a new one: the runner takes it when it records a result
 (``runner.record``), so a result row holds the launches its check made, in whichever process ran it.
@@ -54,7 +57,8 @@ def take() -> dict[str, dict]:
     global _tally
     with _lock:
         tally, _tally = _tally, {}
-    return {name: {"launches": t["launches"], "meta": {k: ordered(v) for k, v in sorted(t["meta"].items())}}
+    return {name: {"launches": t["launches"], "meta": {k: ordered(v) for k, v in sorted(t["meta"].items())},
+                   **({"programs": t["programs"]} if "programs" in t else {})}
             for name, t in sorted(tally.items())}
 
 
@@ -77,14 +81,44 @@ def name(fn) -> str:
 def _counted(run):
     def counted(self, *args, grid, warmup, **kwargs):
         if not warmup and not getattr(_paused, "on", False):
-            _add(self.fn, args, kwargs)
+            grid = _seen(_add(self.fn, args, kwargs), grid)
         return run(self, *args, grid=grid, warmup=warmup, **kwargs)
 
     counted.normcert_counted = True
     return counted
 
 
-def _add(fn, args, kwargs) -> None:
+def _seen(key: str, grid):
+    """``grid`` as Triton will use it, its programs added to ``key``'s tally when Triton reads it:
+    a callable grid is wrapped (Triton calls it once, with the launch's arguments), a tuple noted now."""
+    if not callable(grid):
+        _programs(key, grid)
+        return grid
+
+    def read(meta):
+        got = grid(meta)
+        _programs(key, got)
+        return got
+
+    return read
+
+
+def _programs(key: str, grid) -> None:
+    try:
+        dims = [int(d) for d in (grid if isinstance(grid, (tuple, list)) else (grid,))]
+    except (TypeError, ValueError):  # not a grid: the launch will say so
+        return
+    n = 1
+    for d in dims:
+        n *= d
+    with _lock:
+        entry = _tally.get(key)
+        if entry is not None:  # None: taken by a result since the launch began (a thread's late launch)
+            lo, hi = entry.get("programs", (n, n))
+            entry["programs"] = [min(lo, n), max(hi, n)]
+
+
+def _add(fn, args, kwargs) -> str:
     if fn not in _constexprs:
         from triton.runtime.jit import _normalize_ty  # noqa: PLC0415
 
@@ -98,11 +132,13 @@ def _add(fn, args, kwargs) -> None:
         bound = signature.bind_partial()
     values = {k: bound.arguments[k] for k in constexprs if k in bound.arguments}
     values.update({k: kwargs[k] for k in LAUNCH_OPTIONS if kwargs.get(k) is not None})
+    key = name(fn)
     with _lock:
-        entry = _tally.setdefault(name(fn), {"launches": 0, "meta": {}})
+        entry = _tally.setdefault(key, {"launches": 0, "meta": {}})
         entry["launches"] += 1
         for k, v in values.items():
             entry["meta"].setdefault(k, set()).add(_plain(v))
+    return key
 
 
 def _plain(value):

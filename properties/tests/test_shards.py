@@ -278,16 +278,17 @@ def test_shards_of_a_kernel_edited_between_their_runs_do_not_merge(tmp_path):
 def test_shards_merge_their_triton_coverage_launches_added_and_not_reached_where_no_shard_reached_it():
     whole = report_samples.certified()
     parts = _split(whole, 2)
-    ran = {"m:_fwd": {"launches": 3, "meta": {"BLOCK_SIZE": [64]}}}
+    ran = {"m:_fwd": {"launches": 3, "meta": {"BLOCK_SIZE": [64]}, "programs": [2, 300]}}
     for (_, cert), (launched, left) in zip(parts, [(ran, ["m:_bwd", "m:_fwd_blocked"]),
                                                     ({"m:_bwd": {"launches": 2, "meta": {"BLOCK_SIZE": [64, 128]}},
-                                                      "m:_fwd": {"launches": 1, "meta": {"BLOCK_SIZE": [256]}}},
+                                                      "m:_fwd": {"launches": 1, "meta": {"BLOCK_SIZE": [256]},
+                                                                 "programs": [1, 7]}},
                                                      ["m:_fwd_blocked"])]):
         cert["implementations"][KERNEL]["triton"] = {"ran": launched, "not_reached": left}
     merged = shards.merge(parts, SCHEMA)
     assert merged["run"] == "complete" and merged["verdict"] == "certified"
     jsonschema.validate(json.loads(to_json(merged)), schema())
     assert merged["implementations"][KERNEL]["triton"] == {
-        "ran": {"m:_bwd": {"launches": 2, "meta": {"BLOCK_SIZE": [64, 128]}},
-                "m:_fwd": {"launches": 4, "meta": {"BLOCK_SIZE": [64, 256]}}},
+        "ran": {"m:_bwd": {"launches": 2, "meta": {"BLOCK_SIZE": [64, 128]}},  # a shard's, from before programs
+                "m:_fwd": {"launches": 4, "meta": {"BLOCK_SIZE": [64, 256]}, "programs": [1, 300]}},
         "not_reached": ["m:_fwd_blocked"]}

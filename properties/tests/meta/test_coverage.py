@@ -48,8 +48,14 @@ def test_each_launch_is_counted_under_its_function_with_its_constexprs_and_launc
     planted_paths._rms_rows[(1,)](x, torch.ones(4), torch.empty_like(x), 4, 1e-6, BLOCK_SIZE=4, num_warps=2)
     with launches.paused():  # normcert's own probe kernels are launched so
         planted_paths.rms_norm_dispatched(torch.ones(3, 8), torch.ones(8), 1e-6)
-    assert launches.take() == {ROWS: {"launches": 3, "meta": {"BLOCK_SIZE": [4, 128], "num_warps": [2]}}}
+    assert launches.take() == {ROWS: {"launches": 3, "meta": {"BLOCK_SIZE": [4, 128], "num_warps": [2]},
+                                      "programs": [1, 3]}}
     assert launches.take() == {}
+    x, asked = torch.ones(5, 4), []  # a callable grid: read from what it gives Triton, called by Triton alone
+    planted_paths._rms_rows[lambda meta: asked.append(meta["BLOCK_SIZE"]) or (5, 1, 1)](
+        x, torch.ones(4), torch.empty_like(x), 4, 1e-6, BLOCK_SIZE=4)
+    assert asked == [4] and torch.allclose(x, torch.ones(5, 4))
+    assert launches.take() == {ROWS: {"launches": 1, "meta": {"BLOCK_SIZE": [4]}, "programs": [5, 5]}}
 
 
 def test_a_compiled_launch_is_counted_where_triton_launches_it_on_a_gpu():
@@ -65,7 +71,7 @@ def test_a_compiled_launch_is_counted_where_triton_launches_it_on_a_gpu():
         compiled[(1,)](x, torch.ones_like(x[0]), torch.empty_like(x), 4, 1e-6, BLOCK_SIZE=4, num_warps=8)
     except RuntimeError as e:
         assert not torch.cuda.is_available(), e  # "0 active drivers"
-    assert launches.take() == {ROWS: {"launches": 1, "meta": {"BLOCK_SIZE": [4], "num_warps": [8]}}}
+    assert launches.take() == {ROWS: {"launches": 1, "meta": {"BLOCK_SIZE": [4], "num_warps": [8]}, "programs": [1, 1]}}
 
 
 def test_the_functions_of_a_module_and_those_their_sources_call():
@@ -96,8 +102,11 @@ def test_the_certificate_names_the_path_that_ran_with_its_block_sizes_and_the_on
     cert = report_samples.build([{**report_samples.row(impl.id, "accuracy", "float32"), "launches": rows[0]["launches"]}],
                                 {impl.id: {**report_samples.impl("rms_norm"), "triton": listed}}, "certified",
                                 scope={"properties": ["accuracy"], "dtypes": ["float32"]})
+    lo, hi = ran["programs"]  # each launch one program a row: the cases' fewest and most rows
+    assert 1 <= lo < hi <= 1025
     sizes = ", ".join(map(str, ran["meta"]["BLOCK_SIZE"]))
-    said = f"Triton functions run: _rms_rows (BLOCK_SIZE {sizes}; {ran['launches']} launches); not reached: _rms_blocked"
+    said = (f"Triton functions run: _rms_rows (BLOCK_SIZE {sizes}; {ran['launches']} launches of {lo} to {hi} "
+            f"programs); not reached: _rms_blocked")
     assert coverage.describe(listed) == said
     assert said.replace("_", "\\_") in markdown(cert)
     assert said in report.render(cert) and 'id="triton-paths"' in report.render(cert)
@@ -126,6 +135,8 @@ def test_two_workers_launches_reach_one_certificate_and_its_report(tmp_path):
     rows = {r["dtype"]: r["launches"][ROWS]["launches"] for r in cert["results"]}
     listed = next(iter(cert["implementations"].values()))["triton"]
     assert sorted(rows) == ["float16", "float32"] and listed["ran"][ROWS]["launches"] == sum(rows.values())
+    spans = [r["launches"][ROWS]["programs"] for r in cert["results"]]  # the workers' ranges joined
+    assert listed["ran"][ROWS]["programs"] == [min(lo for lo, _ in spans), max(hi for _, hi in spans)]
     assert listed["not_reached"] == [BLOCKED]
     assert "not reached: \\_rms\\_blocked" in (tmp_path / "c.md").read_text()
     assert "not reached: _rms_blocked" in (tmp_path / "r.html").read_text()
