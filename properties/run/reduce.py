@@ -21,7 +21,8 @@ list started again after each kept step:
                (the empty batch, where another kind of failure often lives)
     rank       a leading dim of size 1 dropped (where the domain admits the lower rank)
     row        the row length halved (rounded down to the width step), keeping the window of
-               columns that holds the failing element, else the first columns; then a half, a
+               columns that holds the failing element, else the one that holds its row's largest
+               input (the element a shift or square overflows), else the first columns; then a half, a
                quarter or an eighth of the columns taken out, each in turn (of a gated norm's
                groups, the same part of every group: as many groups, each shorter)
     layout     every tensor made contiguous
@@ -41,6 +42,7 @@ may be of the meta device, too large to hold).
 """
 from __future__ import annotations
 
+import math
 import re
 import time
 from dataclasses import dataclass, field, fields, replace
@@ -186,7 +188,7 @@ def _candidates(search, case: Case, message: str, memo: dict):
             yield f"rank {main.dim()} -> {main.dim() - 1}", _along_rows(case, lambda t: t[0])
     elif rec.counts is None and main.dim() == 1 and search.impl.domain.rank(2) == 2:  # one row: the empty batch
         yield "rows 1 -> 0", _along_rows(case, lambda t: t.unsqueeze(0)[:0])
-    yield from _halved(search, case, at[-1] if at else None, memo)
+    yield from _halved(search, case, at, memo)
     if any(t is not None and not t.is_contiguous() for t in case.tensors.values()):
         yield "made contiguous", case.copy(tensors={k: None if t is None else t.contiguous()
                                                     for k, t in case.tensors.items()})
@@ -244,10 +246,12 @@ def _row(search, case: Case) -> tuple[int, int, int]:
     return n, step, n // 2 if rec.halves else n
 
 
-def _halved(search, case: Case, column: int | None, memo: dict):
+def _halved(search, case: Case, at: tuple[int, ...] | None, memo: dict):
     """The case with its row length halved, inside the kernel's declared domain (``fit``): the
-    window of output columns holding ``column`` brought to the front first (each row input and
-    weight rotated alike: the same op on other, equally valid values), then the first columns."""
+    window of output columns holding the failing element's column brought to the front first (each
+    row input and weight rotated alike: the same op on other, equally valid values), then the one
+    holding the failing row's largest input (the element a shift or a square overflows, which is
+    often not the one that comes out wrong), then the first columns."""
     rec = case.record
     if not case.main.dim():
         return
@@ -258,9 +262,9 @@ def _halved(search, case: Case, column: int | None, memo: dict):
     limit = min(half, search.impl.domain.max_width or half)
     domain = replace(search.impl.domain, max_width=limit)
     keep = limit // 2 if rec.halves else limit
-    shifts = [0]
-    if column is not None and 0 <= column < m and column >= keep:
-        shifts.insert(0, column // max(keep, 1) * keep)
+    shifts = [c // max(keep, 1) * keep for c in (at[-1] if at else None, _peak_column(case, at, m))
+              if c is not None and keep <= c < m]
+    shifts = list(dict.fromkeys([*shifts, 0]))
     memo["cut"] = 2  # a halving kept: the cut-outs start again from halves
     for shift in shifts:
         moved = _rotated(case, shift) if shift else case
@@ -269,6 +273,17 @@ def _halved(search, case: Case, column: int | None, memo: dict):
         kept = out.main.shape[-1] // 2 if rec.halves else out.main.shape[-1]  # fit keeps a row's first columns
         out.cotangents = _each(moved.cotangents, lambda t: t[..., :kept])
         yield f"row length {n} -> {limit}", out
+
+
+def _peak_column(case: Case, at: tuple[int, ...] | None, m: int) -> int | None:
+    """The output column of the largest |x| (NaN and inf counted largest) in the failing element's
+    row (``at`` without its column), or in the whole main tensor where no element is named."""
+    x = case.main
+    row = x[at[:-1]] if at and len(at) == x.dim() and all(0 <= i < d for i, d in zip(at[:-1], x.shape)) else x
+    if not row.numel() or not row.is_floating_point():
+        return None
+    mag = row.detach().abs().double().nan_to_num(nan=math.inf).reshape(-1, x.shape[-1]).amax(0)
+    return int(mag.argmax()) % m if m else None
 
 
 def _cut_out(search, case: Case, memo: dict):
