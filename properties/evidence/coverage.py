@@ -7,8 +7,10 @@ Each result row holds the launches its check made (``harness.launches``: "module
                     "programs": [fewest, most]}}                 summed, their values' union, the
                                                                  programs' range (where known);
      "not_reached": [names]}                                     the jit functions defined in the
-                                                                 kernel's modules (``defined``) that
-                                                                 the run did not reach,
+                                                                 kernel's modules (``defined``), and
+                                                                 in the modules of those it launched
+                                                                 (a library's, behind an adapter),
+                                                                 that the run did not reach,
 
 or None where the modules define no jit function and the kernel launched none (not a Triton kernel).
 A function is *reached* when some row of the run (any kernel's) launched it, or when the source of a
@@ -36,9 +38,10 @@ from ..harness.launches import name, ordered
 def record(impl_id: str, rows: list[dict], modules) -> dict | None:
     """The coverage of kernel ``impl_id`` (module docstring): ``rows`` are the run's result rows (every
     kernel's, as the certificate holds them), ``modules`` the names of the kernel's modules (its code
-    record's ``files``; those not imported in this process are skipped)."""
+    record's ``files``; those not imported in this process are skipped), to which the modules of the
+    functions it launched are added (an adapter's library defines the paths its dispatch chooses)."""
     ran = _sum(r.get("launches", {}) for r in rows if r["impl"] == impl_id)
-    functions = defined(modules)
+    functions = defined([*modules, *dict.fromkeys(fn.partition(":")[0] for fn in ran)])
     if not functions and not ran:
         return None
     launched = {n for r in rows for n in r.get("launches", {})}

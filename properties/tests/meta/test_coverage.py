@@ -78,6 +78,15 @@ def test_the_functions_of_a_module_and_those_their_sources_call():
     assert coverage.defined([MODULE]) == {ROWS: {SQUARE}, BLOCKED: {SQUARE}, SQUARE: set()}
 
 
+def test_an_adapter_s_library_paths_not_reached_are_named_from_the_functions_it_launched():
+    """A kernel whose code record names only the user's adapter (Liger's ``_block_rms_norm_*`` live
+    in ``liger_kernel.ops.rms_norm``, behind ``liger.py``): the modules of the functions it launched
+    are read too, so the library's dispatch it never reached is named, not left out."""
+    rows = [{**report_samples.row("k", "accuracy", "float32"), "launches": {ROWS: {"launches": 2, "meta": {}}}}]
+    listed = coverage.record("k", rows, ["normcert.properties.tests.meta.test_coverage"])
+    assert list(listed["ran"]) == [ROWS] and listed["not_reached"] == [BLOCKED]
+
+
 def test_a_module_of_the_code_record_never_imported_under_its_name_is_passed_over():
     """A kernel's code record names files by module; one not in ``sys.modules`` (an eager kernel's
     package, triton imported only for the certificate's versions) defines nothing reached or not:
