@@ -296,8 +296,16 @@ def written(args, values):
             storage.copy_(values[name].detach().untyped_storage())
             v = values[name]
             flat = torch.empty(0, dtype=v.dtype, device=v.device).set_(storage, v.storage_offset(), v.shape, v.stride())
+            gone = id(args[name])
             del args[name]
-            args[name] = holding(flat, name)
+            misses = []  # built until one takes the dead weight's id (CPython hands a freed object's memory
+            for _ in range(8):  # to a later object of its size, not always the first one built)
+                new = holding(flat, name)
+                if id(new) == gone:
+                    break
+                misses.append(new)
+            args[name] = new
+            del misses
     elif state == "params load_state_dict":
         module = torch.nn.Module()
         for name in names:
