@@ -31,7 +31,7 @@ import numpy as np
 
 from .eft import two_prod
 from .float64_backend import proven_overflow
-from .special import INV_SQRT_2PI, near_zero
+from .special import INV_SQRT_2PI, NEAR_ZERO_TAILS
 
 with mpmath.workprec(256):
     K0 = mpmath.sqrt(2 / mpmath.pi)  # sqrt(2 / pi)
@@ -52,7 +52,7 @@ NEGLIGIBLE = {"none": -67.0, "tanh": -32.0}
 def _risky(approximate):
     """Where float64 loses the formula and mpmath evaluates it: the tanh form's g in [NEGLIGIBLE,
     UNDERFLOW) (the erf form's band has a float64 form, ``_erf_band``; a g near 0 has one in both,
-    ``special.near_zero``)."""
+    ``special.NEAR_ZERO_TAILS``)."""
     if approximate == "none":
         return None
     lo, hi = NEGLIGIBLE[approximate], UNDERFLOW[approximate]
@@ -102,10 +102,10 @@ def _erf_band(factors):
     return (lambda g, *_: (g < hi) & (g >= lo)), value
 
 
-_NEAR_ZERO = near_zero(lambda g, v: (g, v), lambda g, u, d: (u, d))  # g near 0: Phi(g), gelu'(g) = 1/2, both forms
-_TAILS = {"none": ((_erf_band(lambda g, r, v: (-r, v)), _NEAR_ZERO[0]),  # gelu(g) v: y = gelu(g) u, dup = dy gelu(g)
-                   (_erf_band(lambda g, r, u, d: (g - r / g, u, d)), _NEAR_ZERO[1])),  # dgate = d u gelu'(g)
-          "tanh": ((_NEAR_ZERO[0],), (_NEAR_ZERO[1],))}
+_VALUE_NEAR_ZERO, _SLOPE_NEAR_ZERO = NEAR_ZERO_TAILS  # g near 0: Phi(g), gelu'(g) = 1/2, both forms
+_TAILS = {"none": ((_erf_band(lambda g, r, v: (-r, v)), _VALUE_NEAR_ZERO),  # gelu(g) v: y = gelu(g) u, dup = dy gelu(g)
+                   (_erf_band(lambda g, r, u, d: (g - r / g, u, d)), _SLOPE_NEAR_ZERO)),  # dgate = d u gelu'(g)
+          "tanh": ((_VALUE_NEAR_ZERO,), (_SLOPE_NEAR_ZERO,))}
 
 
 def _cdf(B, g, approximate):

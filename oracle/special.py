@@ -94,19 +94,21 @@ def sigmoid_cubic(g: np.ndarray, c1, c3) -> np.ndarray:
 NEAR_ZERO = 2.0 ** -900
 
 
-def near_zero(value_factors, slope_factors):
-    """``pointwise``'s tails for a gated op's gate g near zero, 0 < |g| < NEAR_ZERO, where float64
-    forms g sigma(g) (or g Phi(g)) among subnormals and a later product with a huge up or dy makes
-    that rounding large: ``(where, value)`` for the op's value times v, ``(where, value)`` for its
-    slope times u d.
+def _near_zero(g, *_):
+    return (g != 0) & (np.abs(g) < NEAR_ZERO)
 
-    Each gate function f of SwiGLU and GeGLU (sigma(g), Phi(g), sigma(2 t(g))) and each slope
-    (silu'(g), gelu'(g), gelu_tanh'(g)) is 1/2 + O(|g|) with the O's constant under 1, so there
 
-        f(g) g v = g v / 2 (1 + d),    slope(g) u d = u d / 2 (1 + d'),    |d|, |d'| < 2**-898,
+NEAR_ZERO_TAILS = ((_near_zero, lambda B, g, v: B.exp_times(np.zeros_like(g), g, v, 0.5)),
+                   (_near_zero, lambda B, g, u, d: B.exp_times(np.zeros_like(g), u, d, 0.5)))
+"""``pointwise``'s tails for a gated op's gate g near zero, 0 < |g| < NEAR_ZERO, where float64
+forms g sigma(g) (or g Phi(g)) among subnormals and a later product with a huge up or dy makes
+that rounding large: (where, value) for the op's value times v, f(g) g v, and (where, value) for
+its slope times u d.
 
-    and ``exp_times(0, g, v, 1/2)`` (the mantissas' two products, one ldexp) is within 1 ulp, and
-    one rounding among subnormals, of the exact value: inside the ORACLE term."""
-    where = lambda g, *_: (g != 0) & (np.abs(g) < NEAR_ZERO)  # noqa: E731 - one line each
-    return ((where, lambda B, g, *a: B.exp_times(np.zeros_like(g), *value_factors(g, *a), 0.5)),
-            (where, lambda B, g, *a: B.exp_times(np.zeros_like(g), *slope_factors(g, *a), 0.5)))
+Each gate function f of SwiGLU and GeGLU (sigma(g), Phi(g), sigma(2 t(g))) and each slope
+(silu'(g), gelu'(g), gelu_tanh'(g)) is 1/2 + O(|g|) with the O's constant under 1, so there
+
+    f(g) g v = g v / 2 (1 + d),    slope(g) u d = u d / 2 (1 + d'),    |d|, |d'| < 2**-898,
+
+and ``exp_times(0, g, v, 1/2)`` (the mantissas' two products, one ldexp) is within 1 ulp, and
+one rounding among subnormals, of the exact value: inside the ORACLE term."""

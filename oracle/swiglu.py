@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from .float64_backend import proven_overflow
-from .special import near_zero
+from .special import NEAR_ZERO_TAILS
 
 
 def _sigmas(B, g):
@@ -70,9 +70,8 @@ def _band(factors):
             lambda B, g, *a: B.exp_times(g, *factors(g, *a)))
 
 
-_NEAR_ZERO = near_zero(lambda g, v: (g, v), lambda g, u, d: (u, d))  # g near 0: sigma(g), silu'(g) = 1/2
-_SILU_TIMES = (_band(lambda g, v: (g, v)), _NEAR_ZERO[0])  # silu(g) v: y = silu(g) u, dup = dy silu(g)
-_DSILU_TIMES = (_band(lambda g, u, d: (1 + g, u, d)), _NEAR_ZERO[1])  # dgate = d u silu'(g)
+_SILU_TIMES = (_band(lambda g, v: (g, v)), NEAR_ZERO_TAILS[0])  # silu(g) v: y = silu(g) u, dup = dy silu(g)
+_DSILU_TIMES = (_band(lambda g, u, d: (1 + g, u, d)), NEAR_ZERO_TAILS[1])  # dgate = d u silu'(g)
 
 
 def _sigma_low(g):

@@ -32,7 +32,7 @@ import inspect
 import sys
 import textwrap
 
-from ..harness.launches import name, ordered
+from ..harness.launches import name, ordered, spanned
 
 
 def record(impl_id: str, rows: list[dict], modules) -> dict | None:
@@ -140,8 +140,7 @@ def _sum(tallies) -> dict:
             for k, v in t["meta"].items():
                 entry["meta"][k] = _union(entry["meta"].get(k, []), v)
             if "programs" in t:
-                lo, hi = entry.get("programs", t["programs"])
-                entry["programs"] = [min(lo, t["programs"][0]), max(hi, t["programs"][1])]
+                entry["programs"] = spanned(entry.get("programs"), t["programs"])
     return {fn: {"launches": t["launches"], "meta": dict(sorted(t["meta"].items())),
                  **({"programs": t["programs"]} if "programs" in t else {})} for fn, t in sorted(out.items())}
 

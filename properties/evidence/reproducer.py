@@ -49,7 +49,7 @@ from typing import Callable
 
 from ...oracle.formats import BY_NAME, fmt
 from .. import families
-from ..harness.calling import _rewritten, effective, leaf_names, parameters
+from ..harness.calling import REBUILDS, _rewritten, effective, leaf_names, parameters
 from .files import why_not_writable, write_atomic
 from .literals import LITERAL_ELEMENTS, source, span
 from .replay import load, tested
@@ -167,7 +167,7 @@ def export(replay: str, output: str, given: list[str]) -> str:
     text = TEMPLATE.format(imports=_imports(literal is None), needs="torch" if literal else "torch, numpy",
                            settings=_wrapped(json.dumps(settings)), call=call_text(rec, case.oracle_args()),
                            load_case=literal or ARCHIVED.format(inline=repr(inline), path=repr(os.path.abspath(replay))),
-                           spec=f"{op}={module}:{attr}")
+                           spec=f"{op}={module}:{attr}", rebuilds=REBUILDS)
     write_atomic(output, text)
     os.chmod(output, 0o755 & ~_umask())
     how = ("the case as literals" if literal else "the case inlined" if inline
@@ -299,7 +299,7 @@ def written(args, values):
             gone = id(args[name])
             del args[name]
             misses = []  # built until one takes the dead weight's id (CPython hands a freed object's memory
-            for _ in range(8):  # to a later object of its size, not always the first one built)
+            for _ in range({rebuilds}):  # to a later object of its size, not always the first one built)
                 new = holding(flat, name)
                 if id(new) == gone:
                     break

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import sys
 import threading
 
@@ -108,14 +109,16 @@ def _programs(key: str, grid) -> None:
         dims = [int(d) for d in (grid if isinstance(grid, (tuple, list)) else (grid,))]
     except (TypeError, ValueError):  # not a grid: the launch will say so
         return
-    n = 1
-    for d in dims:
-        n *= d
+    n = math.prod(dims)
     with _lock:
         entry = _tally.get(key)
         if entry is not None:  # None: taken by a result since the launch began (a thread's late launch)
-            lo, hi = entry.get("programs", (n, n))
-            entry["programs"] = [min(lo, n), max(hi, n)]
+            entry["programs"] = spanned(entry.get("programs"), [n, n])
+
+
+def spanned(a: list | None, b: list) -> list:
+    """The range [fewest, most] of programs that covers both ranges (``a`` None: none yet)."""
+    return list(b) if a is None else [min(a[0], b[0]), max(a[1], b[1])]
 
 
 def _add(fn, args, kwargs) -> str:

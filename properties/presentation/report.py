@@ -24,7 +24,6 @@ page (``compare.html``) shares the style.
 from __future__ import annotations
 
 import functools
-
 import math
 import os
 import re

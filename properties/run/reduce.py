@@ -277,9 +277,10 @@ def _halved(search, case: Case, at: tuple[int, ...] | None, memo: dict):
 
 def _peak_column(case: Case, at: tuple[int, ...] | None, m: int) -> int | None:
     """The output column of the largest |x| (NaN and inf counted largest) in the failing element's
-    row (``at`` without its column), or in the whole main tensor where no element is named."""
+    row (``at``, of the main tensor's rank, without its column), or in the whole main tensor where
+    no element is named."""
     x = case.main
-    row = x[at[:-1]] if at and len(at) == x.dim() and all(0 <= i < d for i, d in zip(at[:-1], x.shape)) else x
+    row = x[at[:-1]] if at and all(0 <= i < d for i, d in zip(at[:-1], x.shape)) else x
     if not row.numel() or not row.is_floating_point():
         return None
     mag = row.detach().abs().double().nan_to_num(nan=math.inf).reshape(-1, x.shape[-1]).amax(0)

@@ -446,7 +446,7 @@ def _near_zero_gates(rng, n):  # 0 < |g| < 2**-900: subnormal ones, the smallest
     ids=["swiglu-underflow", "geglu-underflow", "swiglu-near-zero", "geglu-near-zero", "geglu-tanh-near-zero"])
 def test_the_float64_form_of_a_band_float64_loses_is_mpmath_s_value_to_the_oracle_term(op, approximate, gates):
     """Where e**g or Phi(g) underflows float64 (``swiglu._band``, ``geglu._erf_band``), and where
-    a gate near 0 makes g sigma(g) a subnormal (``special.near_zero``), the float64 path no longer
+    a gate near 0 makes g sigma(g) a subnormal (``special.NEAR_ZERO_TAILS``), the float64 path no longer
     sends each element to mpmath: its value, formed by ``exp_times``, must be mpmath's to ORACLE
     (|exact| + LAM_64), for y, dgate and dup, over up and dy of every binade (normal, subnormal
     and past 2**1000 results), the band's ends included."""
