@@ -63,10 +63,12 @@ def frames() -> dict:
 
 def advancing(seen: dict) -> bool:
     """Did any thread advance since ``seen`` was taken (updated in place to now)?  A thread advances
-    where the interpreter started a program in it, or where it is inside the oracle."""
+    where the interpreter started a program in it since the last look, or where it is inside the
+    oracle.  A thread first seen now is no news whatever its count: CPython hands an ended thread's
+    ident to the next thread it starts, and the count kept under that ident is the ended thread's."""
     frames_now = frames()
     now = {ident: interpreter.programs_so_far(ident) for ident in frames_now}  # never imports triton
-    moved = any(count != seen.get(ident, 0) for ident, count in now.items())
+    moved = any(ident in seen and count != seen[ident] for ident, count in now.items())
     seen.clear()
     seen.update(now)
     return moved or any(in_oracle(frame) for frame in frames_now.values())

@@ -183,6 +183,24 @@ def test_the_pulse_beats_while_interpreted_programs_run_where_no_watchdog_looks(
     assert not _touched(tmp_path / "still", lambda: threading.Event().wait(0.6), 0.6)
 
 
+def test_a_thread_that_takes_an_ended_thread_s_ident_is_not_news_to_the_pulse(monkeypatch):
+    """CPython hands an ended thread's ident to the next thread: the count kept under it is the
+    ended thread's, and a thread first seen with it has not advanced (a quick tier's pulse beat
+    beside a thread that only waited, where the pulse first looked before the thread began)."""
+    release = threading.Event()
+    waiter = threading.Thread(target=release.wait, daemon=True)
+    waiter.start()
+    try:
+        monkeypatch.setattr(interpreter, "programs_so_far", lambda ident: 16 if ident == waiter.ident else 0)
+        seen: dict = {}
+        pulse.advancing(seen)
+        seen.pop(waiter.ident)  # the pulse looked before the waiter began
+        assert not pulse.advancing(seen)
+        assert seen[waiter.ident] == 16 and not pulse.advancing(seen)
+    finally:
+        release.set()
+
+
 PULSE_BESIDE_AN_IMPORT = """
 import importlib.abc, os, sys, types
 os.environ["TRITON_INTERPRET"] = "1"
