@@ -82,7 +82,8 @@ binding at its end.  normcert binds each language module once for the process, a
 or helper call that sees it, and leaves it bound (under the interpreter no launch runs the
 unbound language); a kernel's own globals (the libdevice names) are still bound per launch and
 undone at its end.  And ``_get_np_dtype``'s answers are kept, not rebuilt at each call
-(``_np_dtypes_once``).  Outputs are bitwise the same (``test_interpreter``); a call of a registry
+(``_np_dtypes_once``), as are the block types and tensor shapes Triton's semantic layer builds at
+each operation (``interpreter_types``).  Outputs are bitwise the same (``test_interpreter``); a call of a registry
 Triton kernel is 1.2 to 1.6 times as fast as with Triton's binding at every call, and a launch in
 one thread no longer undoes the binding under a launch running in another
 (``benchmarks/interpreter.py``).
@@ -118,12 +119,13 @@ def install() -> list[str]:
         from . import interpreter_probes as probes  # noqa: PLC0415 - imports triton
     except ImportError:
         return []
-    from . import interpreter_bf16, interpreter_fp8, launches  # noqa: PLC0415
+    from . import interpreter_bf16, interpreter_fp8, interpreter_types, launches  # noqa: PLC0415
 
     with launches.paused():  # the probe kernels are normcert's, no kernel's launches
         made = _corrected(probes, interpreter_bf16, interpreter_fp8)
     _bind_language_once()
     _np_dtypes_once()
+    interpreter_types.install()
     return made
 
 

@@ -22,8 +22,9 @@ import torch
 
 pytest.importorskip("triton")
 
-from ..harness import interpreter, interpreter_bf16 as bf16  # noqa: E402
-from ...impls import registry  # noqa: E402
+from ..harness import interpreter, interpreter_bf16 as bf16, interpreter_types  # noqa: E402
+from ...impls import OPS, registry  # noqa: E402
+from ...oracle.formats import bits  # noqa: E402
 from ..harness import probes  # noqa: E402
 from ..run import runner
 from ..families import BY_NAME  # noqa: E402
@@ -270,3 +271,46 @@ def test_the_kept_numpy_types_are_the_interpreter_s_own():
              tl.uint32, tl.int64, tl.uint64, tl.float8e5, tl.float8e4nv, tl.pointer_type(tl.float32)]
     for ty in types + [tl.block_type(t, [4]) for t in types]:
         assert kept(ty) == kept(ty) == kept.normcert_built(ty), ty
+
+
+def test_the_kept_block_types_are_shared_and_equal_to_triton_s_own():
+    """``interpreter_types`` hands out one block type per (element type, shape), equal to the one
+    Triton builds; a block of pointers (no hash) is built afresh; a tensor's shape is made once per
+    type and equals itself."""
+    import triton.language as tl
+
+    interpreter_types.install()
+    block = tl.block_type(tl.float32, [4, 2])
+    half = block.with_element_ty(tl.float16)
+    assert half is block.with_element_ty(tl.float16)
+    assert half == tl.block_type.with_element_ty.normcert_built(block, tl.float16) and half.shape == (4, 2)
+    pointers = block.with_element_ty(tl.pointer_type(tl.float32))
+    assert pointers is not block.with_element_ty(tl.pointer_type(tl.float32))
+    assert pointers == tl.block_type(tl.pointer_type(tl.float32), [4, 2])
+    a, b = tl.tensor(None, half), tl.tensor(None, half)
+    assert a.shape is b.shape and bool(a.shape == b.shape) and int(a.numel) == 8
+    assert [int(s) for s in a.shape] == [4, 2] and a.dtype == tl.float16
+    assert tl.tensor(None, tl.float32).shape == tl.tuple([]) and int(tl.tensor(None, tl.float32).numel) == 1
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "swiglu", "rms_norm_group_quant", "rms_norm_fp4_quant"])
+@pytest.mark.parametrize("in_dtype", [torch.float32, torch.bfloat16])
+def test_the_kept_types_give_the_bits_triton_s_own_give(op, in_dtype):
+    """A registry Triton kernel under the interpreter gives the same bits with the block types and
+    shapes kept (``interpreter_types``) as with Triton's own functions."""
+    if not interpreter.active():
+        pytest.skip("a GPU: no interpreter")
+    interpreter.install()
+    impl = next(i for i in registry() if i.op == op and i.backend == "triton")
+    rec = OPS[op]
+    torch.manual_seed(0)
+    a = rec.sample(in_dtype, "cpu", rows=5, width=96 if rec.halves else 48)
+    outs = []
+    try:
+        for types in (interpreter_types.uninstall, interpreter_types.install):
+            types()
+            with torch.no_grad():
+                outs.append(rec.call_outputs(impl.fn, a))
+    finally:
+        interpreter_types.install()
+    assert all(torch.equal(bits(x), bits(y)) for x, y in zip(*outs))
