@@ -25,15 +25,14 @@ from __future__ import annotations
 import math
 
 
-def _replaced(with_element_ty, get_block_ty, tensor_init, tuple_eq):
-    """(owner, attribute, replacement) for each function of Triton's that ``install`` replaces."""
+def _targets() -> tuple:
+    """(owner, attribute) of each function of Triton's that ``install`` replaces, in the order of
+    its replacements."""
     from triton.language import core  # noqa: PLC0415
     from triton.runtime import interpreter  # noqa: PLC0415
 
-    return ((core.block_type, "with_element_ty", with_element_ty),
-            (interpreter.InterpreterBuilder, "get_block_ty", get_block_ty),
-            (core.tensor, "__init__", tensor_init),
-            (core.tuple, "__eq__", tuple_eq))
+    return ((core.block_type, "with_element_ty"), (interpreter.InterpreterBuilder, "get_block_ty"),
+            (core.tensor, "__init__"), (core.tuple, "__eq__"))
 
 
 def install() -> None:
@@ -51,10 +50,11 @@ def install() -> None:
         shape = tuple(shape)  # ints, as the semantic layer passes them; else unwrapped as Triton does
         if not all(type(s) is int for s in shape):
             shape = tuple(core._unwrap_shape(shape))
+        key = (type(element_ty), element_ty, shape)
         try:
-            return kept[(type(element_ty), element_ty, shape)]
+            return kept[key]
         except KeyError:
-            made = kept[(type(element_ty), element_ty, shape)] = make(element_ty, list(shape))
+            made = kept[key] = make(element_ty, list(shape))
             return made
         except TypeError:  # a pointer type: no hash
             return make(element_ty, list(shape))
@@ -82,14 +82,14 @@ def install() -> None:
     def same_tuple(self, other):  # a shared shape against itself: what list equality gives
         return core.constexpr(True) if other is self else tuple_eq(self, other)
 
-    for owner, name, replacement in _replaced(with_element_ty, get_block_ty, tensor_init, same_tuple):
+    for (owner, name), replacement in zip(_targets(), (with_element_ty, get_block_ty, tensor_init, same_tuple)):
         replacement.normcert_built = getattr(owner, name)
         setattr(owner, name, replacement)
 
 
 def uninstall() -> None:
     """Triton's own functions back (for ``benchmarks/interpreter.py``'s side-by-side run)."""
-    for owner, name, _ in _replaced(None, None, None, None):
+    for owner, name in _targets():
         built = getattr(getattr(owner, name), "normcert_built", None)
         if built is not None:
             setattr(owner, name, built)
