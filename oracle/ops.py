@@ -48,6 +48,10 @@ X, RESIDUAL, WEIGHT, BIAS, EPS = Arg("x", "rows"), Arg("residual", "stream"), Ar
     Arg("bias", "bias"), Arg("eps", "eps")
 GATE, UP = Arg("gate", "rows"), Arg("up", "rows")
 APPROXIMATE = Arg("approximate", "approximate")
+MLP_WIDTH = 53248
+"""The gated activations' longest row (``Op.max_width``): an MLP's intermediate width, up to Llama-3.1
+405B's 53,248 (its ``config.json``); the norms' rows, hidden sizes, stay within the default 16,384.  A
+halves op's x holds two such rows."""
 SCALE = Arg("scale", "scale")
 Y, RESIDUAL_OUT = Out("y"), Out("residual_out", like="residual", rounded=True)  # x + residual, rounded once
 Y_FP8 = Out("y", dtype=torch.float8_e4m3fn, quantised=True)
@@ -80,7 +84,8 @@ def _on_halves(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     oracle, bound = (lambda f: halves.oracle(f, main, parts)), (lambda f: bounds_derived.halves(f, main, parts))
     return Op(name, args, base.outs, (main,), oracle(base.forward), oracle(base.vjp),
               bound(base.forward_bound), bound(base.grad_bound), call=call,
-              rowwise=base.rowwise, halves=True, indeterminate=bound(base.indeterminate))
+              rowwise=base.rowwise, halves=True, indeterminate=bound(base.indeterminate),
+              max_width=2 * base.max_width)
 
 
 def _fused(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
@@ -108,7 +113,7 @@ def _quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     main, scale = args[0].name, args[-1].name
     return Op(name, args, (Y_FP8, *base.outs[1:]), (), quantised.forward(base.forward, scale), None,
               bounds_derived.quantised(base.forward_bound, main, scale), None, call=call,
-              rowwise=base.rowwise, scale_invariant=base.scale_invariant)
+              rowwise=base.rowwise, scale_invariant=base.scale_invariant, max_width=base.max_width)
 
 
 def _dynamic_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
@@ -121,7 +126,7 @@ def _dynamic_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
     return Op(name, args, (Y_DYNAMIC, SCALES, *base.outs[1:]), (),
               dynamic_quant.forward(base.forward, qdtype, scale_ub, nan, floor),
               None, bounds_quant.dynamic(base.forward_bound, main, qdtype, nan, base.indeterminate), None, call=call,
-              rowwise=base.rowwise, scale_invariant=base.scale_invariant, halves=base.halves)
+              rowwise=base.rowwise, scale_invariant=base.scale_invariant, halves=base.halves, max_width=base.max_width)
 
 
 def _group_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
@@ -138,7 +143,7 @@ def _group_quantised(name: str, base: Op, args: tuple[Arg, ...], call) -> Op:
               bounds_quant.per_group(base.forward_bound, main, "float8_e4m3fn", group, form, nan, base.indeterminate),
               None,
               call=call, rowwise=base.rowwise, scale_invariant=base.scale_invariant, width_multiple=max(GROUPS),
-              halves=base.halves)
+              halves=base.halves, max_width=base.max_width)
 
 
 def _zero_padding(x, counts):
@@ -220,7 +225,7 @@ LAYER_NORM = Op("layer_norm", (X, WEIGHTLESS_WEIGHT, WEIGHTLESS_BIAS, EPS), (Y,)
 SWIGLU = Op("swiglu", (GATE, UP), (Y,), ("gate", "up"),
             swiglu.forward, swiglu.vjp, bounds_gated.swiglu_fwd, bounds_gated.swiglu_bwd,
             call=lambda fn, a: fn(a["gate"], a["up"]),
-            rowwise=True, indeterminate=bounds_gated.swiglu_indeterminate)
+            rowwise=True, indeterminate=bounds_gated.swiglu_indeterminate, max_width=MLP_WIDTH)
 SILU_AND_MUL = _on_halves("silu_and_mul", SWIGLU, (X,), call=lambda fn, a: fn(a["x"]))
 SILU_AND_MUL_DYNAMIC_QUANT = _dynamic_quantised(
     "silu_and_mul_dynamic_quant", SILU_AND_MUL, (X, QDTYPE, SCALE_UB, NAN, FLOOR),
@@ -234,7 +239,7 @@ SILU_AND_MUL_GROUP_QUANT_MASKED = _counted(
 GEGLU = Op("geglu", (GATE, UP, APPROXIMATE), (Y,), ("gate", "up"),
            geglu.forward, geglu.vjp, bounds_gated.geglu_fwd, bounds_gated.geglu_bwd,
            call=lambda fn, a: fn(a["gate"], a["up"], a["approximate"]),
-           rowwise=True, indeterminate=bounds_gated.geglu_indeterminate)
+           rowwise=True, indeterminate=bounds_gated.geglu_indeterminate, max_width=MLP_WIDTH)
 
 OPS: dict[str, Op] = {
     op.name: op

@@ -28,11 +28,15 @@ from hypothesis import strategies as st
 
 from ..declared.domain import MANY_ROWS
 
+SEARCH_WIDTH = 16384
+"""The random search's longest x row (``strategies.row_lengths``): past 4096 (a single block) and 8192,
+and a norm's widest hidden size (Llama-3.1 405B's).  Wider rows, a gated activation's MLP widths, are
+the "model" bucket's."""
 LONG_WIDTH = 16384  # one row: past 4096 (a single block) and 8192
 BLOCKS = (256, 512, 1024, 4096, 8192)  # the block sizes of the buckets' widths: a kernel's tile of a row
 ODD_WIDTHS = (769, 3584, 5125, 4097, 8193)  # just past multiples of 256, 512, 1024, 4096, 8192 (BLOCKS)
 PAST_ROWS = 2  # "past": rows of B + k, one bucket per block B of BLOCKS, k spun in [1, B)
-MODEL_ROWS = 2  # "model": rows of one of MODEL_WIDTHS, spun
+MODEL_ROWS = 2  # "model": rows of one of MODEL_WIDTHS, spun (one row past the search's widths)
 MODEL_WIDTHS = (9216, 12288, 13824, 14336, 14848, 16384, 18432, 20480, 28672, 29568, 53248)
 """Row lengths of released models past 8192 (each model's published configuration: its paper or its
 ``config.json``): hidden sizes 9216 (OPT-66B), 12288 (GPT-3 175B, OPT-175B, Command R+), 14336
@@ -41,7 +45,9 @@ MODEL_WIDTHS = (9216, 12288, 13824, 14336, 14848, 16384, 18432, 20480, 28672, 29
 Mixtral 8x7B, Llama-3 8B), 18432 (DeepSeek-V3's dense layers), 20480 (Yi-34B), 28672 (Llama-2 70B,
 Llama-3 70B), 29568 (Qwen2-72B), 53248 (Llama-3.1 405B).  (Llama-2/3 70B and Qwen2-72B are 8192
 wide, a block: "long" and "odd" hold it.)  The "model" bucket draws those an op's max_width admits
-(16384: the norms' rows up to Llama-3.1 405B's); the random search's row lengths hold them too."""
+past the random search's longest row where there are any (a gated activation's, up to
+``oracle.ops.MLP_WIDTH``), else any of them (a norm's, up to 16384, which the search's row lengths
+also hold)."""
 MANY_ROWS_INTERPRETED = 1025  # under Triton's interpreter every program is a Python loop iteration
 LONG_RUN = "long_run"  # the served family's bucket of many calls on one small case
 LONG_RUN_CALLS = 1 << 16  # its calls: past a 2048-slot ring, a 4096-slot one and an int16 counter's 32767
@@ -121,7 +127,9 @@ def buckets(rec, spin: int, interpreted: bool = False, calls: int = LONG_RUN_CAL
     past     PAST_ROWS rows of B + k for each block B of BLOCKS, k spun in [1, B): a last partial
              block of any length, not only a +1 tail (one bucket per B; those past the op's
              max_width left out)
-    model    MODEL_ROWS rows of one of MODEL_WIDTHS the op admits, spun: a released model's row
+    model    MODEL_ROWS rows of one of MODEL_WIDTHS the op admits, spun: a released model's row;
+             where some are past the search's longest output row (SEARCH_WIDTH, halved for a
+             halves op), one row of one of those: a row no random case reaches
     many     MANY_ROWS rows of a small width
     qk       (headwise ops) QK_TOKENS x QK_HEADS x one of HEAD_DIMS, the k part of a fused QKV
              projection (layout "fused_qkv"): QK-norm as models call it
@@ -160,7 +168,7 @@ def buckets(rec, spin: int, interpreted: bool = False, calls: int = LONG_RUN_CAL
     return (make("long", 1, LONG_WIDTH),
             make("odd", 3, ODD_WIDTHS[odd]),
             make("strided", 3, ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], layout="sliced"),
-            *_past(cap, spin, make), *_model(cap, spin, make),
+            *_past(cap, spin, make), *_model(cap, SEARCH_WIDTH // 2 if rec.halves else SEARCH_WIDTH, spin, make),
             make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1])) + qk \
         + _million(rec, spin) + near_constant_buckets(rec, spin) + tiny_scale_buckets(rec, spin) + ties_buckets(rec, spin) + (long_run,) \
         + _loud(rec, spin, make)
@@ -174,10 +182,13 @@ def _past(cap: int, spin: int, make) -> tuple[Bucket, ...]:
     return tuple(make("past", PAST_ROWS, b + k, note=f"{b} + {k}") for b, k in ks)
 
 
-def _model(cap: int, spin: int, make) -> tuple[Bucket, ...]:
-    """"model": MODEL_ROWS rows of one of the MODEL_WIDTHS within ``cap``, spun (none where none is)."""
-    widths = [w for w in MODEL_WIDTHS if w <= cap]
-    return (make("model", MODEL_ROWS, widths[_mix(spin, "model") % len(widths)]),) if widths else ()
+def _model(cap: int, searched: int, spin: int, make) -> tuple[Bucket, ...]:
+    """"model": one of the MODEL_WIDTHS within ``cap``, spun (none where none is): one row of one
+    past ``searched`` (the random search's longest output row) where any is, so that over seeds every
+    MLP width the search never draws is run; else MODEL_ROWS rows of any of them."""
+    past = [w for w in MODEL_WIDTHS if searched < w <= cap]
+    widths, rows = (past, 1) if past else ([w for w in MODEL_WIDTHS if w <= cap], MODEL_ROWS)
+    return (make("model", rows, widths[_mix(spin, "model") % len(widths)]),) if widths else ()
 
 
 def _loud(rec, spin: int, make) -> tuple[Bucket, ...]:

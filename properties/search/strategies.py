@@ -51,8 +51,8 @@ from ...oracle.formats import compute_format, fmt, to_float64
 from ...oracle.kinds import KINDS
 from ...oracle.validate import stream_dtypes
 
-from .buckets import (BLOCKS, HEAD_DIMS, MODEL_WIDTHS, NEAR_CONSTANT_EPS, NEAR_CONSTANT_SUBLAYER, QK_HEADS, Bucket,
-                      choice, integer)
+from .buckets import (BLOCKS, HEAD_DIMS, MODEL_WIDTHS, NEAR_CONSTANT_EPS, NEAR_CONSTANT_SUBLAYER, QK_HEADS,
+                      SEARCH_WIDTH, Bucket, choice, integer)
 from .case import Case
 
 PROFILES = ("normal", "lattice", "offset", "constant", "zeros", "near_max", "subnormal", "wide")
@@ -119,7 +119,7 @@ def device_normal(shape: tuple[int, int], dtype, device, seed: int, stride: int 
     return view
 
 
-def row_lengths(max_n=16384):
+def row_lengths(max_n=SEARCH_WIDTH):
     """A row length up to max_n: a prime, a power of two, a common width, a released model's
     (``buckets.MODEL_WIDTHS``), or B + k past a block B of ``buckets.BLOCKS`` (k in [1, B)), or a
     short one (at most 300)."""
@@ -130,7 +130,7 @@ def row_lengths(max_n=16384):
 
 
 @st.composite
-def shapes(draw, n=None, max_rank=4, max_elems=MAX_ELEMS, max_n=16384, even=False, min_rows=0, multiple=1):
+def shapes(draw, n=None, max_rank=4, max_elems=MAX_ELEMS, max_n=SEARCH_WIDTH, even=False, min_rows=0, multiple=1):
     """Rank 1..4; last dim n (a multiple of ``multiple``: rounded up to one, and kept <= max_n
     where max_n allows one);
     total <= max_elems (min_rows permitting).
@@ -156,7 +156,7 @@ def shapes(draw, n=None, max_rank=4, max_elems=MAX_ELEMS, max_n=16384, even=Fals
 
 
 @st.composite
-def qk_shapes(draw, max_elems=MAX_ELEMS, max_n=16384, min_rows=0):
+def qk_shapes(draw, max_elems=MAX_ELEMS, max_n=SEARCH_WIDTH, min_rows=0):
     """(tokens, heads, head_dim) of a QK-norm call, or None where none fits: head_dim one of
     HEAD_DIMS (<= max_n), heads 1..QK_HEADS, tokens 1..4, at most max_elems elements and at least
     min_rows rows (tokens x heads)."""
@@ -554,7 +554,7 @@ class Drawing:
 
 
 @st.composite
-def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MAX_ELEMS, max_n=16384,
+def cases(draw, op, dtype, device, profiles=PROFILES, hostile=True, max_elems=MAX_ELEMS, max_n=SEARCH_WIDTH,
           min_rows=0, padded=False, bucket=None):
     """A Case for ``op`` with the given dtype on the given device, every argument drawn by its kind.
 

@@ -64,6 +64,21 @@ def test_a_fused_form_draws_as_its_base_does(op):
     assert (rec.width_multiple, rec.max_width, rec.max_rank) == (base.width_multiple, base.max_width, base.max_rank)
 
 
+def test_an_op_s_rows_reach_its_base_s_widths():
+    """A derived op draws rows as long as its base's: a [gate | up] op's x twice its base's rows (its
+    outputs reach the MLP widths, ``oracle.ops.MLP_WIDTH``), a quantised or masked form its base's
+    (a quantised SiluAndMul capped below the widths models run at would certify a kernel that
+    never loops past one block)."""
+    ops = oracle.OPS
+    assert ops["swiglu"].max_width == ops["geglu"].max_width == oracle.ops.MLP_WIDTH
+    assert ops["silu_and_mul"].max_width == ops["gelu_and_mul"].max_width == 2 * oracle.ops.MLP_WIDTH
+    for name in ("silu_and_mul_dynamic_quant", "silu_and_mul_group_quant", "silu_and_mul_group_quant_masked",
+                 "silu_and_mul_fp4_quant"):
+        assert ops[name].max_width == ops["silu_and_mul"].max_width, name
+    for name in ("rms_norm_fp8", "rms_norm_dynamic_quant", "rms_norm_group_quant", "rms_norm_fp4_quant"):
+        assert ops[name].max_width == ops["rms_norm"].max_width, name
+
+
 def test_compiled_quantised_kernels_leave_float64_out():
     """Inductor's Triton backend has no float64 -> float8 conversion (``impls.compiled.QUANTISED_DOMAIN``,
     seen on an H100): a compiled quantised kernel's float64 calls fail to compile, so its domain leaves

@@ -2,7 +2,8 @@
 draws (``buckets.buckets``: a row past 4096 columns, a partial block, more than 65,535 rows,
 more than 32 heads, more than 2**20 elements), or past 2**31 elements (at 2**16 here, a CPU's scale).
 
-Most are rms_norm's; two are layer_norm's.  layer_norm's ``ln_uncentred_backward``, killed by the
+Most are rms_norm's; two are layer_norm's, two a gated activation's (a row past the random search's
+widths, an MLP's).  layer_norm's ``ln_uncentred_backward``, killed by the
 near-constant buckets (rows of a value, not a shape), is in ``layer_norms``.
 """
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .....impls.eager import layer_norm, rms_formula, up
+from .....impls.eager import layer_norm, rms_formula, swiglu, up
 from ..expect import batch_size_bug, bucket_bug, bug, correct
 
 __all__ = ["rms_batch_dependent", "rms_block_size_by_batch", "rms_ignores_tail_past_4096", "rms_drops_partial_block",
            "ln_rows_past_65535_unlaunched", "rms_elements_past_2_20_unwritten", "rms_heads_past_32_unlaunched",
            "rms_grad_ignores_tail_past_4096", "ln_grad_rows_past_65535_unlaunched", "SMALL_LIMIT",
-           "rms_offsets_wrap_past_2_16", "rms_drops_partial_block_past_8192", "rms_blocks_of_8192"]
+           "rms_offsets_wrap_past_2_16", "rms_drops_partial_block_past_8192", "rms_blocks_of_8192",
+           "silu_and_mul_one_block_of_8192", "swiglu_one_block_of_16384"]
 
 
 # ------------------------------------------------------------------ a reduction order that depends on the batch
@@ -100,6 +102,29 @@ def rms_blocks_of_8192(x, weight, eps):
 
 rms_drops_partial_block_past_8192.normcert_domain = rms_blocks_of_8192.normcert_domain = \
     "dtypes=float32,float16,bfloat16"
+
+
+def _one_block(y, block: int):
+    """y with its columns past ``block`` left as an output buffer's zeros: one block of a row, no loop."""
+    y = y.clone()
+    y[..., block:] = 0
+    return y
+
+
+@bucket_bug("silu_and_mul", "accuracy")
+def silu_and_mul_one_block_of_8192(x):
+    """SiluAndMul written for hidden sizes: one block of 8192 output columns, no loop over the rest, so
+    an MLP row (Llama-3 8B's 14,336, Llama-2 70B's 28,672) is written only up to 8192.  The random
+    search's x rows end at 16,384 (8192 out): only the "model" bucket reaches past it."""
+    gate, value = x.chunk(2, dim=-1)
+    return _one_block(swiglu(gate, value), 8192)
+
+
+@bucket_bug("swiglu", "accuracy")
+def swiglu_one_block_of_16384(gate, up_):
+    """SwiGLU with one block of 16,384 columns and no loop: right up to the random search's longest
+    row, the columns past it of an MLP row (28,672, 53,248) left zero."""
+    return _one_block(swiglu(gate, up_), 16384)
 
 
 @bucket_bug("layer_norm", "accuracy")
