@@ -7,7 +7,7 @@
 * a failure is printed once: ``outcomes`` raises pytest's failure ``from None``, so pytest no longer
   prints the ``PropertyFailure`` again as its context (also in a plain pytest run of the suite);
 * pytest's session (rootdir, the temporary ini, module paths, item counts) is gone by default and
-  back with ``-v`` / ``--pytest-output``.
+  back with ``-v`` / ``--pytest-output``, without torch's structured-trace records in its captured logs.
 """
 from __future__ import annotations
 
@@ -185,6 +185,28 @@ def test_pytest_s_session_is_back_with_the_flag(folder):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "test session starts" in out.stdout and re.search(r"\n=+ \d+ passed", out.stdout), out.stdout
     assert "[1/1] pass" not in out.stdout and "normcert verdict: certified" in out.stdout
+
+
+TRACING = ("import logging\n\n"
+           "from mykern import wrong\n\n"
+           "TRACE = logging.getLogger('torch.__trace')\n"
+           "for name in ('torch', 'torch.__trace'):  # up to the root logger, as torch 2.11 let them on an H200\n"
+           "    logging.getLogger(name).propagate = True\n\n"
+           "def wrong_tracing(x, weight, eps):\n"
+           "    TRACE.debug('')  # a structured-trace record: a payload for tlparse, empty as text\n"
+           "    logging.getLogger('mykern').warning('the kernel says so')\n"
+           "    return wrong(x, weight, eps)\n")
+
+
+def test_pytest_s_captured_logs_leave_torch_s_structured_trace_out(folder):
+    """A failure's captured log under ``--pytest-output`` keeps the kernel's own records and drops
+    the ``torch.__trace`` ones (thousands of empty DEBUG lines per failure of a compiled kernel)."""
+    (folder / "tracing.py").write_text(TRACING)
+    out = _certify(folder, "rms_norm=tracing:wrong_tracing", "--property", "extremes", "--dtype", "float64",
+                   "--pytest-output")
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "Captured log" in out.stdout and "the kernel says so" in out.stdout, out.stdout[-3000:]
+    assert "torch.__trace" not in out.stdout + out.stderr
 
 
 @pytest.mark.normcert_heavy  # two workers, each starting torch: the heavy tier
