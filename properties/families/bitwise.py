@@ -23,7 +23,7 @@ from ..search.fitting import fit
 from ..harness.measure import PropertyFailure
 from ..harness.probes import runs_interpreted
 from ..harness.sandbox import invoke
-from ..search.buckets import integer
+from ..search.buckets import MANY_ROWS_INTERPRETED, integer
 from ..search.strategies import cases
 
 
@@ -35,16 +35,20 @@ kernels switch block size or split (vLLM#48271: ``num_tokens < 256 ? 1024 : 256`
 BATCH_ELEMS = 1 << 21
 """A batch size is left out where its batch would hold more elements (4100 rows up to width 511,
 300 rows up to 6990); under Triton's interpreter, where each program is a Python loop iteration,
-``BATCH_ELEMS_INTERPRETED`` (300 rows up to width 109, never 4100).  The certificate's domain
-lists the sizes checked."""
+``BATCH_ELEMS_INTERPRETED`` (300 rows up to width 109) and no batch of more rows than
+``MANY_ROWS_INTERPRETED``, the "many" bucket's scaled 1025 (never 4100: a row-per-program kernel's
+4100 programs at widths up to 7 were four fifths of an interpreted certify's batch invariance).
+The certificate's domain lists the sizes checked, and under the interpreter says so."""
 
 
 BATCH_ELEMS_INTERPRETED = 1 << 15
+INTERPRETED_SCALING = f"none past {MANY_ROWS_INTERPRETED} rows: Triton's interpreter"  # the domain's words
 
 
 def batch_sizes(width: int, interpreted: bool) -> tuple[int, ...]:
-    cap = BATCH_ELEMS_INTERPRETED if interpreted else BATCH_ELEMS
-    return tuple(s for s in BATCH_SIZES if s == 1 or s * width <= cap)
+    """The sizes of BATCH_SIZES a case of rows ``width`` long is recomputed in (``BATCH_ELEMS``)."""
+    cap, rows = (BATCH_ELEMS_INTERPRETED, MANY_ROWS_INTERPRETED) if interpreted else (BATCH_ELEMS, max(BATCH_SIZES))
+    return tuple(s for s in BATCH_SIZES if s == 1 or s * width <= cap and s <= rows)
 
 
 def claimed(t: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
@@ -122,8 +126,11 @@ def check_batch_invariance(session, impl, case, worst):
     rows = _rows(case.main).shape[0]
     per_row = [o.shape == "leading" for o in info.outs]  # one value per row (a scale): a row of width 1
     ref = [_rows(o[..., None] if p else o) for o, p in zip(invoke(session, impl, case), per_row)]
-    sizes = batch_sizes(case.main.shape[-1], runs_interpreted(session, impl, case.dtype))
+    interpreted = runs_interpreted(session, impl, case.dtype)
+    sizes = batch_sizes(case.main.shape[-1], interpreted)
     case.notes["batch sizes"] = "/".join(map(str, sizes))
+    if interpreted:
+        case.notes["batch sizes scaled"] = INTERPRETED_SCALING
     for size in sizes:
         order = (torch.arange(size, device=case.main.device) + int(case.params["shift"])) % rows
         # fitted: a kernel whose declared domain has no rank 2 gets the batch with a leading 1

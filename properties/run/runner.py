@@ -172,6 +172,7 @@ class Coverage:
         self.buckets: list[str] = []
         self.configs: list[str] = []  # an autotuned kernel's configs the cases ran under
         self.batch_sizes: set[int] = set()
+        self.batch_scaled = ""  # how the batch sizes were scaled (Triton's interpreter), if they were
         self.weightless = ""  # where the op has an optional weight / bias: "taken", or "filled" (ones for None)
         self.nones = 0  # cases checked with an optional weight or bias given as None
         self.contexts: dict[str, dict[str, int]] = {}  # the calling contexts of the checked cases (``context.tally``)
@@ -192,6 +193,7 @@ class Coverage:
             self.configs.append(case.config)
         if "batch sizes" in case.notes:
             self.batch_sizes.update(int(s) for s in case.notes["batch sizes"].split("/"))
+            self.batch_scaled = case.notes.get("batch sizes scaled", self.batch_scaled)
 
     def refuse(self) -> None:
         self.refused += 1
@@ -206,7 +208,8 @@ class Coverage:
         if self.buckets:
             text += f"; buckets: {', '.join(self.buckets)}"
         if self.batch_sizes:
-            text += f"; batch sizes: {', '.join(map(str, sorted(self.batch_sizes)))}"
+            text += f"; batch sizes: {', '.join(map(str, sorted(self.batch_sizes)))}" \
+                + (f" ({self.batch_scaled})" if self.batch_scaled else "")
         if self.configs:
             text += f"; autotuned configs: {' | '.join(self.configs)}"
         if self.weightless == "taken":

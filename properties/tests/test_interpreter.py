@@ -180,6 +180,31 @@ def test_a_kernel_under_the_interpreter_gets_the_scaled_many_rows_bucket(normcer
     assert "scaled from 65537 rows: Triton's interpreter" in many["triton"].label
 
 
+def test_an_interpreted_kernel_s_batches_stop_at_the_many_bucket_s_rows(normcert_session):
+    """Batch invariance recomputes a narrow case in batches of 1, 2, 3, 300 and 4100 rows; under the
+    interpreter none past the "many" bucket's 1025 (4100 programs of a row-per-program kernel were
+    four fifths of an interpreted certify's batch invariance), and the certificate's domain says so."""
+    if normcert_session.interpreter is None:
+        pytest.skip("the kernels do not run under Triton's interpreter here")
+    from hypothesis import find  # noqa: PLC0415
+
+    from ..families import bitwise  # noqa: PLC0415
+
+    by = {i.backend: i for i in registry() if i.op == "rms_norm" and i.backend in ("eager", "triton")}
+    narrow = find(bitwise.batch_cases("rms_norm", torch.float32, normcert_session.device),
+                  lambda c: c.main.shape[-1] <= 7)
+    sizes = {}
+    for backend, impl in by.items():
+        case = narrow.copy()
+        bitwise.check_batch_invariance(normcert_session, impl, case, None)
+        coverage = runner.Coverage()
+        coverage.checked(case)
+        sizes[backend] = (case.notes["batch sizes"], coverage.domain)
+    assert sizes["eager"][0] == "1/2/3/300/4100" and "interpreter" not in sizes["eager"][1]
+    assert sizes["triton"][0] == "1/2/3/300"
+    assert "batch sizes: 1, 2, 3, 300 (none past 1025 rows: Triton's interpreter)" in sizes["triton"][1]
+
+
 HELPERS = '''
 import triton.language as tl
 from triton.language.extra.libdevice import rint
