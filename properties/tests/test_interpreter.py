@@ -26,7 +26,7 @@ from ..harness import interpreter, interpreter_bf16 as bf16, interpreter_types  
 from ...impls import OPS, registry  # noqa: E402
 from ...oracle.formats import bits  # noqa: E402
 from ..harness import probes  # noqa: E402
-from ..run import runner
+from ..run import runner, schedule
 from ..families import BY_NAME  # noqa: E402
 
 GAPS = ["float scalars", "libdevice", "bfloat16", "float8_e4m3fn", "int8", "tl.maximum with NaN"]
@@ -165,19 +165,26 @@ def test_reductions_round_every_step():
     assert _values(bf16.sequential_scan(v, 0, np.add))[:8] == [256.0] * 8
 
 
+DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+
+
 def test_a_kernel_under_the_interpreter_gets_the_scaled_many_rows_bucket(normcert_session):
     """The registry's Triton kernel launches interpreter programs, the eager one does not; the
-    Triton kernel's many-rows bucket is scaled, and its label (the certificate's domain) says so."""
+    Triton kernel's many-rows bucket is scaled, its label (the certificate's domain) says so, and it
+    runs in one dtype per run (``schedule.ROTATED_INTERPRETED``), the eager kernel's in every one."""
     if normcert_session.interpreter is None:
         pytest.skip("the kernels do not run under Triton's interpreter here")
     by = {i.backend: i for i in registry() if i.op == "rms_norm" and i.backend in ("eager", "triton")}
     f32 = torch.float32
     assert probes.runs_interpreted(normcert_session, by["triton"], f32)
     assert not probes.runs_interpreted(normcert_session, by["eager"], f32)
-    many = {i: [b for b in runner.scheduled(normcert_session, BY_NAME["accuracy"], by[i], f32) if b.name == "many"][0]
-            for i in by}
-    assert many["eager"].rows == 65537 and many["triton"].rows == 1025
-    assert "scaled from 65537 rows: Triton's interpreter" in many["triton"].label
+    many = {(i, d): [b for b in runner.scheduled(normcert_session, BY_NAME["accuracy"], by[i], d) if b.name == "many"]
+            for i in by for d in DTYPES}
+    assert all(len(many["eager", d]) == 1 and many["eager", d][0].rows == 65537 for d in DTYPES)
+    ran = [d for d in DTYPES if many["triton", d]]
+    assert ran == [getattr(torch, schedule.rotated(normcert_session, by["triton"], "accuracy", "many"))]
+    assert many["triton", ran[0]][0].rows == 1025
+    assert "scaled from 65537 rows: Triton's interpreter" in many["triton", ran[0]][0].label
 
 
 def test_an_interpreted_kernel_s_batches_stop_at_the_many_bucket_s_rows(normcert_session):
