@@ -6,7 +6,8 @@ command, not the suite's frames), once (``failed``); a case study's failure is a
 skip, saying why; a bitwise family's failure without --bitwise is a ``warn`` row, which passes
 the test: the plugin's terminal summary says it (``plugin.Suite.pytest_terminal_summary``), never
 Python's warning filters, which ``-W error``, ``PYTHONWARNINGS=error`` or a ``filterwarnings =
-error`` ini would turn into the kernel's failure.
+error`` ini would turn into the kernel's failure.  A failure's captured log leaves torch's
+structured-trace records out (``without_torch_trace``).
 """
 from __future__ import annotations
 
@@ -131,3 +132,12 @@ def _drop_frames(e: BaseException | None) -> None:
     while e is not None:
         traceback.clear_frames(e.__traceback__)
         e = e.__context__ or e.__cause__
+
+
+def without_torch_trace(config) -> None:
+    """torch's structured-trace records (logger ``torch.__trace``: payloads for tlparse, empty as
+    text) kept out of pytest's captured logs.  torch 2.11 lets them reach the root logger: on an
+    H200, each failure of a compiled kernel carried thousands of empty DEBUG lines."""
+    logs = config.pluginmanager.get_plugin("logging-plugin")
+    for handler in (logs.caplog_handler, logs.report_handler) if logs else ():
+        handler.addFilter(lambda record: record.name != "torch.__trace")

@@ -227,10 +227,6 @@ def pytest_configure(config):
     config.pluginmanager.register(Suite(config), "normcert-suite")
 
 
-def _not_torch_trace(record) -> bool:
-    return record.name != "torch.__trace"
-
-
 def _plugged(config) -> bool:
     """Are kernels plugged in (--impl or --agree)?  Then only their properties run."""
     return bool(config.getoption("--normcert-impl") or config.getoption("--normcert-agree"))
@@ -522,12 +518,9 @@ class Suite:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session):
-        """torch's structured-trace records (logger ``torch.__trace``: payloads for tlparse, empty as
-        text) kept out of pytest's captured logs.  torch 2.11 lets them reach the root logger: on an
-        H200, each failure of a compiled kernel carried thousands of empty DEBUG lines."""
-        logs = session.config.pluginmanager.get_plugin("logging-plugin")
-        for handler in (logs.caplog_handler, logs.report_handler) if logs else ():
-            handler.addFilter(_not_torch_trace)
+        from .outcomes import without_torch_trace  # noqa: PLC0415  (torch: a normcert run's alone)
+
+        without_torch_trace(session.config)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):
