@@ -143,7 +143,7 @@ def buckets(rec, spin: int, interpreted: bool = False, calls: int = LONG_RUN_CAL
     Widths are capped at the op's ``max_width``; with ``interpreted`` (a kernel that runs
     under Triton's interpreter) "many" has MANY_ROWS_INTERPRETED rows and "long_run" at most
     LONG_RUN_INTERPRETED calls."""
-    cap = rec.max_width // 2 if rec.halves else rec.max_width
+    cap = _output_row(rec, rec.max_width)
 
     def make(name, rows, width, layout=None, note="", heads=0, count=0):
         if width > cap:
@@ -168,7 +168,7 @@ def buckets(rec, spin: int, interpreted: bool = False, calls: int = LONG_RUN_CAL
     return (make("long", 1, LONG_WIDTH),
             make("odd", 3, ODD_WIDTHS[odd]),
             make("strided", 3, ODD_WIDTHS[(odd + 2) % len(ODD_WIDTHS)], layout="sliced"),
-            *_past(cap, spin, make), *_model(cap, SEARCH_WIDTH // 2 if rec.halves else SEARCH_WIDTH, spin, make),
+            *_past(cap, spin, make), *_model(cap, _output_row(rec, SEARCH_WIDTH), spin, make),
             make("many", many[0], SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)], note=many[1])) + qk \
         + _million(rec, spin) + near_constant_buckets(rec, spin) + tiny_scale_buckets(rec, spin) + ties_buckets(rec, spin) + (long_run,) \
         + _loud(rec, spin, make)
@@ -202,6 +202,11 @@ def _loud(rec, spin: int, make) -> tuple[Bucket, ...]:
     return (replace(bucket, scale=LOUD_SCALE, profile="normal"),)
 
 
+def _output_row(rec, x_width: int) -> int:
+    """The output row's length for x rows ``x_width`` long: half of it for a halves op ([gate | up])."""
+    return x_width // 2 if rec.halves else x_width
+
+
 def _whole_groups(rec, width: int) -> int:
     """width rounded up to a multiple of the op's width_multiple: a per-group op's groups divide every row."""
     return -(-width // rec.width_multiple) * rec.width_multiple
@@ -224,7 +229,7 @@ def near_constant_buckets(rec, spin: int) -> tuple[Bucket, ...]:
     capped at the op's ``max_width`` (a row's length; positions are not capped)."""
     if not rec.centred:
         return ()
-    cap = rec.max_width // 2 if rec.halves else rec.max_width
+    cap = _output_row(rec, rec.max_width)
     odd = _mix(spin, "odd") % len(ODD_WIDTHS)
     widths = (("long", LONG_WIDTH), ("odd", ODD_WIDTHS[odd]),
               ("many", SMALL_WIDTHS[_mix(spin, "many") % len(SMALL_WIDTHS)]), ("million", MILLION_WIDTH))
@@ -286,7 +291,7 @@ def _million(rec, spin: int) -> tuple[Bucket, ...]:
     if x_width < MILLION_MIN_WIDTH:
         return ()
     rows = MILLION // x_width + 1
-    return (Bucket("million", rows, x_width // 2 if rec.halves else x_width, "contiguous", _mix(spin, "million"),
+    return (Bucket("million", rows, _output_row(rec, x_width), "contiguous", _mix(spin, "million"),
                    f"{rows * x_width} elements"),)
 
 
@@ -306,7 +311,7 @@ def large_buckets(rec, spin: int, limit: int = INT32_LIMIT) -> tuple[Bucket, ...
     huge  limit // w + LARGE_ROWS_PAST rows of x-width w (LARGE_WIDTH, capped at the op's
           max_width; x is twice as wide for halves ops): more than ``limit`` elements
     far   2 rows of width w, row stride limit + FAR_STRIDE_PAST elements (the "far" layout)"""
-    cap = rec.max_width // 2 if rec.halves else rec.max_width
+    cap = _output_row(rec, rec.max_width)
     width = min(LARGE_WIDTH, cap)
     x_width = 2 * width if rec.halves else width
     rows = limit // x_width + LARGE_ROWS_PAST
